@@ -1,0 +1,5 @@
+import sys
+
+from h3kit.cli import main
+
+sys.exit(main())

@@ -1,0 +1,21 @@
+"""`h3kit install`: the whole chain: fingerprint, plan, build, deploy into ComfyUI, calibrate."""
+
+from __future__ import annotations
+
+from h3kit.command import Context, Outcome, not_built_yet
+
+HELP = "the whole chain: fingerprint, plan, build, deploy into ComfyUI, calibrate"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--comfyui", metavar="PATH", help="the ComfyUI folder to install into")
+    p.add_argument("--profile", metavar="NAME", help="use this profile instead of auto")
+    p.add_argument("--skip-calibrate", action="store_true", help="do not run the calibration at the end")
+    p.add_argument("--no-models", action="store_true", help="do not download model weights")
+    p.add_argument("--with-loaders", action="store_true", help="also install custom node packs the chosen weights need")
+    p.add_argument("--new-comfyui", metavar="DIR", help="set up a new ComfyUI in DIR first")
+    p.add_argument("--comfyui-source", metavar="SRC", help="git URL, archive or folder to take ComfyUI from (with --new-comfyui)")
+
+
+def run(args, ctx: Context) -> Outcome:
+    return not_built_yet("install", 6)

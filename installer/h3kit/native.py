@@ -716,3 +716,53 @@ def version() -> str:
 
 def features() -> dict:
     return load().features()
+
+
+# ------------------------------------------------------------ command line
+
+
+def selftest_folder(folder: str | os.PathLike) -> dict:
+    """Self-test the baseline and the build chosen for this CPU in `folder`."""
+    folder = Path(folder)
+    chosen = _pick_in_folder(folder, "selftest")
+    if chosen is None:
+        return {"passed": False, "checks": 0, "selected": None, "message": f"no libh3kit-* in {folder}"}
+    results = {}
+    for variant in VARIANTS:
+        path = folder / library_filename(variant)
+        if not path.is_file():
+            continue
+        if variant in ("baseline", chosen.variant()):
+            results[variant] = Library(path, "selftest").selftest()
+        else:
+            results[variant] = {"skipped": "this CPU lacks features that build needs"}
+    failed = [f"{v}: {r['message']}" for v, r in results.items() if "passed" in r and not r["passed"]]
+    return {"passed": not failed, "checks": results[chosen.variant()]["checks"], "selected": chosen.variant(),
+            "library": str(chosen.path), "message": "; ".join(failed), "variants": results}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python native.py selftest --dir FOLDER | --lib FILE` or `info`: one JSON line on stdout."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="h3k_native", description="h3kit native library bridge")
+    p.add_argument("action", choices=("selftest", "info"))
+    p.add_argument("--dir", help="a folder of libh3kit-<variant> builds")
+    p.add_argument("--lib", help="one library file")
+    args = p.parse_args(argv)
+    try:
+        if args.action == "selftest" and args.dir:
+            doc = selftest_folder(args.dir)
+        elif args.action == "selftest":
+            lib = load(args.lib)
+            doc = {**lib.selftest(), "selected": lib.variant(), "library": str(lib.path)}
+        else:
+            doc = load(args.lib or args.dir).features()
+    except NativeError as exc:
+        doc = {"passed": False, "checks": 0, "selected": None, "message": str(exc)}
+    print(json.dumps(doc))
+    return 0 if doc.get("passed", True) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

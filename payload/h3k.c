@@ -50,6 +50,9 @@
  *     runs hit, and direct I/O needs alignment the callers cannot promise.
  *   - A persistent thread pool: thread start-up is tens of microseconds, far
  *     below one product at the sizes that matter.
+ *   - SDOT kernels: SDOT multiplies int8 by int8 and our activations are
+ *     int16, so the arm64-dotprod build shares the NEON kernels and differs
+ *     only in what the compiler may use.
  */
 
 #if !defined(_WIN32)
@@ -381,6 +384,10 @@ static inline float block_scale(const uint8_t *blk) {
     uint16_t h = (uint16_t)(blk[0] | (blk[1] << 8));
 #if defined(H3K_AVX2)
     return _cvtsh_ss(h);
+#elif defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
+    __fp16 v; /* every arm64 CPU converts half to single in hardware */
+    memcpy(&v, &h, sizeof v);
+    return (float)v;
 #else
     return h3k_fp16_to_fp32(h);
 #endif

@@ -301,3 +301,15 @@ def test_missing_library_says_how_to_build(tmp_path, monkeypatch):
     monkeypatch.delenv("H3KIT_NATIVE_LIB", raising=False)
     with pytest.raises(native.NativeError, match="h3kit build"):
         native.find(tmp_path / "nothing-here")
+
+
+def test_bridge_works_without_numpy(libdir, tmp_path):
+    """h3kit's own venv has no numpy: array('f') in, array('f') out."""
+    code = ("import sys; sys.modules['numpy'] = None; import array, json, h3k_native as n; "
+            "l = n.load(); x = array.array('f', [float(i % 7) - 3 for i in range(64)]); "
+            "q = l.quantize(x, 'q8_0'); y = l.matvec(q + q, 'q8_0', 2, 64, x); "
+            "d = l.dequantize(q, 'q8_0', 64); "
+            "print(json.dumps([type(y).__name__, y.typecode, len(y), y[0] == y[1], type(d).__name__]))")
+    one = next(libdir.glob("libh3kit-baseline*"))
+    env = {"PATH": "/usr/bin:/bin", "H3KIT_HOME": str(tmp_path / "home"), "H3KIT_NATIVE_LIB": str(one)}
+    assert _run_copied_bridge(tmp_path, env, code) == ["array", "f", 2, True, "array"]

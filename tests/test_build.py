@@ -36,12 +36,14 @@ def test_build_json_twice_second_is_cached(run_cli, monkeypatch):
     second = json.loads(out)
     assert code == 0 and second["cached"] is True and second["library"] == first["library"]
     assert build.find_library() == Path(first["library"])
+    files = build.library_files()
+    assert files[0].name.startswith("libh3kit-baseline") and Path(first["library"]) in files
     code, out, _ = run_cli("build", "--json", "--force")
     assert code == 0 and json.loads(out)["cached"] is False
 
 
 def test_find_library_is_none_before_any_build():
-    assert build.find_library() is None
+    assert build.find_library() is None and build.library_files() == []
 
 
 @needs_cc

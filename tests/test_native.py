@@ -313,3 +313,11 @@ def test_bridge_works_without_numpy(libdir, tmp_path):
     one = next(libdir.glob("libh3kit-baseline*"))
     env = {"PATH": "/usr/bin:/bin", "H3KIT_HOME": str(tmp_path / "home"), "H3KIT_NATIVE_LIB": str(one)}
     assert _run_copied_bridge(tmp_path, env, code) == ["array", "f", 2, True, "array"]
+
+
+def test_folder_with_only_the_tuned_build_loads_when_the_cpu_allows(lib, libdir, tmp_path):
+    tuned = [p for p in libdir.glob("libh3kit-*") if "baseline" not in p.name]
+    if not tuned or not lib.runs_here() or lib.variant() == "baseline":
+        pytest.skip("no tuned build for this CPU")
+    shutil.copy(tuned[0], tmp_path / tuned[0].name)
+    assert native.find(tmp_path).variant() == lib.variant()

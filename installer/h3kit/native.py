@@ -624,12 +624,31 @@ class Streamer(_Handle):
 # ---------------------------------------------------------------- loading
 
 
+_LINUX_FLAGS = {"x86-64-v3": {"avx2", "fma", "f16c"}, "arm64-dotprod": {"asimddp"}}
+
+
+def _linux_cpu_has(variant: str) -> bool:
+    """Whether /proc/cpuinfo lists the tuned build's features (True where it cannot tell)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return True
+    flags = set()
+    for line in text.splitlines():
+        if line.split(":")[0].strip() in ("flags", "Features"):
+            flags |= set(line.partition(":")[2].split())
+    return not flags or _LINUX_FLAGS.get(variant, set()) <= flags
+
+
 def _pick_in_folder(folder: Path, source: str) -> Library | None:
     """Baseline first (safe on any CPU of the arch), then the best tuned build it allows."""
     present = [v for v in VARIANTS if (folder / library_filename(v)).is_file()]
     if not present:
         return None
-    if "baseline" not in present:
+    if "baseline" not in present:  # a pack with only the tuned build: trust it unless Linux says no
+        if not _linux_cpu_has(present[0]):
+            raise NativeError(f"{folder} holds only {library_filename(present[0])}, which this CPU cannot run; "
+                              "copy libh3kit-baseline beside it (h3kit apply does).")
         return Library(folder / library_filename(present[0]), source)
     base = Library(folder / library_filename("baseline"), source)
     cpu = base.c.h3k_cpu_features()

@@ -401,7 +401,8 @@ def _rationale(cat: Catalog, c: Candidate, why_profile: str) -> list[str]:
                f"{gb(e.phases['decode']['gpu_bytes'] if b.gpu_bytes is not None else e.phases['decode']['ram_bytes'])}.")
     out.append(f"Canvas {ch.canvas[0]}x{ch.canvas[1]} at {ch.frames} frames ({e.tokens} tokens): "
                + ("the largest that fits within the profile's limit "
-                  f"{s['max_canvas'][0]}x{s['max_canvas'][1]}x{s['max_frames']}." if c.searched
+                  f"{s['max_canvas'][0]}x{s['max_canvas'][1]}x{s['max_frames']}." if c.searched and e.fits
+                  else "the smallest the profile allows, and even that does not fit (see warnings)." if not e.fits
                   else "set by the user."))
     out.append(f"Disk: {gb(e.disk)} of weight files against {gb(b.disk_bytes)} free.")
     args, env = s.get("comfyui_args") or [], s.get("env") or {}

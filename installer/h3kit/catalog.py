@@ -153,14 +153,20 @@ def _weights(doc: YamlDoc, problems: Problems, key: str, part: str, formats: dic
     return out
 
 
-def check_catalog(doc: YamlDoc) -> Catalog:
+def _begin(doc: YamlDoc, schema: str, layout: str, fix: str) -> tuple[Problems, dict]:
+    """A collector for `doc`, stopping at once when the file is not a mapping; the schema key checked."""
     problems = Problems(doc)
-    data = doc.data
-    if not isinstance(data, dict):
-        problems.add((), "must be a mapping (schema, model, architecture, formats, dit, ...)")
-        problems.raise_if_any("Restore the file from h3kit's checkout.")
-    if data.get("schema") != CATALOG_SCHEMA:
-        problems.add(("schema",), f"is {data.get('schema')!r}; allowed: {CATALOG_SCHEMA}")
+    if not isinstance(doc.data, dict):
+        problems.add((), f"must be a mapping ({layout})")
+        problems.raise_if_any(fix)
+    if doc.data.get("schema") != schema:
+        problems.add(("schema",), f"is {doc.data.get('schema')!r}; allowed: {schema}")
+    return problems, doc.data
+
+
+def check_catalog(doc: YamlDoc) -> Catalog:
+    problems, data = _begin(doc, CATALOG_SCHEMA, "schema, model, architecture, formats, dit, ...",
+                            "Restore the file from h3kit's checkout.")
     for section in ("model", "architecture", "canvas", "frames", "tokens", "memory", "comfyui", "formats"):
         if not isinstance(data.get(section), dict):
             problems.add((section,), "must be a mapping")
@@ -237,13 +243,8 @@ def _range(doc: YamlDoc, problems: Problems, kp: tuple, value: Any) -> tuple | N
 
 
 def check_profile(doc: YamlDoc, catalog: Catalog) -> Profile:
-    problems = Problems(doc)
-    data = doc.data
-    if not isinstance(data, dict):
-        problems.add((), "must be a mapping with schema, name, description, match and settings")
-        problems.raise_if_any("See the other files in profiles/ for the layout.")
-    if data.get("schema") != PROFILE_SCHEMA:
-        problems.add(("schema",), f"is {data.get('schema')!r}; allowed: {PROFILE_SCHEMA}")
+    problems, data = _begin(doc, PROFILE_SCHEMA, "schema, name, description, match and settings",
+                            "See the other files in profiles/ for the layout.")
     name = data.get("name")
     if name != doc.path.stem:
         problems.add(("name",), f"is {name!r}; it must equal the file name without .yaml ({doc.path.stem!r})")

@@ -203,13 +203,25 @@ def check_catalog(doc: YamlDoc) -> Catalog:
     return Catalog(doc, formats, dit, te, vae, avae)
 
 
+# Parsed files by (path, mtime, size): plans are made many times per process
+# (install, tests) but an edited file is always read again.
+_parsed: dict = {}
+
+
+def _stamp(paths: list[Path]) -> tuple:
+    return tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in paths)
+
+
 def load(models_dir: Path | None = None, model: str = "minimax-h3") -> Catalog:
     """Read and check the catalog of `model` (profiles/models/<model>.yaml)."""
     folder = models_dir or asset_dir("profiles") / "models"
     path = folder / f"{model}.yaml"
     if not path.is_file():
         raise BadInput(f"The model catalog {path} does not exist.", "Reinstall h3kit; the catalog ships with it.")
-    return check_catalog(load_yaml(path))
+    key = ("catalog",) + _stamp([path])
+    if key not in _parsed:
+        _parsed[key] = check_catalog(load_yaml(path))
+    return _parsed[key]
 
 
 # --- profiles ----------------------------------------------------------------
@@ -292,13 +304,15 @@ def check_profile(doc: YamlDoc, catalog: Catalog) -> Profile:
 def load_profiles(catalog: Catalog, folder: Path | None = None) -> dict[str, Profile]:
     """All named profiles, by name (sorted)."""
     folder = folder or asset_dir("profiles")
-    out: dict[str, Profile] = {}
-    for path in sorted(folder.glob("*.yaml")):
-        if path.name == "torch_builds.yaml":  # issue #9's data, not a profile
-            continue
-        profile = check_profile(load_yaml(path), catalog)
-        out[profile.name] = profile
-    return out
+    paths = [p for p in sorted(folder.glob("*.yaml")) if p.name != "torch_builds.yaml"]  # #9's data, not a profile
+    key = ("profiles", id(catalog)) + _stamp(paths)
+    if key not in _parsed:
+        out: dict[str, Profile] = {}
+        for path in paths:
+            profile = check_profile(load_yaml(path), catalog)
+            out[profile.name] = profile
+        _parsed[key] = out
+    return dict(_parsed[key])
 
 
 def matches(profile: Profile, fp: dict, machine: Machine) -> tuple[bool, str]:

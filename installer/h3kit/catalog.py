@@ -21,7 +21,8 @@ from h3kit import validate_settings
 CATALOG_SCHEMA = "h3kit.catalog/1"
 PROFILE_SCHEMA = "h3kit.profile/1"
 BACKENDS = ("cuda", "rocm", "xpu", "mps", "directml", "cpu")
-REQUIREMENT_KEYS = ("backends", "not_backends", "min_compute_capability", "min_cuda_driver", "blackwell", "loader_pack")
+REQUIREMENT_KEYS = ("backends", "not_backends", "min_compute_capability", "min_cuda_driver", "compute_capability_major",
+                    "loader_pack")
 
 
 @dataclass(frozen=True)
@@ -108,8 +109,10 @@ class Catalog:
             if machine.compute_capability is None or machine.compute_capability < need:
                 have = ".".join(map(str, machine.compute_capability)) if machine.compute_capability else "unknown"
                 return False, f"{fmt} needs compute capability >= {req['min_compute_capability']} (this GPU: {have})"
-        if req.get("blackwell") and (machine.compute_capability is None or machine.compute_capability[0] not in (10, 12)):
-            return False, f"{fmt} runs only on Blackwell GPUs (compute capability 10.x or 12.x)"
+        majors = req.get("compute_capability_major")
+        if majors and (machine.compute_capability is None or machine.compute_capability[0] not in majors):
+            listed = " or ".join(f"{m}.x" for m in majors)
+            return False, f"{fmt} runs only on GPUs with compute capability {listed} ({self.formats[fmt].get('note', '')})"
         if "min_cuda_driver" in req:
             need = _version(str(req["min_cuda_driver"]))
             if machine.cuda_driver is None or machine.cuda_driver < need:
@@ -167,7 +170,7 @@ def _begin(doc: YamlDoc, schema: str, layout: str, fix: str) -> tuple[Problems, 
 def check_catalog(doc: YamlDoc) -> Catalog:
     problems, data = _begin(doc, CATALOG_SCHEMA, "schema, model, architecture, formats, dit, ...",
                             "Restore the file from h3kit's checkout.")
-    for section in ("model", "architecture", "canvas", "frames", "tokens", "memory", "comfyui", "formats"):
+    for section in ("model", "architecture", "canvas", "frames", "tokens", "memory", "comfyui", "formats", "limits"):
         if not isinstance(data.get(section), dict):
             problems.add((section,), "must be a mapping")
     problems.raise_if_any("Restore the file from h3kit's checkout.")

@@ -244,8 +244,6 @@ def merge_settings(profile: Profile, config) -> tuple[dict, dict]:
                 settings[k] = v
                 line = config.line_of(section, k)
                 source[k] = f"{label} ({config.raw}:{line})" if config.raw else label
-    settings.setdefault("min_canvas", [512, 288])
-    settings.setdefault("max_shard_blocks", 1)
     return settings, source
 
 
@@ -254,11 +252,11 @@ def merge_settings(profile: Profile, config) -> tuple[dict, dict]:
 
 def _ladder(cat: Catalog, settings: dict) -> tuple[list, list]:
     max_w, max_h = settings["max_canvas"]
-    min_w, min_h = settings["min_canvas"]
+    min_w, min_h = settings.get("min_canvas") or cat.data["canvas"]["ladder"][-1]
     canvases = [tuple(c) for c in cat.data["canvas"]["ladder"]
                 if c[0] * c[1] <= max_w * max_h and c[0] <= max_w and c[0] * c[1] >= min_w * min_h]
     if not canvases:
-        canvases = [tuple(settings["min_canvas"])]
+        canvases = [(min_w, min_h)]
     frames = [f for f in cat.data["frames"]["ladder"] if settings["min_frames"] <= f <= settings["max_frames"]]
     return canvases, frames or [settings["min_frames"]]
 

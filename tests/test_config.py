@@ -148,3 +148,11 @@ def test_profile_use_unknown_is_exit_2_and_writes_nothing(run_cli, h3kit_home):
 def test_text_output_explains(run_cli):
     code, out, err = run_cli("plan", "--fingerprint", F3060)
     assert code == 0 and "fits: yes" in out and "why:" in out and "GPU budget" in out
+
+
+def test_shard_override_is_rounded_to_whole_blocks(run_cli, h3kit_home):
+    (h3kit_home / "config.yaml").write_text("overrides:\n  shard_size_bytes: \"1 GB\"\n")
+    code, p, _ = plan(run_cli, F3060)
+    block = p["settings"]["streaming"]["block_bytes"]
+    assert code == 0 and p["settings"]["shard_size_bytes"] % block == 0 and p["settings"]["shard_size_bytes"] <= 10**9
+    assert any("rounded to" in r for r in p["rationale"])

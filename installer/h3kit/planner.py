@@ -390,6 +390,10 @@ def _rationale(cat: Catalog, c: Candidate, why_profile: str) -> list[str]:
             out.append(f"Streaming on: {resident_blocks} of {cat.blocks} blocks ({gb(e.block)} each) resident "
                        f"(preload {gb(e.preload)}), the other {cat.blocks - resident_blocks} stream from {src} "
                        f"{e.shard_blocks} block(s) ({gb(e.shard)}) per transfer, two buffers on the GPU.")
+        asked = s.get("shard_size_bytes", "auto")
+        if asked != "auto" and parse_size(asked) != e.shard:
+            out.append(f"shard_size_bytes {asked} was rounded to {e.shard_blocks} whole block(s) = {e.shard} bytes: "
+                       "a transfer never splits a block.")
             if s["stream_from"] == "disk" and b.disk_kind == "hdd":
                 out.append("The model disk is a spinning disk: streaming from it starves the GPU; move models to an SSD.")
     out.append(f"Text encoder {ch.te.format}: {gb(ch.te.bytes)}, runs once per prompt and is dropped before "

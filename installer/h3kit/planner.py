@@ -374,12 +374,16 @@ def _rationale(cat: Catalog, c: Candidate, why_profile: str) -> list[str]:
         out.append(f"{b.gpu_count} GPUs found; ComfyUI runs a workflow on one, so the plan uses the largest.")
     for why in c.skipped:
         out.append(f"Left out: {why}.")
-    where = "GPU" if b.gpu_bytes is not None else "RAM"
-    have = b.gpu_bytes if b.gpu_bytes is not None else b.ram_bytes
-    left = have - (e.preload if b.gpu_bytes is not None else ch.dit.bytes)
-    out.append(f"DiT {ch.dit.variant} {ch.dit.format}: {gb(ch.dit.bytes)} ({c.source.get('quantization', 'profile') if s.get('quantization', 'auto') != 'auto' else 'highest-quality format that fits'}); "
-               f"{gb(e.preload)} of it stays on the {where}, leaving {gb(left)} of the {gb(have)} {where} budget "
-               f"for activations ({gb(e.activations)}) at {ch.canvas[0]}x{ch.canvas[1]}x{ch.frames}.")
+    why_format = (c.source.get("quantization", "profile") if s.get("quantization", "auto") != "auto"
+                  else "highest-quality format that fits")
+    if b.gpu_bytes is None:
+        out.append(f"DiT {ch.dit.variant} {ch.dit.format}: {gb(ch.dit.bytes)} ({why_format}), held whole in RAM with "
+                   f"activations ({gb(e.activations)}) at {ch.canvas[0]}x{ch.canvas[1]}x{ch.frames}: sample phase "
+                   f"{gb(e.phases['sample']['ram_bytes'])} of the {gb(b.ram_bytes)} RAM budget.")
+    else:
+        out.append(f"DiT {ch.dit.variant} {ch.dit.format}: {gb(ch.dit.bytes)} ({why_format}); {gb(e.preload)} of it "
+                   f"stays on the GPU, leaving {gb(b.gpu_bytes - e.preload)} of the {gb(b.gpu_bytes)} GPU budget for "
+                   f"activations ({gb(e.activations)}) at {ch.canvas[0]}x{ch.canvas[1]}x{ch.frames}.")
     if b.gpu_bytes is not None:
         if e.resident:
             out.append(f"Streaming off: all {cat.blocks} blocks ({gb(e.block)} each) stay resident "
@@ -396,11 +400,13 @@ def _rationale(cat: Catalog, c: Candidate, why_profile: str) -> list[str]:
                        "a transfer never splits a block.")
             if s["stream_from"] == "disk" and b.disk_kind == "hdd":
                 out.append("The model disk is a spinning disk: streaming from it starves the GPU; move models to an SSD.")
-    out.append(f"Text encoder {ch.te.format}: {gb(ch.te.bytes)}, runs once per prompt and is dropped before "
-               f"sampling (peak GPU {gb(e.phases['encode']['gpu_bytes'])}, RAM {gb(e.phases['encode']['ram_bytes'])}).")
+    enc = e.phases["encode"]
+    out.append(f"Text encoder {ch.te.format}: {gb(ch.te.bytes)}, runs once per prompt and is dropped before sampling "
+               f"(peak {'' if enc['gpu_bytes'] is None else 'GPU ' + gb(enc['gpu_bytes']) + ', '}RAM {gb(enc['ram_bytes'])}).")
     out.append(f"Video VAE {ch.vae.format} {gb(ch.vae.bytes)} + audio VAE {gb(ch.audio_vae.bytes)}; decode tiles "
                f"{s['vae_tile_size']} px, overlap {s['vae_tile_overlap']}, {s['vae_temporal_tile']} frames: decode peak "
-               f"{gb(e.phases['decode']['gpu_bytes'] if b.gpu_bytes is not None else e.phases['decode']['ram_bytes'])}.")
+               + (f"{gb(e.phases['decode']['gpu_bytes'])} on the GPU." if b.gpu_bytes is not None else
+                  f"{gb(e.phases['decode']['ram_bytes'])} of RAM (the DiT is still loaded)."))
     out.append(f"Canvas {ch.canvas[0]}x{ch.canvas[1]} at {ch.frames} frames ({e.tokens} tokens): "
                + ("the largest that fits within the profile's limit "
                   f"{s['max_canvas'][0]}x{s['max_canvas'][1]}x{s['max_frames']}." if c.searched and e.fits

@@ -367,3 +367,39 @@ def test_windows_nvidia_smi_search_order(tmp_path, monkeypatch):
     (system32 / "nvidia-smi.exe").write_text("")
     monkeypatch.setenv("SystemRoot", str(tmp_path / "Windows"))
     assert _windows.nvidia_smi_path() == str(system32 / "nvidia-smi.exe")
+
+
+# ---------------------------------------------------------------- notes for people
+
+
+def test_note_when_nvidia_card_has_no_working_driver():
+    lspci = parsers.parse_lspci((FP / "lspci" / "rtx3090-x2-nnk.txt").read_text())
+    described = _linux.describe({"lspci": lspci})
+    assert described["gpus"] == []
+    assert any("nvidia-smi did not report it" in n for n in described["notes"])
+
+
+def test_note_for_rosetta():
+    described = _darwin.describe({"sysctl": _mac_values(16 * GIB, translated=True)})
+    assert described["rosetta"] is True and "Rosetta" in described["notes"][0]
+
+
+def test_notes_reach_the_table(fake_bin):
+    fake_nvidia_smi(fake_bin, ["NVIDIA GeForce RTX 4090, 24564, 23980, 580.95.05, 8.9"])
+    doc = collect(timeout=5)
+    doc["notes"] = ["Something a person should know."]
+    assert "Note" in render_text(doc) and "Something a person should know." in render_text(doc)
+
+
+def test_collect_never_raises_even_when_a_back_end_breaks(monkeypatch):
+    import h3kit.fingerprint as front
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("synthetic back-end bug")
+
+    monkeypatch.setattr(front._backend, "probes", broken)
+    monkeypatch.setattr(front._backend, "describe", broken)
+    doc = collect(timeout=1)
+    assert fpschema.validate(doc) == []
+    assert {p["name"]: p["status"] for p in doc["probes"]}["setup"] == "error"
+    assert any("synthetic back-end bug" in p["detail"] for p in doc["probes"] if p["name"] == "describe")

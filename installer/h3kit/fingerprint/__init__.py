@@ -92,6 +92,7 @@ def collect(timeout: float | None = None, extra_disk_paths: Iterable[str | os.Pa
         "gpus": gpus,
         "compilers": _common.compilers(values),
         "probes": records,
+        "notes": list(described.get("notes") or []),
         "probe_timeout_seconds": seconds,
         "probe_timeout_source": source,
         "seconds": round(time.monotonic() - started, 3),
@@ -165,4 +166,6 @@ def render_text(doc: dict) -> str:
                  f"{len(problems)} failed, {doc['seconds']:.1f} s")
     for p in problems:
         lines.append(f"{''.ljust(width)}  {p['name']}: {p['status']} ({p['detail']})")
+    for note in doc.get("notes") or []:
+        lines.append(f"{'Note'.ljust(width)}  {note}")
     return "\n".join(lines)

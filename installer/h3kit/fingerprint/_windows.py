@@ -167,12 +167,16 @@ def probes(disk_paths) -> list[Probe]:
 
 def describe(values: dict) -> dict:
     machine = platform.machine().lower()
+    gpus = _common.nvidia_gpus(values) + controller_gpus(
+        values.get("video controllers") or [], values.get("display registry") or [],
+        have_nvidia_smi=bool(values.get("nvidia-smi")))
+    notes = [f"{g['name']}: memory comes from Win32_VideoController.AdapterRAM, which stops at 4 GiB; "
+             "the card may have more." for g in gpus if g.get("memory_source") == "adapter-ram-capped-4gib"]
     return {
         "os": {"system": SYSTEM, "release": platform.version() or platform.release(), "wsl": False},
         "arch": "arm64" if machine == "arm64" else "x86_64",
         "rosetta": False,
         "cpu": values.get("cpu"),
-        "gpus": _common.nvidia_gpus(values) + controller_gpus(
-            values.get("video controllers") or [], values.get("display registry") or [],
-            have_nvidia_smi=bool(values.get("nvidia-smi"))),
+        "gpus": gpus,
+        "notes": notes,
     }

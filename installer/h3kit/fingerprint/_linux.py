@@ -198,6 +198,14 @@ def disk_kind(path: str, _timeout: float) -> str:
     return "unknown"
 
 
+def _distribution() -> str | None:
+    """PRETTY_NAME from os-release ("Debian GNU/Linux 12 (bookworm)"), when there is one."""
+    try:
+        return platform.freedesktop_os_release().get("PRETTY_NAME")
+    except OSError:
+        return None
+
+
 def _arch() -> str:
     machine = platform.machine().lower()
     return "arm64" if machine in ("aarch64", "arm64") else "x86_64" if machine in ("x86_64", "amd64") else machine
@@ -242,7 +250,7 @@ def describe(values: dict) -> dict:
     wsl = (values.get("wsl") or {}).get("wsl", False)
     gpus = _common.nvidia_gpus(values) + amd_and_intel_gpus(values)
     return {
-        "os": {"system": SYSTEM, "release": platform.release(), "wsl": bool(wsl)},
+        "os": {"system": SYSTEM, "release": platform.release(), "wsl": bool(wsl), "distribution": _distribution()},
         "arch": _arch(),
         "rosetta": False,
         "cpu": values.get("cpu"),

@@ -299,7 +299,7 @@ def parse_system_profiler_displays(text: str) -> list[dict]:
             continue
         name = item.get("sppci_model") or item.get("_name") or "unknown GPU"
         if name.startswith("kHW_") and name.endswith("Item"):  # early M1 builds: kHW_AppleM1Item
-            name = re.sub(r"(?<=[a-z])(?=[A-Z0-9])", " ", name[4:-4])
+            name = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[a-z])(?=[0-9])", " ", name[4:-4])
         vendor_raw = str(item.get("spdisplays_vendor") or item.get("sppci_vendor") or "").lower()
         if "apple" in vendor_raw or name.startswith("Apple"):
             vendor = "apple"

@@ -303,3 +303,13 @@ def test_wsl_kernel(text, wsl):
 @pytest.mark.parametrize("text, kind", [("0\n", "ssd"), ("1\n", "hdd")])
 def test_rotational(text, kind):
     assert parsers.parse_rotational(text) == kind
+
+
+@pytest.mark.parametrize("text, kind", [("SSD\r\n", "ssd"), ("HDD\n", "hdd"), ("Unspecified\n", "unknown")])
+def test_windows_media_type(text, kind):
+    assert parsers.parse_media_type(text) == kind
+
+
+def test_windows_media_type_garbage():
+    with pytest.raises(ParseError):
+        parsers.parse_media_type("Get-Partition : No MSFT_Partition objects found")

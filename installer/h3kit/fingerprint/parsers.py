@@ -388,6 +388,18 @@ def qword_memory_size(value) -> int | None:
     return None
 
 
+def parse_media_type(text: str) -> str:
+    """`Get-PhysicalDisk`'s MediaType for the disk under a drive letter: SSD, HDD, or
+    Unspecified (virtual disks, some NVMe enclosures, Storage Spaces)."""
+    words = text.split()
+    if not words:
+        raise ParseError("empty")
+    kinds = {"ssd": "ssd", "hdd": "hdd", "unspecified": "unknown", "scm": "ssd"}
+    if words[0].lower() not in kinds:
+        raise ParseError(f"unknown media type {words[0][:30]!r}")
+    return kinds[words[0].lower()]
+
+
 def vendor_from_pnp(pnp_device_id: str, compatibility: str = "") -> str | None:
     """Win32_VideoController's PNPDeviceID `PCI\\VEN_10DE&DEV_2684...` names the vendor."""
     m = re.search(r"VEN_([0-9A-Fa-f]{4})", pnp_device_id or "")

@@ -128,6 +128,8 @@ def test_offline_install_odd_path_then_fast_rerun(wheelhouse, odd_checkout, tmp_
 
     version = _run([venv / "bin" / "h3kit", "--version"], env=env, cwd="/", timeout=60)
     assert version.returncode == 0 and version.stdout.startswith("h3kit ")
+    as_module = _run([python, "-m", "h3kit", "--help"], env=env, cwd="/", timeout=60)
+    assert as_module.returncode == 0 and "uninstall" in as_module.stdout
 
     second = _run(["bash", odd_checkout / "install.sh", "--wheelhouse", wheelhouse, "--offline", "--setup-only",
                    "--no-path"], env=env)

@@ -321,3 +321,14 @@ def test_folder_with_only_the_tuned_build_loads_when_the_cpu_allows(lib, libdir,
         pytest.skip("no tuned build for this CPU")
     shutil.copy(tuned[0], tmp_path / tuned[0].name)
     assert native.find(tmp_path).variant() == lib.variant()
+
+
+def test_read_only_buffers_are_read_through_a_copy(lib, tmp_path):
+    x = _cases()["random"]
+    path = tmp_path / "w.bin"
+    path.write_bytes(x.tobytes())
+    import mmap
+
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        assert lib.quantize(m, "q4_0") == _gguf_quantize(x, "q4_0")
+        assert lib.quantize(memoryview(x.tobytes()), "q4_0") == _gguf_quantize(x, "q4_0")

@@ -40,6 +40,7 @@ BLOCK = 32
 BLOCK_BYTES = {"q8_0": 34, "q4_0": 18}
 VARIANTS = ("baseline", "x86-64-v3", "arm64-dotprod")
 ENV_LIB = "H3KIT_NATIVE_LIB"
+ABI = 1  # H3K_ABI in payload/h3k.h: bumped when a C signature changes
 
 # Bit names of h3k_cpu_features(), in bit order (payload/h3k.h).
 FEATURE_BITS = ("sse2", "avx", "avx2", "fma", "f16c", "avx512f", "neon", "dotprod", "fp16")
@@ -180,6 +181,9 @@ class Library:
             raise NativeError(f"cannot load the h3kit native library {self.path}: {exc}. "
                               "Rebuild it with 'h3kit build --force'.") from exc
         self.c = self._dll
+        if self.c.h3k_abi() != ABI:
+            raise NativeError(f"{self.path} speaks ABI {self.c.h3k_abi()} but this bridge needs {ABI}; "
+                              "rebuild it with 'h3kit build --force' and re-apply the pack (h3kit apply).")
 
     def __repr__(self) -> str:
         return f"<h3k_native.Library {self.variant()} {self.path}>"
@@ -400,14 +404,19 @@ def _address(obj, writable: bool = False) -> int:
             raise ValueError("the output array is read-only.")
         return address
     view = memoryview(obj)
-    if view.readonly:
-        if writable:
-            raise ValueError("the output buffer is read-only.")
-        raise ValueError("read-only buffers other than bytes and numpy arrays are not accepted; "
-                         "pass bytes(buffer) instead.")
+    if view.readonly:  # the buffer classes copy such inputs to bytes first (see _readable)
+        raise ValueError("the output buffer is read-only." if writable else "internal: read-only buffer not copied")
     if view.nbytes == 0:
         return 0
     return ctypes.addressof((ctypes.c_char * view.nbytes).from_buffer(view))
+
+
+def _readable(obj):
+    """obj itself when C may read it in place, else a bytes copy (read-only mmap, memoryview of bytes)."""
+    if isinstance(obj, bytes) or hasattr(obj, "__array_interface__"):
+        return obj
+    view = memoryview(obj)
+    return view.tobytes() if view.readonly else obj
 
 
 class _FloatBuffer:
@@ -438,7 +447,8 @@ class _FloatBuffer:
             self.n = view.nbytes // 4  # raw bytes holding float32 values
         else:
             raise ValueError(f"{name} must hold float32 values; got a buffer of format {view.format!r}.")
-        self.address = _address(obj)
+        self.obj = _readable(obj)
+        self.address = _address(self.obj)
 
 
 class _ByteBuffer:
@@ -458,7 +468,8 @@ class _ByteBuffer:
             if not view.c_contiguous:
                 raise ValueError(f"{name} must be contiguous.")
             self.nbytes = view.nbytes
-        self.address = _address(obj)
+            self.obj = _readable(obj)
+        self.address = _address(self.obj)
 
 
 def _new_floats(n: int, like=None, shape=None):

@@ -1054,6 +1054,20 @@ static void streamer_free(h3k_streamer *s) {
     H3K_FREE(s);
 }
 
+/* The ring of page-aligned buffers and the range queue; 0 when out of memory. */
+static int streamer_alloc_ring(h3k_streamer *s) {
+    s->slots = (stream_slot *)H3K_CALLOC((size_t)s->depth, sizeof *s->slots);
+    s->q_cap = 16;
+    s->queue = (stream_range *)H3K_CALLOC(s->q_cap, sizeof *s->queue);
+    if (!s->slots || !s->queue) return 0;
+    for (int i = 0; i < s->depth; i++) {
+        s->slots[i].buf = (unsigned char *)H3K_ALIGNED_ALLOC(H3K_PAGE, s->read_size);
+        if (!s->slots[i].buf) return 0;
+        memset(s->slots[i].buf, 0, s->read_size); /* fault the pages in now, not mid-stream */
+    }
+    return 1;
+}
+
 int h3k_streamer_open(h3k_streamer **out, const char *path, size_t read_size, int depth) {
     if (!out) return H3K_EINVAL;
     *out = NULL;
@@ -1071,16 +1085,7 @@ int h3k_streamer_open(h3k_streamer **out, const char *path, size_t read_size, in
         streamer_free(s);
         return st;
     }
-    s->slots = (stream_slot *)H3K_CALLOC((size_t)depth, sizeof *s->slots);
-    s->q_cap = 16;
-    s->queue = (stream_range *)H3K_CALLOC(s->q_cap, sizeof *s->queue);
-    int ok = s->slots && s->queue;
-    for (int i = 0; ok && i < depth; i++) {
-        s->slots[i].buf = (unsigned char *)H3K_ALIGNED_ALLOC(H3K_PAGE, read_size);
-        ok = s->slots[i].buf != NULL;
-        if (ok) memset(s->slots[i].buf, 0, read_size); /* fault the pages in now, not mid-stream */
-    }
-    if (!ok) {
+    if (!streamer_alloc_ring(s)) {
         streamer_free(s);
         return H3K_ENOMEM;
     }

@@ -580,6 +580,8 @@ class Streamer(_Handle):
                  library: Library | None = None):
         self._lib = library or load()
         self.path = Path(path)
+        if not self.path.is_file():
+            raise NativeError(f"cannot stream {self.path}: there is no such file.")
         if read_size is None or depth is None:
             planned = self._lib.streamer_plan(shard_size_bytes or self.path.stat().st_size, preload_bytes or 0)
             read_size = read_size or planned[0]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import platform
 import shutil
@@ -33,6 +34,8 @@ from pathlib import Path
 from h3kit import compilers, native, subproc
 from h3kit.errors import NotReady, VerificationFailed
 from h3kit.paths import asset_dir, locations
+
+log = logging.getLogger("h3kit.build")
 
 SCHEMA = "h3kit.build/1"
 SOURCES = ("h3k.c", "h3k.h")
@@ -108,7 +111,9 @@ def compile_command(compiler: compilers.Compiler, src: Path, out: Path, flags: l
 
 def _compile(compiler, src: Path, out: Path, flags: list[str], workdir: Path) -> None:
     argv = compile_command(compiler, src, out, flags, workdir)
+    log.info("compile: %s", argv)
     res = subproc.run(argv, timeout=COMPILE_TIMEOUT, env=compiler.env, cwd=workdir)
+    log.info("compile %s in %.1f s: %s", res.status, res.seconds, (res.stderr or res.stdout)[-2000:])
     if res.ok and out.is_file():
         return
     lines = compilers.first_error_lines(res.stderr + "\n" + res.stdout) or [res.detail or res.status]

@@ -661,7 +661,7 @@ def _pick_in_folder(folder: Path, source: str) -> Library | None:
     if "baseline" not in present:  # a pack with only the tuned build: trust it unless Linux says no
         if not _linux_cpu_has(present[0]):
             raise NativeError(f"{folder} holds only {library_filename(present[0])}, which this CPU cannot run; "
-                              "copy libh3kit-baseline beside it (h3kit apply does).")
+                              "copy libh3kit-baseline from the h3kit cache beside it.")
         return Library(folder / library_filename(present[0]), source)
     base = Library(folder / library_filename("baseline"), source)
     cpu = base.c.h3k_cpu_features()

@@ -19,11 +19,12 @@
  * Block layouts (ggml's, so GGUF readers agree byte for byte):
  *
  *   Q8_0, 34 bytes per 32 values: fp16 d = amax/127, then 32 int8 q with
- *         q = roundf(x / d) (half away from zero).
+ *         q = roundf(x * id), id = 1/d in fp32 (half away from zero).
  *   Q4_0, 18 bytes per 32 values: fp16 d = m / -8 where m is the value of
  *         largest magnitude (sign kept), then 16 bytes of nibbles
- *         n = min(15, (int)(x / d + 8.5)); byte j holds value j in its low
+ *         n = min(15, (int)(x * id + 8.5)); byte j holds value j in its low
  *         nibble and value j+16 in its high nibble.
+ *   (x * id, not x / d: the two round differently, and ggml multiplies.)
  *   fp32 -> fp16 rounds to nearest even with subnormals, like numpy.
  *
  * Assumptions made on purpose
@@ -109,6 +110,8 @@
 
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
+#elif defined(_MSC_VER)
+#pragma fp_contract(off)
 #endif
 
 /* ---------------------------------------------------------------- memory */

@@ -332,3 +332,13 @@ def test_read_only_buffers_are_read_through_a_copy(lib, tmp_path):
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
         assert lib.quantize(m, "q4_0") == _gguf_quantize(x, "q4_0")
         assert lib.quantize(memoryview(x.tobytes()), "q4_0") == _gguf_quantize(x, "q4_0")
+
+
+def test_arena_and_streamer_from_a_plan(lib, tmp_path):
+    plan = {"schema": "h3kit.plan/1", "settings": {"shard_size_bytes": 512 << 20, "preload_bytes": 64 << 20}}
+    path = tmp_path / "shard.bin"
+    path.write_bytes(b"\0" * 4096)
+    with native.Streamer.from_plan(path, plan, library=lib) as s:
+        assert (s.read_size, s.depth) == (32 << 20, 2)
+    with native.Arena.from_plan(plan, lock=False, library=lib) as arena:
+        assert arena.capacity == 64 << 20

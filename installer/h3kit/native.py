@@ -530,6 +530,11 @@ class Arena(_Handle):
         self._h = handle
         self.lock_requested = lock
 
+    @classmethod
+    def from_plan(cls, plan: dict, lock: bool = True, library: Library | None = None) -> "Arena":
+        """The arena an h3kit.plan/1 document asks for (settings.preload_bytes)."""
+        return cls(int(plan["settings"]["preload_bytes"]), lock=lock, library=library)
+
     def alloc(self, size: int, align: int = 64) -> memoryview:
         """A writable view of `size` bytes inside the arena, aligned to `align`."""
         size = _count(size, "size")
@@ -593,6 +598,13 @@ class Streamer(_Handle):
         if status != OK:
             raise NativeError(f"cannot stream {self.path}: {self._lib.error_text(status)}")
         self._h = handle
+
+    @classmethod
+    def from_plan(cls, path, plan: dict, library: Library | None = None) -> "Streamer":
+        """A streamer sized by an h3kit.plan/1 document (shard_size_bytes, preload_bytes)."""
+        settings = plan["settings"]
+        return cls(path, shard_size_bytes=int(settings["shard_size_bytes"]),
+                   preload_bytes=int(settings["preload_bytes"]), library=library)
 
     @property
     def file_size(self) -> int:

@@ -56,6 +56,9 @@ from h3kit.errors import NotReady, VerificationFailed
 log = logging.getLogger("h3kit.download")
 
 CHUNK = 1 << 20
+# Network reads are smaller: bytes of a read torn by a dropped connection are
+# lost (urllib3 discards them), so this bounds what a resume fetches again.
+NET_CHUNK = 1 << 16
 RETRYABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 REFUSED_STATUS = frozenset({401, 403, 404, 410})
 HF_HOSTS = ("huggingface.co", "hf.co")
@@ -375,7 +378,7 @@ class Downloader:
             received = 0
             try:
                 with open(part, mode) as f:
-                    for block in resp.iter_content(CHUNK):
+                    for block in resp.iter_content(NET_CHUNK):
                         if not block:
                             continue
                         f.write(block)

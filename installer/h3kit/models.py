@@ -383,23 +383,29 @@ def remove(ctx, comfyui_dir: Path, *, plan: dict | None = None, catalog=None) ->
 # -- loader packs -----------------------------------------------------------------------------
 
 def comfy_python(comfyui_dir: Path, ctx=None) -> Path | None:
-    """ComfyUI's own interpreter (issue #6's search when available, else the usual venv spots)."""
+    """ComfyUI's own interpreter: issue #6's search order (portable python_embeded, venv inside ComfyUI,
+    config comfyui_python) when that module is present, else the same folders checked here."""
+    base = Path(comfyui_dir)
     try:
         from h3kit import comfyui as comfy
 
-        inst = comfy.ComfyInstall(Path(comfyui_dir)) if hasattr(comfy, "ComfyInstall") else None
-        if inst is not None and hasattr(comfy, "find_python"):
-            py, _ = comfy.find_python(inst, None)
-            if py is not None:
-                return Path(py)
-    except Exception:  # noqa: BLE001 - #6's module shape may differ; fall back to our own short search
+        cfg = None
+        if ctx is not None:
+            try:
+                from h3kit import config as config_mod
+
+                cfg = config_mod.load(ctx.locations)
+            except Exception:  # noqa: BLE001 - a broken config must not hide the venv next to ComfyUI
+                cfg = None
+        py, _ = comfy.find_python(comfy.ComfyInstall(base, "given", comfy.detect_layout(base)), cfg)
+        if py is not None:
+            return Path(py)
+    except (ImportError, AttributeError, TypeError):
         pass
-    base = Path(comfyui_dir)
-    for rel in ("../python_embeded/python.exe", "../python_embeded/python", "venv/bin/python", ".venv/bin/python",
-                "venv/Scripts/python.exe", ".venv/Scripts/python.exe"):
-        p = (base / rel)
-        if p.exists():
-            return p.absolute()
+    for rel in ("../python_embeded/python.exe", "../python_embeded/python", ".venv/bin/python", "venv/bin/python",
+                ".venv/Scripts/python.exe", "venv/Scripts/python.exe"):
+        if (base / rel).exists():
+            return (base / rel).absolute()
     return None
 
 
@@ -487,15 +493,20 @@ def _finding(check: str, status: str, message: str, fix: str | None) -> dict:
 def ensure_models(ctx, plan: dict, comfyui_dir, *, skip: bool, with_loaders: bool) -> dict:
     """The install step: state the total, ask (or --yes / --no-models), fetch, install loader packs on request."""
     comfyui_dir = Path(comfyui_dir)
+    if skip:
+        try:
+            total = plan_doc(plan)["total_bytes"]
+        except Exception:  # noqa: BLE001 - skipping must never fail the install
+            total = None
+        ctx.progress(f"Skipping the model files (--no-models); the plan needs {human_bytes(total)}: "
+                     "run 'h3kit models fetch' later.")
+        return {"schema": SCHEMA, "action": "ensure", "comfyui": str(comfyui_dir), "total_bytes": total,
+                "skipped": True, "reason": "--no-models"}
     doc = status_doc(ctx, plan, comfyui_dir)
     missing = [r for r in doc["files"] if r["state"] != "present"]
     total, todo = doc["total_bytes"], doc["missing_bytes"]
     base = {"schema": SCHEMA, "action": "ensure", "comfyui": str(comfyui_dir), "total_bytes": total,
             "missing_bytes": todo, "files": doc["files"], "fetched": None, "loader_packs": doc["loader_packs"]}
-    if skip:
-        ctx.progress(f"Skipping the model files (--no-models); the plan needs {human_bytes(total)}: "
-                     "run 'h3kit models fetch' later.")
-        return dict(base, skipped=True, reason="--no-models")
     ctx.progress(f"The plan needs {len(doc['files'])} model files, {human_bytes(total)} in total; "
                  f"{human_bytes(todo)} still to download.")
     packs_needed = [p for p in doc["loader_packs"] if not p["installed"]]

@@ -117,9 +117,29 @@ def test_hash_published_by_the_server_is_checked(tmp_path, server):
 
 def test_approximate_catalog_size_uses_server_length(tmp_path, server):
     server.add("/org/repo/resolve/main/w.safetensors", data=PAYLOAD)
-    want = _want(tmp_path, server, bytes=3_000_000, bytes_exact=False)
+    want = _want(tmp_path, server, bytes=len(PAYLOAD) // 10_000 * 10_000, bytes_exact=False)
     got = _dl().fetch(want)
     assert got.verified_by == "size" and got.bytes == len(PAYLOAD)
+
+
+def test_rounded_catalog_size_still_rejects_an_error_page(tmp_path, server):
+    server.add("/org/repo/resolve/main/w.safetensors", data=b"<html>Please log in</html>")
+    want = _want(tmp_path, server, bytes=len(PAYLOAD) // 10_000 * 10_000, bytes_exact=False)
+    with pytest.raises(VerificationFailed) as exc:
+        _dl().fetch(want)
+    assert "far from its published size" in exc.value.message and want.part.exists()
+
+
+def test_local_file_with_only_a_rounded_size_is_checked_within_one_percent(tmp_path):
+    (tmp_path / "usb").mkdir()
+    src = tmp_path / "usb" / "te.safetensors"
+    src.write_bytes(PAYLOAD)
+    want = Want("te.safetensors", tmp_path / "dest" / "te.safetensors", [], len(PAYLOAD) + 20_000, bytes_exact=False)
+    assert place_from_local(want, src, progress=False).verified_by == "rounded size"
+    want.dest.unlink()
+    want.bytes = len(PAYLOAD) * 2
+    with pytest.raises(VerificationFailed):
+        place_from_local(want, src, progress=False)
 
 
 def test_404_names_the_url(tmp_path, server):

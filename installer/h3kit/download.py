@@ -66,6 +66,8 @@ DEFAULT_HF_ENDPOINT = "https://huggingface.co"
 # Kept free on top of what the files need, so a full download never leaves
 # the disk at zero bytes (the OS and ComfyUI still have to write).
 DISK_RESERVE_BYTES = 1 << 30
+# A size the catalog knows only rounded ("19.9 GB") must still match within this share.
+ROUNDED_SIZE_TOLERANCE = 0.01
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -417,41 +419,40 @@ def _model_page(url: str) -> str:
     return url
 
 
-def expected_size(want: Want, server_total: int | None = None) -> int | None:
-    if want.bytes is not None and want.bytes_exact:
-        return want.bytes
-    return server_total
-
-
 def verify_or_raise(want: Want, path: Path, size: int, digest: str | None, *, server_total: int | None = None,
                     server_sha: str | None = None) -> str:
-    """Compare size (and sha256 when known) with what `want` must be; VerificationFailed keeps the file."""
-    exp_size = expected_size(want, server_total)
+    """Compare size (and sha256 when known) with what `want` must be; VerificationFailed keeps the file.
+
+    Returns what the check rested on: "sha256", "size" (exact, from the catalog or the server) or
+    "rounded size" (only the catalog's rounded figure was known, matched within 1%).
+    """
+    keep = (f"The file was kept at {path} for inspection and was not put into ComfyUI; delete it and run "
+            "'h3kit models fetch' again, or fetch it from another source with --from DIR.")
+    exact = want.bytes if (want.bytes is not None and want.bytes_exact) else server_total
     exp_sha = (want.sha256 or server_sha or "").lower() or None
-    if exp_size is None and exp_sha is None:
+    # A rounded catalog figure ("19.9 GB") still bounds the file: it rejects an error page served with 200.
+    if want.bytes is not None and not want.bytes_exact and abs(size - want.bytes) > want.bytes * ROUNDED_SIZE_TOLERANCE:
         raise VerificationFailed(
-            f"{want.name} cannot be verified: neither the catalog nor the server states its exact size or hash.",
-            f"It was kept at {path}; check it yourself and move it into place, or update h3kit's catalog.",
-        )
-    if exp_size is not None and size != exp_size:
-        raise VerificationFailed(
-            f"{want.name} has the wrong size: {size} bytes, expected {exp_size}.",
-            f"The file was kept at {path} for inspection and was not put into ComfyUI; delete it and run "
-            "'h3kit models fetch' again, or fetch it from another source with --from DIR.",
-            details={"path": str(path), "bytes": size, "expected_bytes": exp_size},
-        )
+            f"{want.name} has {size} bytes, far from its published size of about {human_bytes(want.bytes)}.", keep,
+            details={"path": str(path), "bytes": size, "published_bytes": want.bytes})
+    if exact is not None and size != exact:
+        raise VerificationFailed(f"{want.name} has the wrong size: {size} bytes, expected {exact}.", keep,
+                                 details={"path": str(path), "bytes": size, "expected_bytes": exact})
     if exp_sha is not None:
         if digest is None:
             digest = _sha256_of(path).hexdigest()
         if digest != exp_sha:
             raise VerificationFailed(
-                f"{want.name} failed its sha256 check: got {digest[:16]}..., expected {exp_sha[:16]}....",
-                f"The file was kept at {path} for inspection and was not put into ComfyUI; delete it and run "
-                "'h3kit models fetch' again.",
-                details={"path": str(path), "sha256": digest, "expected_sha256": exp_sha},
-            )
+                f"{want.name} failed its sha256 check: got {digest[:16]}..., expected {exp_sha[:16]}....", keep,
+                details={"path": str(path), "sha256": digest, "expected_sha256": exp_sha})
         return "sha256"
-    return "size"
+    if exact is not None:
+        return "size"
+    if want.bytes is not None:
+        return "rounded size"
+    raise VerificationFailed(
+        f"{want.name} cannot be verified: neither the catalog nor the server states its size or hash.",
+        f"It was kept at {path}; check it yourself and move it into place, or update h3kit's catalog.")
 
 
 # -- offline: --from DIR ---------------------------------------------------------

@@ -29,7 +29,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from h3kit import download, manifest as manifest_mod
-from h3kit.download import Downloader, Want, check_free_space, human_bytes
+from h3kit.download import ROUNDED_SIZE_TOLERANCE, Downloader, Want, check_free_space, human_bytes
 from h3kit.errors import BadInput, NotReady, VerificationFailed
 from h3kit.subproc import run as run_tool
 
@@ -38,8 +38,6 @@ ROLE = "model"
 PACK_ROLE = "loader-pack"
 # ComfyUI reads these folders for the same kind of file (comfy folder_paths.py).
 FOLDER_ALIASES = {"diffusion_models": ("diffusion_models", "unet"), "text_encoders": ("text_encoders", "clip")}
-# A size the catalog only knows rounded ("19.9 GB") matches a file within this share.
-ROUNDED_SIZE_TOLERANCE = 0.01
 
 
 @dataclass

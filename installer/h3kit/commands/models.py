@@ -75,7 +75,8 @@ def _render_files(doc: dict) -> str:
         pack = (f.get("loader") or {}).get("pack") if isinstance(f.get("loader"), dict) else None
         loader = f" via {pack['name']}" if pack else ""
         folder = f.get("folder") or Path(f.get("path", "")).parent.name
-        lines.append(f"  {state:9} {f['name']}  ({size}, models/{folder}{loader})")
+        lead = f"{state:9} " if state else ""
+        lines.append(f"  {lead}{f['name']}  ({size}, models/{folder}{loader})")
     return "\n".join(lines)
 
 

@@ -238,3 +238,32 @@ def test_with_loaders_installs_the_pack_with_comfyuis_python(small, comfy, tmp_p
     paths = {e.path for e in man.by_role("loader-pack")}
     assert str((comfy / "custom_nodes" / "ComfyUI-GGUF" / "__init__.py").absolute()) in paths
     assert models.install_loader_pack(ctx, pack, comfy)["why"] == "already there"
+
+
+def test_uninstall_keeps_models_and_models_remove_still_finds_them(run_cli, small, comfy, tmp_path):
+    """Issue #6's uninstall replays the same manifest: it removes a loader pack h3kit installed, keeps the
+    weights (by design, they are tens of GB) and leaves their records, so 'models remove' still works after."""
+    import subprocess
+
+    pytest.importorskip("h3kit.uninstall")
+    for marker in ("comfy", "comfy_extras"):
+        (comfy / marker).mkdir()
+    (comfy / "nodes.py").write_text("")
+    pack_src = tmp_path / "pack-src"
+    pack_src.mkdir()
+    (pack_src / "__init__.py").write_text("NODE_CLASS_MAPPINGS = {}\n")
+    for cmd in (["init", "-q"], ["add", "-A"], ["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "x"]):
+        subprocess.run(["git", *cmd], cwd=pack_src, check=True, capture_output=True, timeout=60)
+    pack = {"name": "ComfyUI-GGUF", "folder": "ComfyUI-GGUF", "requirements": "requirements.txt"}
+    models.install_loader_pack(Context(), pack, comfy, git_url=str(pack_src))
+    assert _json(run_cli, "models", "fetch", "--fingerprint", str(FP_4090), "--comfyui", str(comfy))[0] == 0
+    files = models.files_for_plan(_plan())
+    code, un, err = _json(run_cli, "uninstall", "--comfyui", str(comfy), "--yes")
+    assert code == 0, err
+    assert not (comfy / "custom_nodes" / "ComfyUI-GGUF").exists()
+    assert all(f.dest(comfy).exists() for f in files)
+    code, gone, _ = _json(run_cli, "models", "remove", "--comfyui", str(comfy))
+    assert code == 0 and sorted(gone["removed"]) == sorted(str(f.dest(comfy)) for f in files)
+    assert not any(f.dest(comfy).exists() for f in files)
+    assert (comfy / "models" / "diffusion_models").is_dir()  # there before h3kit: kept
+    assert not (comfy / "models" / "vae").exists()  # h3kit created it for the VAE files: removed once empty

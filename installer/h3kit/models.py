@@ -413,12 +413,6 @@ def install_loader_pack(ctx, pack: dict, comfyui_dir: Path, *, git_url: str | No
     dest = comfyui_dir / "custom_nodes" / pack["folder"]
     if dest.exists():
         return {"name": pack["name"], "path": str(dest), "installed": False, "why": "already there"}
-    python = comfy_python(comfyui_dir, ctx)
-    if python is None:
-        raise NotReady(f"Cannot find the Python that runs the ComfyUI in {comfyui_dir}, needed to install "
-                       f"{pack['name']}'s requirements.",
-                       "Install the pack by hand (git clone into custom_nodes, then ComfyUI's python -m pip install "
-                       "-r requirements.txt), or set comfyui_python in config.yaml.")
     source = git_url or pack["git"]
     if ctx.dry_run:
         return {"name": pack["name"], "path": str(dest), "installed": False, "why": "dry run"}
@@ -436,13 +430,17 @@ def install_loader_pack(ctx, pack: dict, comfyui_dir: Path, *, git_url: str | No
             man.record_file(Path(root) / n, PACK_ROLE)
     man.save()
     req = dest / pack.get("requirements", "requirements.txt")
-    pip = None
+    python = comfy_python(comfyui_dir, ctx) if req.is_file() else None
+    if req.is_file() and python is None:
+        raise NotReady(f"Cannot find the Python that runs the ComfyUI in {comfyui_dir}, needed to install "
+                       f"{pack['name']}'s requirements (the pack itself is in {dest}).",
+                       f"Run ComfyUI's python -m pip install -r {req} yourself, or set comfyui_python in config.yaml.")
     if req.is_file():
         pip = run_tool([str(python), "-m", "pip", "install", "-r", str(req)], timeout=1800)
         if not pip.ok:
             raise NotReady(f"Installing {pack['name']}'s requirements with {python} failed ({pip.detail}).",
                            f"Run '{python} -m pip install -r {req}' yourself to see the full error.")
-    return {"name": pack["name"], "path": str(dest), "installed": True, "python": str(python),
+    return {"name": pack["name"], "path": str(dest), "installed": True, "python": str(python) if python else None,
             "requirements": str(req) if req.is_file() else None}
 
 

@@ -86,6 +86,15 @@ def test_server_ignoring_range_restarts_from_zero(tmp_path, server):
     assert got.sha256 == SHA
 
 
+def test_a_server_that_always_cuts_and_ignores_range_is_given_up(tmp_path, server):
+    server.add("/org/repo/resolve/main/w.safetensors", data=PAYLOAD, ignore_range=True, cut_after=1_500_000,
+               cut_times=100)
+    with pytest.raises(NotReady) as exc:
+        _dl(retries=2).fetch(_want(tmp_path, server))
+    assert "after 2 retries" in exc.value.message
+    assert len(server.requests) == 4  # the first try made progress, then 1 + 2 retries without any
+
+
 def test_wrong_size_is_rejected_and_part_kept(tmp_path, server):
     server.add("/org/repo/resolve/main/w.safetensors", data=PAYLOAD[:-10])
     want = _want(tmp_path, server)  # catalog says the full length

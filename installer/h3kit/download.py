@@ -11,7 +11,7 @@ The rules, in the order they apply:
    a range request with the whole file (status 200) gets a restart from zero.
 3. Connection errors, a stream that ends before the length the server
    announced, and 408/425/429/5xx answers are retried with exponential
-   backoff. A try that received data resets the retry count (a flaky line
+   backoff. A try that took the .part further than before resets the retry count (a flaky line
    that keeps making progress must be allowed to finish 40 GB).
 4. 401/403/404/410 are not retried: the next URL is tried, and when none is
    left the error is one sentence (for 401/403: accept the license / log in,
@@ -303,12 +303,16 @@ class Downloader:
         attempt = 0
         restarts = 0
         resumed_from = want.part.stat().st_size if want.part.exists() else 0
+        furthest = resumed_from
         while True:
             try:
                 result = self._one_try(url, want, overall)
             except _Transient as t:
-                received = getattr(t, "received", 0)
-                attempt = 0 if received > 0 else attempt + 1
+                # Only a try that took the file further than ever before earns a fresh retry budget:
+                # a server that ignores Range and always cuts at the same byte must not loop forever.
+                size = want.part.stat().st_size if want.part.exists() else 0
+                attempt = 0 if size > furthest else attempt + 1
+                furthest = max(furthest, size)
                 if attempt > self.retries:
                     raise
                 delay = min(30.0, self.backoff * (2 ** max(attempt - 1, 0)))
@@ -390,16 +394,12 @@ class Downloader:
                         if overall is not None:
                             overall.update(len(block))
             except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError, requests.Timeout) as exc:
-                err = _Transient(f"connection lost after {human_bytes(have + received)} ({type(exc).__name__})")
-                err.received = received  # type: ignore[attr-defined]
-                raise err from None
+                raise _Transient(f"connection lost after {human_bytes(have + received)} ({type(exc).__name__})") from None
             finally:
                 bar.close()
             size = have + received
             if total is not None and size < total:
-                err = _Transient(f"stream ended at {size} of {total} bytes")
-                err.received = received  # type: ignore[attr-defined]
-                raise err
+                raise _Transient(f"stream ended at {size} of {total} bytes")
             return self._finish(want, url, hasher, size, total, server_sha)
 
     def _finish(self, want: Want, url: str, hasher, size: int, server_total: int | None,

@@ -359,7 +359,10 @@ def remove(ctx, comfyui_dir: Path, *, plan: dict | None = None, catalog=None) ->
                 man.forget(p)
             removed.append(str(p))
         else:
+            # Theirs now: reported once, then no longer h3kit's to remove (uninstall leaves it too).
             kept.append({"path": str(p), "why": "changed since h3kit wrote it"})
+            if not ctx.dry_run:
+                man.forget(p)
     recorded = {e.path for e in man.entries}
     if plan is not None:
         for f in files_for_plan(plan, catalog):

@@ -11,8 +11,9 @@ The rules, in the order they apply:
    a range request with the whole file (status 200) gets a restart from zero.
 3. Connection errors, a stream that ends before the length the server
    announced, and 408/425/429/5xx answers are retried with exponential
-   backoff. A try that took the .part further than before resets the retry count (a flaky line
-   that keeps making progress must be allowed to finish 40 GB).
+   backoff. A try that takes the `.part` further than ever before resets
+   the retry count (a flaky line that keeps making progress must be allowed
+   to finish 40 GB; a server that always cuts at the same byte must not).
 4. 401/403/404/410 are not retried: the next URL is tried, and when none is
    left the error is one sentence (for 401/403: accept the license / log in,
    set HF_TOKEN).

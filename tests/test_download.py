@@ -180,6 +180,15 @@ def test_hf_token_is_sent_to_the_mirror_and_opens_a_gated_file(tmp_path, server)
     assert want.dest.read_bytes() == PAYLOAD
 
 
+def test_hf_token_comes_from_env_then_the_login_file(tmp_path):
+    from h3kit.download import hf_token
+
+    (tmp_path / "token").write_text("hf_from_file\n")
+    assert hf_token({"HF_TOKEN": "hf_env", "HF_HOME": str(tmp_path)}) == "hf_env"
+    assert hf_token({"HF_HOME": str(tmp_path)}) == "hf_from_file"
+    assert hf_token({"HF_HOME": str(tmp_path / "nowhere")}) is None
+
+
 def test_token_is_not_sent_to_unrelated_hosts(tmp_path, server):
     server.add("/f", data=PAYLOAD)
     want = Want("f", tmp_path / "f", [server.url("/f")], len(PAYLOAD))

@@ -30,8 +30,9 @@ size is exact, else what the server announced (`X-Linked-Size`,
 
 Network settings are requests' own: `HTTPS_PROXY`/`HTTP_PROXY`/`NO_PROXY`
 are honoured because the session keeps `trust_env` on, and TLS verification
-is never switched off. `HF_TOKEN` is sent only to Hugging Face hosts and to a
-mirror the user configured (requests drops it on redirects to other hosts).
+is never switched off. `HF_TOKEN` (or the token file `huggingface-cli login`
+wrote) is sent only to Hugging Face hosts and to a mirror the user configured
+(requests drops it on redirects to other hosts).
 """
 
 from __future__ import annotations
@@ -163,6 +164,21 @@ def apply_mirror(url: str, mirror: str | None) -> str:
     return urlunsplit((base.scheme, base.netloc, base.path + parts.path, parts.query, ""))
 
 
+def hf_token(environ: dict | None = None) -> str | None:
+    """The Hugging Face token: env HF_TOKEN, else the file `huggingface-cli login` wrote
+    ($HF_TOKEN_PATH, else $HF_HOME/token, else ~/.cache/huggingface/token)."""
+    env = os.environ if environ is None else environ
+    if env.get("HF_TOKEN"):
+        return env["HF_TOKEN"].strip()
+    home = Path(env.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
+    path = Path(env["HF_TOKEN_PATH"]) if env.get("HF_TOKEN_PATH") else home / "token"
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    return text or None
+
+
 def make_session() -> requests.Session:
     """A session that keeps requests' proxy and certificate handling on."""
     s = requests.Session()
@@ -230,7 +246,7 @@ class Downloader:
                  sleep: Callable[[float], None] = time.sleep, timeout: tuple[float, float] = (15.0, 60.0),
                  progress: bool | None = None):
         self.session = session or make_session()
-        self.token = token if token is not None else (os.environ.get("HF_TOKEN") or None)
+        self.token = token if token is not None else hf_token()
         self.mirror = mirror
         self.retries = retries
         self.backoff = backoff

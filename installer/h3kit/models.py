@@ -135,7 +135,8 @@ def plan_doc(plan: dict, *, comfyui_dir: Path | None = None, catalog=None) -> di
     for pack in loader_packs(files, comfyui_dir):
         if not pack["installed"]:
             where = "this ComfyUI" if comfyui_dir else "ComfyUI"
-            warnings.append(f"{', '.join(pack['needed_by'])} needs the custom node pack {pack['name']} "
+            verb = "needs" if len(pack["needed_by"]) == 1 else "need"
+            warnings.append(f"{', '.join(pack['needed_by'])} {verb} the custom node pack {pack['name']} "
                             f"({pack['git']}), not installed in {where}: 'h3kit models fetch --with-loaders' installs it.")
     for f in files:
         if f.comfyui_compat:

@@ -118,6 +118,7 @@ def test_fetch_survives_a_cut_connection_and_lands_in_the_right_folders(run_cli,
     assert not list(comfy.rglob("*.part"))
     code, st, _ = _json(run_cli, "models", "status", "--fingerprint", str(FP_4090), "--comfyui", str(comfy))
     assert code == 0 and {f["state"] for f in st["files"]} == {"present"} and st["missing_bytes"] == 0
+    assert all(f["sha256_recorded"] == hashlib.sha256(small[f["id"]]).hexdigest() for f in st["files"])
     code, ver, _ = _json(run_cli, "models", "verify", "--fingerprint", str(FP_4090), "--comfyui", str(comfy))
     assert code == 0 and all(r["ok"] for r in ver["files"])
     # a second fetch downloads nothing

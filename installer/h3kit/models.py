@@ -163,8 +163,9 @@ def file_state(f: ModelFile, comfyui_dir: Path, man: manifest_mod.Manifest) -> d
             entry = man.find(path)
             ours = entry is not None and entry.role == ROLE
             ok = f.size_matches(size) or (ours and entry.bytes == size and f.exact_bytes is None)
+            # The hash recorded when h3kit wrote the file ('models verify' re-computes it).
             return {"name": f.name, "path": str(path), "state": "present" if ok else "conflict",
-                    "bytes_on_disk": size, "by_h3kit": ours}
+                    "bytes_on_disk": size, "by_h3kit": ours, "sha256_recorded": entry.sha256 if ours else None}
     part = f.want(comfyui_dir).part
     if part.is_file():
         return {"name": f.name, "path": str(f.dest(comfyui_dir)), "state": "partial",

@@ -181,7 +181,8 @@ def _check_loads(doc: YamlDoc, problems: Problems, kp: tuple, f: dict) -> None:
     loads = f.get("comfyui_loads")
     where = kp + ("comfyui_loads",)
     if loads not in LOAD_TIERS:
-        problems.add(where, f"is {loads!r}; allowed: {', '.join(LOAD_TIERS)} (does ComfyUI load this file?)")
+        hint = " (YAML reads yes/no as true/false)" if isinstance(loads, bool) else ""
+        problems.add(where, f"is {loads!r}{hint}; allowed: {', '.join(LOAD_TIERS)} (does ComfyUI load this file?)")
         return
     packs = doc.data.get("loader_packs") or {}
     pack = f.get("loader_pack")

@@ -413,6 +413,7 @@ def _why_not_loadable(cat: Catalog, c: Candidate, part: str, w: Weight) -> str:
     formats = [s["quantization"]] if s.get("quantization", "auto") != "auto" else s["formats"]
     not_allowed: list[str] = []
     cannot_run: list[str] = []
+    left_out: list[str] = []  # runnable-check failures the rationale already gave ("Left out: ...")
     too_big: list[str] = []
     for alt in sorted(_pool(cat, part), key=lambda a: a.bytes):
         if alt.load_tier >= w.load_tier:
@@ -421,12 +422,17 @@ def _why_not_loadable(cat: Catalog, c: Candidate, part: str, w: Weight) -> str:
         if part == "dit" and alt.format not in formats:
             if alt.format not in not_allowed:
                 not_allowed.append(alt.format)
+        elif not ok and part == "dit" and why in c.skipped:
+            if alt.format not in left_out:
+                left_out.append(alt.format)
         elif not ok:
             if why not in cannot_run:
                 cannot_run.append(why)
         else:
             too_big.append(f"{alt.variant + ' ' if alt.variant else ''}{alt.format} ({gb(alt.bytes)})")
     reasons = list(cannot_run)
+    if left_out:
+        reasons.append(f"{', '.join(left_out)} {'is' if len(left_out) == 1 else 'are'} left out above")
     if not_allowed:
         reasons.append(f"{', '.join(not_allowed)} {'is' if len(not_allowed) == 1 else 'are'} not among profile "
                        f"{c.profile.name}'s formats")
@@ -463,7 +469,8 @@ def _loads_warnings(c: Candidate) -> list[str]:
             continue
         name = w.file.get("name") or w.id
         forced = _user_set(c, w, key)
-        because = f"you set it ({forced})" if forced else f"no {label} file that loads in ComfyUI fits this machine"
+        better = "that loads" if w.comfyui_loads == "reported_broken" else "reported to load"
+        because = f"you set it ({forced})" if forced else f"no {label} file {better} in ComfyUI fits this machine"
         if w.comfyui_loads == "reported_broken":
             out.append(f"The {label} file {name} is reported not to load in ComfyUI: {w.load_report}. It is in the "
                        f"plan only because {because}; check that report before downloading it.")

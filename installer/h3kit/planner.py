@@ -313,8 +313,9 @@ class Candidate:
         return tuple(sorted((w.load_tier for w in (ch.dit, ch.te, ch.vae, ch.audio_vae)), reverse=True))
 
     def rank(self) -> tuple:
-        return (self.est.fits, tuple(-t for t in self.loads), self.choice.dit.quality, self.choice.canvas[0] * self.choice.canvas[1],
-                self.choice.frames, -self.choice.dit.bytes)
+        ch = self.choice
+        return (self.est.fits, tuple(-t for t in self.loads), ch.dit.quality, ch.canvas[0] * ch.canvas[1],
+                ch.frames, -ch.dit.bytes)
 
 
 def plan_profile(cat: Catalog, fp: dict, machine: Machine, profile: Profile, config) -> Candidate:
@@ -398,8 +399,8 @@ def _chosen_files(c: Candidate):
         yield part, label, getattr(c.choice, part), key
 
 
-def _user_set(c: Candidate, w: Weight, key: str | None) -> str | None:
-    """The config line that forced `w` (its id, or for the DiT its format), else None."""
+def _user_set(c: Candidate, key: str | None) -> str | None:
+    """The config line that forced this part's file (its id, or for the DiT its format), else None."""
     keys = [key, "quantization"] if key == "dit_weights" else [key]
     for k in keys:
         if k and c.settings.get(k, "auto") != "auto" and c.source.get(k, "").startswith(("override", "calibration")):
@@ -447,17 +448,18 @@ def _loads_rationale(cat: Catalog, c: Candidate) -> list[str]:
     packs = cat.data.get("loader_packs") or {}
     for part, label, w, key in _chosen_files(c):
         name = w.file.get("name") or w.id
+        what = f"{label} {w.variant + ' ' if w.variant else ''}{w.format} ({name})"
         if w.comfyui_loads == "with_loader_pack":
             pack = w.file.get("loader_pack")
-            out.append(f"{label} {w.variant + ' ' if w.variant else ''}{w.format} ({name}) loads with the custom node pack {pack} "
+            out.append(f"{what} loads with the custom node pack {pack} "
                        f"({(packs.get(pack) or {}).get('git', 'see loader_packs')}), not ComfyUI's own loader; "
                        f"reported loading: {w.file.get('comfyui_loads_source')}. "
                        "'h3kit models fetch --with-loaders' installs the pack.")
-        elif w.load_tier and not _user_set(c, w, key):
+        elif w.load_tier and not _user_set(c, key):
             state = ("is reported not to load in ComfyUI" if w.comfyui_loads == "reported_broken"
                      else "has no report of loading in ComfyUI")
             better = "that loads" if w.comfyui_loads == "reported_broken" else "reported to load"
-            out.append(f"Fallback: {label} {w.variant + ' ' if w.variant else ''}{w.format} ({name}) {state}: {w.load_report}. It is used because no "
+            out.append(f"Fallback: {what} {state}: {w.load_report}. It is used because no "
                        f"{label} file {better} fits or runs here: {_why_not_loadable(cat, c, part, w)}.")
     return out
 
@@ -468,7 +470,7 @@ def _loads_warnings(c: Candidate) -> list[str]:
         if not w.load_tier:
             continue
         name = w.file.get("name") or w.id
-        forced = _user_set(c, w, key)
+        forced = _user_set(c, key)
         better = "that loads" if w.comfyui_loads == "reported_broken" else "reported to load"
         because = f"you set it ({forced})" if forced else f"no {label} file {better} in ComfyUI fits this machine"
         if w.comfyui_loads == "reported_broken":

@@ -156,3 +156,24 @@ def test_shard_override_is_rounded_to_whole_blocks(run_cli, h3kit_home):
     block = p["settings"]["streaming"]["block_bytes"]
     assert code == 0 and p["settings"]["shard_size_bytes"] % block == 0 and p["settings"]["shard_size_bytes"] <= 10**9
     assert any("rounded to" in r for r in p["rationale"])
+
+
+def test_models_mirror_and_comfyui_python_are_known_keys(run_cli, h3kit_home):
+    """#8's download mirror and #6's interpreter path are read from config.yaml, not noted as unknown."""
+    (h3kit_home / "config.yaml").write_text(
+        "profile: auto\ncomfyui_python: /opt/ComfyUI/venv/bin/python\nmodels:\n  mirror: https://hf-mirror.com\n")
+    code, p, _ = plan(run_cli)
+    assert code == 0 and not any("not one of h3kit's" in w for w in p["warnings"])
+    cfg = config_mod.load(h3kit_home / "config.yaml")
+    assert cfg.mirror == "https://hf-mirror.com" and cfg.models == {"mirror": "https://hf-mirror.com"}
+    assert cfg.comfyui_python == "/opt/ComfyUI/venv/bin/python"
+
+
+def test_profile_use_keeps_the_models_section(run_cli, h3kit_home):
+    cfg = h3kit_home / "config.yaml"
+    original = "profile: auto\nmodels:\n  # close to me\n  mirror: http://10.0.0.5:8080/hf\n"
+    cfg.write_text(original)
+    code, _, err = run_cli("profile", "use", "cpu-only")
+    assert code == 0, err
+    assert cfg.read_text() == original.replace("profile: auto", "profile: cpu-only")
+    assert config_mod.load(cfg).mirror == "http://10.0.0.5:8080/hf"

@@ -37,6 +37,13 @@ BAD_CONFIGS = [
     ("profile: auto\noverrides:\n\tvae_tile_size: 384\n", 3, "not valid YAML"),
     ("profile: auto\n  overrides: 1\n", 2, "not valid YAML"),
     ("- profile\n- auto\n", 1, "must be a mapping"),
+    ("profile: auto\nmodels:\n  mirror: ftp://mirror.example.org\n", 3, "http(s) base URL"),
+    ("models:\n  mirror: hf-mirror.com\n", 2, "http(s) base URL"),
+    ("models:\n  mirror: \"https://\"\n", 2, "http(s) base URL"),
+    ("models:\n  mirror: https://hf-mirror.com:port\n", 2, "http(s) base URL"),
+    ("models: https://hf-mirror.com\n", 1, "must be a mapping"),
+    ("models:\n  miror: https://hf-mirror.com\n", 2, "allowed: mirror"),
+    ("comfyui_python: [python3]\n", 1, "ComfyUI's python"),
 ]
 
 
@@ -99,6 +106,44 @@ def test_profile_missing_a_required_setting(tmp_path):
     with pytest.raises(BadInput) as exc:
         catalog_mod.load_profiles(catalog_mod.load(), folder)
     assert f"nvidia-12gb.yaml:{_line_of(text, 'settings:')}:" in exc.value.message and "stream_from" in exc.value.message
+
+
+CATALOG = (asset_dir("profiles") / "models" / "minimax-h3.yaml").read_text()
+Q4_PRUNED = next(line for line in CATALOG.splitlines() if "id: h3-dit-pruned-q4_k_m," in line)
+BF16_PRUNED = next(line for line in CATALOG.splitlines() if "id: h3-dit-pruned-bf16," in line)
+Q4_FULL = next(line for line in CATALOG.splitlines() if "id: h3-dit-full-q4_k_m," in line)
+
+# (the catalog line to change, its replacement, words the message must contain)
+BAD_LOADS = [
+    (Q4_PRUNED, Q4_PRUNED.replace("comfyui_loads: reported_broken", "comfyui_loads: maybe"), "allowed: stock, with_loader_pack"),
+    (BF16_PRUNED, BF16_PRUNED.replace("comfyui_loads: stock", "comfyui_loads: yes"), "allowed: stock"),
+    (BF16_PRUNED, BF16_PRUNED.replace("loader_pack: null", "loader_pack: ComfyUI-GGUF"), "use with_loader_pack"),
+    (Q4_FULL, Q4_FULL.replace("loader_pack: ComfyUI-GGUF", "loader_pack: null"), "one of loader_packs"),
+    (Q4_PRUNED, Q4_PRUNED.split(", comfyui_loads_source:")[0] + "}}", "comfyui_loads_source is missing"),
+    (Q4_PRUNED, Q4_PRUNED.replace("comfyui_compat:", "compat_note:"), "comfyui_compat is missing"),
+    (BF16_PRUNED, BF16_PRUNED.replace("comfyui_loads: stock", "comfyui_loads: unknown"), "says why"),
+]
+
+
+@pytest.mark.parametrize("old,new,words", BAD_LOADS, ids=[f"loads{i}" for i in range(len(BAD_LOADS))])
+def test_bad_comfyui_loads_names_its_line(tmp_path, old, new, words):
+    assert new != old
+    text = CATALOG.replace(old, new, 1)
+    (tmp_path / "minimax-h3.yaml").write_text(text)
+    with pytest.raises(BadInput) as exc:
+        catalog_mod.load(tmp_path)
+    assert exc.value.exit_code == 2
+    message = exc.value.message
+    assert message.startswith(f"{tmp_path / 'minimax-h3.yaml'}:{_line_of(text, new)}:"), message
+    assert "file.comfyui_loads" in message and words in message, message
+
+
+def test_profile_why_must_explain_a_setting_it_sets(tmp_path):
+    text = GOOD.replace("settings:\n", "why:\n  max_frame: \"typo\"\nsettings:\n", 1)
+    folder = _profiles_with(tmp_path, "nvidia-12gb", text)
+    with pytest.raises(BadInput) as exc:
+        catalog_mod.load_profiles(catalog_mod.load(), folder)
+    assert f"nvidia-12gb.yaml:{_line_of(text, 'max_frame:')}:" in exc.value.message and "why.max_frame" in exc.value.message
 
 
 def test_broken_catalog_names_its_line(tmp_path):

@@ -21,6 +21,8 @@ from h3kit import validate_settings
 CATALOG_SCHEMA = "h3kit.catalog/1"
 PROFILE_SCHEMA = "h3kit.profile/1"
 BACKENDS = ("cuda", "rocm", "xpu", "mps", "directml", "cpu")
+# How sure it is that ComfyUI loads a file (file.comfyui_loads), and the planner's preference tier for it.
+LOAD_TIERS = {"stock": 0, "with_loader_pack": 0, "unknown": 1, "reported_broken": 2}
 REQUIREMENT_KEYS = ("backends", "not_backends", "min_compute_capability", "min_cuda_driver", "compute_capability_major",
                     "loader_pack")
 
@@ -36,6 +38,23 @@ class Weight:
     quality: int
     variant: str | None = None  # full | pruned (DiT only)
     file: dict = field(default_factory=dict)
+
+    @property
+    def comfyui_loads(self) -> str:
+        """stock | with_loader_pack | unknown | reported_broken: does ComfyUI load this file (file.comfyui_loads)."""
+        return self.file.get("comfyui_loads") or "unknown"
+
+    @property
+    def load_tier(self) -> int:
+        """0 loads (stock or with its pack), 1 unknown, 2 reported broken: the planner tries lower tiers first."""
+        return LOAD_TIERS[self.comfyui_loads]
+
+    @property
+    def load_report(self) -> str:
+        """The load problem or uncertainty in words, with where it was reported."""
+        note = self.file.get("comfyui_compat") or self.file.get("unverified") or ""
+        src = self.file.get("comfyui_loads_source")
+        return f"{note}; see {src}" if note and src else note or (f"see {src}" if src else "")
 
 
 @dataclass(frozen=True)
@@ -152,8 +171,32 @@ def _weights(doc: YamlDoc, problems: Problems, key: str, part: str, formats: dic
             continue
         if part == "dit" and item.get("variant") not in ("full", "pruned"):
             problems.add(kp + ("variant",), f"is {item.get('variant')!r}; allowed: full, pruned")
+        _check_loads(doc, problems, kp + ("file",), item.get("file") or {})
         out.append(Weight(wid, part, fmt, size, int(formats[fmt].get("quality", 0)), item.get("variant"), dict(item.get("file") or {})))
     return out
+
+
+def _check_loads(doc: YamlDoc, problems: Problems, kp: tuple, f: dict) -> None:
+    """file.comfyui_loads is one of LOAD_TIERS and agrees with loader_pack, comfyui_compat and its source."""
+    loads = f.get("comfyui_loads")
+    where = kp + ("comfyui_loads",)
+    if loads not in LOAD_TIERS:
+        hint = " (YAML reads yes/no as true/false)" if isinstance(loads, bool) else ""
+        problems.add(where, f"is {loads!r}{hint}; allowed: {', '.join(LOAD_TIERS)} (does ComfyUI load this file?)")
+        return
+    packs = doc.data.get("loader_packs") or {}
+    pack = f.get("loader_pack")
+    if loads == "stock" and pack:
+        problems.add(where, f"is 'stock' (ComfyUI's own loader) but loader_pack is {pack!r}; use with_loader_pack")
+    if loads == "with_loader_pack" and pack not in packs:
+        problems.add(where, f"is 'with_loader_pack' but loader_pack is {pack!r}; allowed: one of loader_packs "
+                            f"({', '.join(packs) or 'none listed'})")
+    if loads in ("with_loader_pack", "reported_broken") and not isinstance(f.get("comfyui_loads_source"), str):
+        problems.add(where, f"is {loads!r} but comfyui_loads_source is missing; name where it was reported (a URL)")
+    if loads == "reported_broken" and not isinstance(f.get("comfyui_compat"), str):
+        problems.add(where, "is 'reported_broken' but comfyui_compat is missing; say how loading fails")
+    if loads == "unknown" and not (isinstance(f.get("comfyui_compat"), str) or isinstance(f.get("unverified"), str)):
+        problems.add(where, "is 'unknown' but neither comfyui_compat nor unverified says why")
 
 
 def _begin(doc: YamlDoc, schema: str, layout: str, fix: str) -> tuple[Problems, dict]:
@@ -229,6 +272,7 @@ def load(models_dir: Path | None = None, model: str = "minimax-h3") -> Catalog:
 
 # --- profiles ----------------------------------------------------------------
 
+PROFILE_KEYS = ("schema", "name", "description", "match", "settings", "why", "notes")
 MATCH_KEYS = ("backend", "gpu_memory", "ram", "unified_memory", "gpu_count", "compute_capability")
 
 
@@ -239,6 +283,7 @@ class Profile:
     match: dict
     settings: dict
     doc: YamlDoc
+    why: dict = field(default_factory=dict)  # settings key -> the reason (and source) for the profile's value
 
     @property
     def path(self) -> Path:
@@ -264,8 +309,8 @@ def check_profile(doc: YamlDoc, catalog: Catalog) -> Profile:
     if name != doc.path.stem:
         problems.add(("name",), f"is {name!r}; it must equal the file name without .yaml ({doc.path.stem!r})")
     for key in data:
-        if key not in ("schema", "name", "description", "match", "settings", "notes"):
-            problems.add((key,), "is not a profile key; allowed: schema, name, description, match, settings, notes")
+        if key not in PROFILE_KEYS:
+            problems.add((key,), f"is not a profile key; allowed: {', '.join(PROFILE_KEYS)}")
     match = data.get("match")
     parsed: dict = {}
     if not isinstance(match, dict):
@@ -300,8 +345,17 @@ def check_profile(doc: YamlDoc, catalog: Catalog) -> Profile:
         problems.add(("settings",), "must be a mapping of settings")
         settings = {}
     validate_settings.check(settings, ("settings",), problems, catalog, complete=True, source="profile")
+    why = data.get("why") or {}
+    if not isinstance(why, dict):
+        problems.add(("why",), "must be a mapping of settings key: the reason for the profile's value (with its source)")
+        why = {}
+    for key, text in why.items():
+        if key not in settings:
+            problems.add(("why", key), f"explains a setting this profile does not set; allowed: {', '.join(settings)}")
+        elif not isinstance(text, str) or not text.strip():
+            problems.add(("why", key), "must be a sentence giving the reason and its source")
     problems.raise_if_any("Correct the value named; the allowed values are listed in the message.")
-    return Profile(name, str(data.get("description", "")), parsed, settings, doc)
+    return Profile(name, str(data.get("description", "")), parsed, settings, doc, dict(why))
 
 
 def load_profiles(catalog: Catalog, folder: Path | None = None) -> dict[str, Profile]:

@@ -7,6 +7,9 @@ h3kit.paths). Keys:
     overrides: {KEY: VALUE}   # any settings key; the user is in charge
     comfyui_path: PATH        # the ComfyUI to manage
     calibrated: {KEY: VALUE}  # written by `h3kit calibrate`; checked like overrides
+    comfyui_python: PATH      # ComfyUI's own interpreter, when h3kit cannot find it (h3kit.comfyui)
+    models:                   # model downloads (h3kit.models / h3kit.download)
+      mirror: URL             # an http(s) base URL that replaces huggingface.co
 
 Settings merge: profile < calibrated < overrides. Other top-level keys are
 kept untouched (other commands may own them) and reported as a note.
@@ -24,6 +27,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -32,11 +36,13 @@ from h3kit.errors import BadInput
 from h3kit.paths import Locations, locations as default_locations
 from h3kit.validate import Problems, YamlDoc, parse_yaml
 
-KNOWN_KEYS = ("profile", "overrides", "comfyui_path", "calibrated")
+KNOWN_KEYS = ("profile", "overrides", "comfyui_path", "calibrated", "comfyui_python", "models")
+MODELS_KEYS = ("mirror",)
 HEADER = """# h3kit configuration. Edit by hand; the next `h3kit plan` uses it.
 #   profile: auto | NAME         (h3kit profile list)
 #   overrides: {KEY: VALUE}      (any settings key, e.g. vae_tile_size: 384)
 #   comfyui_path: PATH
+#   models: {mirror: URL}        (a Hugging Face mirror, e.g. https://hf-mirror.com)
 #   calibrated: written by `h3kit calibrate`
 """
 
@@ -47,9 +53,15 @@ class Config:
     overrides: dict = field(default_factory=dict)
     comfyui_path: str | None = None
     calibrated: dict = field(default_factory=dict)
+    comfyui_python: str | None = None
+    models: dict = field(default_factory=dict)  # {mirror: URL}
     raw: Path | None = None  # the file read (None when there was none)
     doc: YamlDoc | None = None
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def mirror(self) -> str | None:
+        return self.models.get("mirror")
 
     def line_of(self, *keypath) -> int | None:
         return self.doc.line(keypath) if self.doc else None
@@ -87,7 +99,7 @@ def check(doc: YamlDoc, *, catalog=None, profile_names=None) -> Config:
     problems = Problems(doc)
     cfg = Config(raw=doc.path, doc=doc)
     if not isinstance(data, dict):
-        problems.add((), "must be a mapping (profile:, overrides:, comfyui_path:, calibrated:)")
+        problems.add((), f"must be a mapping ({', '.join(k + ':' for k in KNOWN_KEYS)})")
         problems.raise_if_any("Start the file with 'profile: auto' and put settings under 'overrides:'.")
     for key, value in data.items():
         if key not in KNOWN_KEYS:
@@ -108,8 +120,40 @@ def check(doc: YamlDoc, *, catalog=None, profile_names=None) -> Config:
     if comfy is not None and not isinstance(comfy, str):
         problems.add(("comfyui_path",), f"must be a folder path (a string), not {comfy!r}")
     cfg.comfyui_path = comfy if isinstance(comfy, str) else None
+    python = data.get("comfyui_python")
+    if python is not None and not isinstance(python, str):
+        problems.add(("comfyui_python",), f"must be the path of ComfyUI's python (a string), not {python!r}")
+    cfg.comfyui_python = python if isinstance(python, str) else None
+    cfg.models = _check_models(data.get("models"), problems)
     problems.raise_if_any("Correct that line of config.yaml (or delete it to go back to the profile's value).")
     return cfg
+
+
+def _check_models(value: Any, problems: Problems) -> dict:
+    """The `models:` section: {mirror: http(s) base URL}; anything else is a mistake worth a line number."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        problems.add(("models",), f"must be a mapping (models: then '  mirror: https://...'), not {value!r}")
+        return {}
+    for key in value:
+        if key not in MODELS_KEYS:
+            problems.add(("models", key), f"is not a models key; allowed: {', '.join(MODELS_KEYS)}")
+    mirror = value.get("mirror")
+    if mirror is not None and not _is_http_url(mirror):
+        problems.add(("models", "mirror"), f"is {mirror!r}; allowed: an http(s) base URL such as https://hf-mirror.com")
+    return {k: v for k, v in value.items() if k in MODELS_KEYS and v is not None}
+
+
+def _is_http_url(value: Any) -> bool:
+    if not isinstance(value, str) or any(ch.isspace() for ch in value):
+        return False
+    parts = urlsplit(value)
+    try:
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
 # --- rewriting single keys -------------------------------------------------

@@ -21,9 +21,13 @@ budget, and RAM is counted once -- every phase's GPU bytes are also RAM bytes.
 
 Selection, per matching profile: the highest-quality runnable format whose
 smallest file fits at the profile's min canvas and min frames; then the
-largest canvas and frame count that fit with it. Among profiles, the best
-plan wins (fits, format quality, canvas, frames). Nothing fits: `fits:
-false`, the cheapest plan, and warnings naming what is short and by how much.
+largest canvas and frame count that fit with it. Files ComfyUI is reported
+to load (its own loader, or a loader pack) are tried first; files with no
+report come next, and files reported not to load only when nothing else
+fits (the catalog's file.comfyui_loads), each such fallback warned about
+with the report. Among profiles, the best plan wins (fits, loads, format
+quality, canvas, frames). Nothing fits: `fits: false`, the cheapest plan,
+and warnings naming what is short and by how much.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import math
 from dataclasses import dataclass, field
 
 from h3kit import catalog as catalog_mod
-from h3kit.catalog import Catalog, Machine, Profile, Weight
+from h3kit.catalog import LOAD_TIERS, Catalog, Machine, Profile, Weight
 from h3kit.errors import BadInput
 from h3kit.validate import parse_size
 
@@ -266,12 +270,16 @@ def _ladder(cat: Catalog, settings: dict) -> tuple[list, list]:
     if not canvases:
         canvases = [(min_w, min_h)]
     frames = [f for f in cat.data["frames"]["ladder"] if settings["min_frames"] <= f <= settings["max_frames"]]
+    if frames and settings["max_frames"] not in frames:  # a cap between two rungs (e.g. 209) is itself a rung
+        frames.append(settings["max_frames"])
     return canvases, frames or [settings["min_frames"]]
 
 
 def _pick(weights: list[Weight], cat: Catalog, machine: Machine, settings: dict, key: str,
           formats: list | None = None) -> tuple[list[Weight], list[str]]:
-    """Runnable weights, best quality first then smaller; plus reasons for those left out."""
+    """Runnable weights -- files ComfyUI loads first (quality order among them, its own loader before a
+    loader pack), then unreported ones, then ones reported broken; smaller first at equal rank -- plus
+    reasons for those left out."""
     if settings.get(key, "auto") != "auto":
         return [w for w in weights if w.id == settings[key]], []
     out, skipped = [], []
@@ -283,7 +291,7 @@ def _pick(weights: list[Weight], cat: Catalog, machine: Machine, settings: dict,
             out.append(w)
         elif why not in skipped:
             skipped.append(why)
-    return sorted(out, key=lambda w: (-w.quality, w.bytes)), skipped
+    return sorted(out, key=lambda w: (w.load_tier, -w.quality, w.comfyui_loads != "stock", w.bytes)), skipped
 
 
 @dataclass
@@ -298,9 +306,16 @@ class Candidate:
     searched: bool  # canvas/frames chosen by search (not fixed by the user)
     machine: Machine
 
+    @property
+    def loads(self) -> tuple:
+        """The chosen files' load tiers, worst first: a smaller tuple is a plan more sure to load in ComfyUI."""
+        ch = self.choice
+        return tuple(sorted((w.load_tier for w in (ch.dit, ch.te, ch.vae, ch.audio_vae)), reverse=True))
+
     def rank(self) -> tuple:
-        return (self.est.fits, self.choice.dit.quality, self.choice.canvas[0] * self.choice.canvas[1],
-                self.choice.frames, -self.choice.dit.bytes)
+        ch = self.choice
+        return (self.est.fits, tuple(-t for t in self.loads), ch.dit.quality, ch.canvas[0] * ch.canvas[1],
+                ch.frames, -ch.dit.bytes)
 
 
 def plan_profile(cat: Catalog, fp: dict, machine: Machine, profile: Profile, config) -> Candidate:
@@ -328,7 +343,7 @@ def plan_profile(cat: Catalog, fp: dict, machine: Machine, profile: Profile, con
         frames = [settings["max_frames"]]
     small = (canvases[-1], frames[0])
 
-    def first_fit(dit, canvas, nframes):
+    def first_fit(dit, tes, vaes, canvas, nframes):
         for te in tes:
             for vae in vaes:
                 ch = Choice(dit, te, vae, audio, canvas, nframes)
@@ -337,31 +352,148 @@ def plan_profile(cat: Catalog, fp: dict, machine: Machine, profile: Profile, con
                     return ch, est
         return None
 
+    def search(dits, tes, vaes):
+        """The best DiT that fits at the smallest canvas, then the largest canvas and frames it allows."""
+        chosen = next((found for dit in dits if (found := first_fit(dit, tes, vaes, *small))), None)
+        if chosen is None:
+            return None
+        dit = chosen[0].dit
+        for canvas in canvases:
+            found = first_fit(dit, tes, vaes, canvas, frames[0])
+            if found:
+                chosen = found
+                for nframes in reversed(frames):
+                    bigger = first_fit(dit, tes, vaes, canvas, nframes)
+                    if bigger:
+                        chosen = bigger
+                        break
+                break
+        return chosen
+
+    # Files ComfyUI loads first; widen to unreported, then to reported-broken files only when nothing fits.
     chosen = None
-    for dit in dits:
-        found = first_fit(dit, *small)
-        if found:
-            chosen = found
+    for level in sorted(set(LOAD_TIERS.values())):
+        allowed = [[w for w in ws if w.load_tier <= level] for ws in (dits, tes, vaes)]
+        if all(allowed) and (chosen := search(*allowed)):
             break
     if chosen is None:  # nothing fits: the cheapest plan, honestly marked
         dit = min(dits, key=lambda w: w.bytes)
         ch = Choice(dit, min(tes, key=lambda w: w.bytes), min(vaes, key=lambda w: w.bytes), audio, *small)
         return Candidate(profile, settings, source, budget, ch, estimate(cat, budget, settings, ch), skipped, False, machine)
-    dit = chosen[0].dit
-    for canvas in canvases:
-        found = first_fit(dit, canvas, frames[0])
-        if found:
-            chosen = found
-            for nframes in reversed(frames):
-                bigger = first_fit(dit, canvas, nframes)
-                if bigger:
-                    chosen = bigger
-                    break
-            break
     return Candidate(profile, settings, source, budget, chosen[0], chosen[1], skipped, not (fixed_canvas and fixed_frames), machine)
 
 
 # --- the plan document ---------------------------------------------------------
+
+PARTS = (("dit", "DiT", "dit_weights"), ("te", "text encoder", "text_encoder_weights"),
+         ("vae", "video VAE", "vae_weights"), ("audio_vae", "audio VAE", None))
+
+
+def _pool(cat: Catalog, part: str) -> list[Weight]:
+    return {"dit": cat.dit, "te": cat.text_encoder, "vae": cat.vae, "audio_vae": cat.audio_vae}[part]
+
+
+def _chosen_files(c: Candidate):
+    """(part, label, weight, settings key) of each chosen file."""
+    for part, label, key in PARTS:
+        yield part, label, getattr(c.choice, part), key
+
+
+def _user_set(c: Candidate, key: str | None) -> str | None:
+    """The config line that forced this part's file (its id, or for the DiT its format), else None."""
+    keys = [key, "quantization"] if key == "dit_weights" else [key]
+    for k in keys:
+        if k and c.settings.get(k, "auto") != "auto" and c.source.get(k, "").startswith(("override", "calibration")):
+            return f"{k} from the {c.source[k]}"
+    return None
+
+
+def _why_not_loadable(cat: Catalog, c: Candidate, part: str, w: Weight) -> str:
+    """Why no file of this part that ranks better for loading was used: not allowed, not runnable, or too big."""
+    s = c.settings
+    formats = [s["quantization"]] if s.get("quantization", "auto") != "auto" else s["formats"]
+    not_allowed: list[str] = []
+    cannot_run: list[str] = []
+    left_out: list[str] = []  # runnable-check failures the rationale already gave ("Left out: ...")
+    too_big: list[str] = []
+    for alt in sorted(_pool(cat, part), key=lambda a: a.bytes):
+        if alt.load_tier >= w.load_tier:
+            continue
+        ok, why = cat.runnable(alt.format, c.machine)
+        if part == "dit" and alt.format not in formats:
+            if alt.format not in not_allowed:
+                not_allowed.append(alt.format)
+        elif not ok and part == "dit" and why in c.skipped:
+            if alt.format not in left_out:
+                left_out.append(alt.format)
+        elif not ok:
+            if why not in cannot_run:
+                cannot_run.append(why)
+        else:
+            too_big.append(f"{alt.variant + ' ' if alt.variant else ''}{alt.format} ({gb(alt.bytes)})")
+    reasons = list(cannot_run)
+    if left_out:
+        reasons.append(f"{', '.join(left_out)} {'is' if len(left_out) == 1 else 'are'} left out above")
+    if not_allowed:
+        reasons.append(f"{', '.join(not_allowed)} {'is' if len(not_allowed) == 1 else 'are'} not among profile "
+                       f"{c.profile.name}'s formats")
+    if too_big:
+        reasons.append(", ".join(too_big) + (" does not fit" if len(too_big) == 1 else " do not fit"))
+    return "; ".join(reasons) or "none is listed"
+
+
+def _loads_rationale(cat: Catalog, c: Candidate) -> list[str]:
+    """One sentence per chosen file that needs a loader pack or is a fallback, with the report and its source."""
+    out = []
+    packs = cat.data.get("loader_packs") or {}
+    for part, label, w, key in _chosen_files(c):
+        name = w.file.get("name") or w.id
+        what = f"{label} {w.variant + ' ' if w.variant else ''}{w.format} ({name})"
+        if w.comfyui_loads == "with_loader_pack":
+            pack = w.file.get("loader_pack")
+            out.append(f"{what} loads with the custom node pack {pack} "
+                       f"({(packs.get(pack) or {}).get('git', 'see loader_packs')}), not ComfyUI's own loader; "
+                       f"reported loading: {w.file.get('comfyui_loads_source')}. "
+                       "'h3kit models fetch --with-loaders' installs the pack.")
+        elif w.load_tier and not _user_set(c, key):
+            state = ("is reported not to load in ComfyUI" if w.comfyui_loads == "reported_broken"
+                     else "has no report of loading in ComfyUI")
+            better = "that loads" if w.comfyui_loads == "reported_broken" else "reported to load"
+            out.append(f"Fallback: {what} {state}: {w.load_report}. It is used because no "
+                       f"{label} file {better} fits or runs here: {_why_not_loadable(cat, c, part, w)}.")
+    return out
+
+
+def _loads_warnings(c: Candidate) -> list[str]:
+    out = []
+    for _, label, w, key in _chosen_files(c):
+        if not w.load_tier:
+            continue
+        name = w.file.get("name") or w.id
+        forced = _user_set(c, key)
+        better = "that loads" if w.comfyui_loads == "reported_broken" else "reported to load"
+        because = f"you set it ({forced})" if forced else f"no {label} file {better} in ComfyUI fits this machine"
+        if w.comfyui_loads == "reported_broken":
+            out.append(f"The {label} file {name} is reported not to load in ComfyUI: {w.load_report}. It is in the "
+                       f"plan only because {because}; check that report before downloading it.")
+        else:
+            out.append(f"The {label} file {name} has not been reported loading in ComfyUI ({w.load_report}); "
+                       f"it is in the plan because {because}.")
+    return out
+
+
+def _profile_reasons(c: Candidate) -> list[str]:
+    """The profile's written reasons (its `why:` block) for limits that decided this plan."""
+    out = []
+    ch, s = c.choice, c.settings
+    for key, why in c.profile.why.items():
+        if not c.source.get(key, "").startswith("profile"):
+            continue  # the user replaced the profile's value
+        bound = {"max_frames": ch.frames == s.get("max_frames"),
+                 "max_canvas": list(ch.canvas) == list(s.get("max_canvas") or [])}.get(key, True)
+        if bound:
+            out.append(f"{key} {s[key]} is profile {c.profile.name}'s limit: {why}.")
+    return out
 
 
 def _rationale(cat: Catalog, c: Candidate, why_profile: str) -> list[str]:
@@ -383,7 +515,8 @@ def _rationale(cat: Catalog, c: Candidate, why_profile: str) -> list[str]:
     for why in c.skipped:
         out.append(f"Left out: {why}.")
     why_format = (c.source.get("quantization", "profile") if s.get("quantization", "auto") != "auto"
-                  else "highest-quality format that fits")
+                  else "highest-quality format that fits among files ComfyUI loads" if not ch.dit.load_tier
+                  else "a fallback, see below")
     if b.gpu_bytes is None:
         out.append(f"DiT {ch.dit.variant} {ch.dit.format}: {gb(ch.dit.bytes)} ({why_format}), held whole in RAM with "
                    f"activations ({gb(e.activations)}) at {ch.canvas[0]}x{ch.canvas[1]}x{ch.frames}: sample phase "
@@ -420,6 +553,8 @@ def _rationale(cat: Catalog, c: Candidate, why_profile: str) -> list[str]:
                   f"{s['max_canvas'][0]}x{s['max_canvas'][1]}x{s['max_frames']}." if c.searched and e.fits
                   else "the smallest the profile allows, and even that does not fit (see warnings)." if not e.fits
                   else "set by the user."))
+    out += _profile_reasons(c)
+    out += _loads_rationale(cat, c)
     out.append(f"Disk: {gb(e.disk)} of weight files against {gb(b.disk_bytes)} free.")
     args, env = s.get("comfyui_args") or [], s.get("env") or {}
     out.append(f"ComfyUI flags {args or 'none'} and env {env or 'none'} from {c.source.get('comfyui_args', 'the profile')} "
@@ -447,6 +582,7 @@ def _warnings(cat: Catalog, c: Candidate, config) -> list[str]:
         ok, why = cat.runnable(fmt, c.machine) if fmt else (True, "")
         if not ok:
             out.append(f"{k} = {v!r} ({c.source.get(k)}): {why}; kept because you set it.")
+    out += _loads_warnings(c)
     avoid = cat.data.get("comfyui_avoid_args", [])
     bad = [a for a in c.settings.get("comfyui_args") or [] if a in avoid]
     if bad:
@@ -514,6 +650,7 @@ def make_plan(fingerprint: dict, *, profile: str | None = None, config=None) -> 
         "profile": best.profile.name,
         "fits": e.fits,
         "settings": settings,
+        "comfyui_loads": {w.part: w.comfyui_loads for _, _, w, _ in _chosen_files(best)},
         "settings_source": {k: best.source.get(k, "planner") for k in settings},
         "budget": {"gpu_bytes": b.gpu_bytes, "ram_bytes": b.ram_bytes, "disk_bytes": b.disk_bytes,
                    "unified_memory": b.unified},

@@ -1,0 +1,134 @@
+"""Which files the planner picks by whether ComfyUI loads them, and the profile limits it explains.
+
+The catalog's file.comfyui_loads (stock | with_loader_pack | unknown |
+reported_broken) decides the order: files that load first, reported-broken
+ones only when nothing else fits, and then with a warning naming the report.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from h3kit import catalog as catalog_mod
+from h3kit import config as config_mod
+from h3kit.catalog import Machine
+from h3kit.planner import make_plan
+from h3kit.validate import parse_yaml
+
+FP_DIR = Path(__file__).parent / "fixtures" / "fingerprints"
+FPS = {p.stem: json.loads(p.read_text()) for p in sorted(FP_DIR.glob("*.json"))}
+CAT = catalog_mod.load()
+
+
+def _config(text: str, tmp_path: Path) -> config_mod.Config:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    return config_mod.load(path)
+
+
+def _chosen(plan: dict) -> list:
+    s = plan["settings"]
+    return [CAT.weight(s[k]) for k in ("dit_weights", "text_encoder_weights", "vae_weights", "audio_vae_weights")]
+
+
+@pytest.mark.parametrize("name", sorted(FPS))
+def test_every_file_that_is_not_known_to_load_is_warned_about_with_its_source(name):
+    plan = make_plan(FPS[name])
+    assert set(plan["comfyui_loads"]) == {"dit", "text_encoder", "vae", "audio_vae"}
+    for w in _chosen(plan):
+        assert plan["comfyui_loads"][w.part] == w.comfyui_loads
+        name_ = w.file["name"]
+        if w.comfyui_loads == "reported_broken":
+            warning = next(x for x in plan["warnings"] if name_ in x)
+            assert "reported not to load" in warning and w.file["comfyui_loads_source"] in warning
+            assert any(r.startswith("Fallback:") and name_ in r and w.file["comfyui_loads_source"] in r
+                       for r in plan["rationale"])
+        elif w.comfyui_loads == "with_loader_pack":
+            pack = w.file["loader_pack"]
+            assert any(name_ in r and f"custom node pack {pack}" in r for r in plan["rationale"])
+        elif w.comfyui_loads == "stock":
+            assert not any(name_ in x for x in plan["warnings"])
+
+
+@pytest.mark.parametrize("name", sorted(FPS))
+def test_a_reported_broken_dit_is_chosen_only_when_no_loadable_runnable_one_fits(name, tmp_path):
+    """Force each better-loading DiT the machine can run: none of them may fit, or the fallback was wrong."""
+    plan = make_plan(FPS[name])
+    dit = CAT.weight(plan["settings"]["dit_weights"])
+    if not dit.load_tier or not plan["fits"]:
+        return
+    machine = Machine.from_fingerprint(FPS[name])
+    profile = catalog_mod.load_profiles(CAT)[plan["profile"]]
+    for alt in CAT.dit:
+        if alt.load_tier < dit.load_tier and alt.format in profile.settings["formats"] \
+                and CAT.runnable(alt.format, machine)[0]:
+            forced = make_plan(FPS[name], profile=plan["profile"],
+                               config=_config(f"overrides:\n  dit_weights: {alt.id}\n", tmp_path))
+            assert not forced["fits"], alt.id
+
+
+def test_loadable_files_beat_a_higher_quality_file_reported_broken():
+    """The 3060 used to get the pruned Q8_0 GGUF (quality 97), which stock ComfyUI-GGUF rejects; now the
+    stock int8_convrot file (96) at the same canvas and frames."""
+    plan = make_plan(FPS["nvidia-rtx3060-12gb-32gb"])
+    assert plan["settings"]["quantization"] == "int8_convrot" and plan["fits"]
+    assert set(plan["comfyui_loads"].values()) == {"stock"} and plan["warnings"] == []
+    assert plan["settings"]["max_canvas"] == [1024, 576] and plan["settings"]["max_frames"] == 243
+
+
+def test_a_loader_pack_file_is_preferred_to_a_broken_one_and_named():
+    plan = make_plan(FPS["intel-arcb580-12gb-32gb"])
+    assert plan["settings"]["dit_weights"] == "h3-dit-full-q4_k_m"
+    assert plan["comfyui_loads"]["dit"] == "with_loader_pack"
+    line = next(r for r in plan["rationale"] if "custom node pack" in r)
+    assert "ComfyUI-GGUF" in line and "github.com/city96/ComfyUI-GGUF" in line and "--with-loaders" in line
+
+
+def test_when_only_a_broken_dit_fits_the_plan_says_what_the_loadable_ones_lack():
+    plan = make_plan(FPS["nvidia-rtx4060-8gb-16gb"])
+    assert plan["fits"] and plan["comfyui_loads"]["dit"] == "reported_broken"
+    fallback = next(r for r in plan["rationale"] if r.startswith("Fallback: DiT"))
+    assert "do not fit" in fallback and "int8_convrot are left out above" in fallback
+    assert "pull/480" in fallback
+
+
+def test_a_broken_file_the_user_forces_is_kept_and_warned_as_theirs(tmp_path):
+    plan = make_plan(FPS["nvidia-rtx4090-24gb-64gb"], config=_config("overrides:\n  quantization: q2_k\n", tmp_path))
+    assert plan["settings"]["dit_weights"] == "h3-dit-pruned-q2_k"
+    warning = next(w for w in plan["warnings"] if "Q2_K.gguf" in w)
+    assert "you set it" in warning and "config.yaml:2" in warning
+    assert not any(r.startswith("Fallback: DiT") for r in plan["rationale"])
+
+
+def test_among_loadable_files_quality_decides():
+    """A machine with room for everything still gets bf16 over the stock int8/fp8 files."""
+    plan = make_plan(FPS["nvidia-rtx6000ada-48gb-128gb"])
+    assert plan["settings"]["quantization"] == "bf16" and set(plan["comfyui_loads"].values()) == {"stock"}
+
+
+def _card(name: str, gib: float) -> dict:
+    fp = copy.deepcopy(FPS[name])
+    fp["gpus"][0]["memory_total_bytes"] = int(gib * 2**30)
+    return fp
+
+
+def test_16gb_cards_stop_at_209_frames_and_say_why(tmp_path):
+    cfg = _config("overrides:\n  max_canvas: [864, 480]\n", tmp_path)
+    plan = make_plan(_card("nvidia-rtx4090-24gb-64gb", 16), config=cfg)
+    assert plan["profile"] == "nvidia-16gb" and plan["fits"]
+    assert plan["settings"]["max_frames"] == 209  # 5 + 17*12, between the ladder's 124 and 243
+    why = next(r for r in plan["rationale"] if r.startswith("max_frames 209"))
+    assert "VAE decode" in why and "FACTS.md" in why
+    # a 24 GB card with the same canvas is not capped
+    assert make_plan(FPS["nvidia-rtx4090-24gb-64gb"], config=cfg)["settings"]["max_frames"] == 243
+
+
+def test_the_user_can_lift_the_209_cap(tmp_path):
+    cfg = _config("overrides:\n  max_canvas: [864, 480]\n  max_frames: 243\n", tmp_path)
+    plan = make_plan(_card("nvidia-rtx4090-24gb-64gb", 16), config=cfg)
+    assert plan["settings"]["max_frames"] == 243
+    assert not any(r.startswith("max_frames 209") for r in plan["rationale"])

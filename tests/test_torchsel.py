@@ -172,3 +172,14 @@ def test_doctor_findings_ok_and_refusal():
     assert [f["status"] for f in ok] == ["ok"] and ok[0]["fix"] is None
     refused = torchsel.doctor_findings(fp("linux-rtx3090-driver535"), {"python": "p", "torch_version": "2.14.1+cu130"})
     assert refused[0]["status"] == "fail" and re.search(r"560\.28\.03", refused[0]["fix"])
+
+
+def test_build_from_recorded_pypi_metadata():
+    """torch 2.14.1 from PyPI on Linux has no local tag; its cuda-toolkit==13.0.3 requirement says cu130."""
+    lines = (FP_DIR / "recorded" / "torch-2.14.1-pypi-linux-METADATA.txt").read_text().splitlines()
+    requires = [line.split(":", 1)[1].strip() for line in lines if line.startswith("Requires-Dist:")]
+    linux = torchsel.build_from_metadata("2.14.1", requires, "linux")
+    assert (linux["backend"], linux["build"], linux["cuda"]) == ("cuda", "cu130", "13.0")
+    assert torchsel.build_from_metadata("2.14.1", [], "darwin")["backend"] == "mps"
+    assert torchsel.build_from_metadata("2.14.1", [], "windows")["backend"] == "cpu"
+    assert torchsel.build_from_metadata("2.13.0+cpu", requires, "linux")["backend"] == "cpu"

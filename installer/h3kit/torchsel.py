@@ -95,6 +95,8 @@ def _base_choice(table: dict, build: str, backend: str, index_url: str | None, g
         "backend": backend,
         "index_url": index_url,  # None: the default index (PyPI)
         "packages": dict(table["release"]),
+        # PyTorch's own indexes label their wheels (+cu130, +rocm7.2, +xpu, +cpu); PyPI's carry no label.
+        "local_tag": build if index_url and index_url.startswith(table["index_base"]) else None,
         "gpu": gpu.get("name") if gpu else None,
         "rationale": [],
         "warnings": [],
@@ -109,9 +111,15 @@ def _refuse(choice: dict, sentence: str, fix: str) -> dict:
     return choice
 
 
-def requirements(choice: dict) -> list[str]:
-    """['torch==2.14.1', 'torchvision==0.29.1', 'torchaudio>=2.11'] (or torch-directml)."""
-    return [name + spec for name, spec in choice["packages"].items()]
+def requirements(choice: dict, *, local: bool = False) -> list[str]:
+    """['torch==2.14.1', 'torchvision==0.29.1', 'torchaudio>=2.11'] (or torch-directml).
+
+    local=True pins exact versions to the build's local tag (torch==2.14.1+cu130), so
+    a folder of wheels holding several builds of one version cannot hand over the wrong one.
+    """
+    tag = choice.get("local_tag") if local else None
+    return [name + (f"{spec}+{tag}" if tag and spec.startswith("==") else spec)
+            for name, spec in choice["packages"].items()]
 
 
 def pip_index_args(choice: dict) -> list[str]:
@@ -205,7 +213,7 @@ def _choose_nvidia(fp: dict, gpu: dict, t: dict) -> dict:
     cuda_text = gpu.get("cuda_driver_version") or "unknown"
     if not for_gpu:
         oldest = rows[-1]
-        choice.update(build="cpu", backend="cpu", index_url=_index_url(t, "cpu"))
+        choice.update(build="cpu", backend="cpu", index_url=_index_url(t, "cpu"), local_tag="cpu")
         choice["rationale"].append(
             f"{name} has compute capability {gpu.get('compute_capability')}, below the oldest the current "
             f"PyTorch wheels carry ({oldest['tag']}: {oldest['compute_capabilities'][0]}), so ComfyUI gets "
@@ -224,7 +232,7 @@ def _choose_nvidia(fp: dict, gpu: dict, t: dict) -> dict:
             f"({t['nvidia_driver_url']}), reboot, then run the installer again.",
         )
     best = for_driver[0]
-    choice.update(build=best["tag"], index_url=_index_url(t, best["tag"]))
+    choice.update(build=best["tag"], index_url=_index_url(t, best["tag"]), local_tag=best["tag"])
     why_driver = (f"the driver reports CUDA {cuda_text}" if driver_cuda is not None
                   else f"driver {driver_text} is at least {_min_driver_text(best, system)[len('driver '):]}")
     cc_text = f"compute capability {gpu.get('compute_capability')}" if cc else "an unknown compute capability"
@@ -434,3 +442,35 @@ def doctor_findings(fingerprint: dict, comfy_info: dict | None) -> list[dict]:
                          "kind": m["kind"], "build": choice["build"], "index_url": choice["index_url"],
                          "packages": choice["packages"]})
     return findings
+
+
+_CUDA_REQ = re.compile(r"^(cuda-toolkit|nvidia-cuda-runtime(?:-cu\d+)?)\b[^=<>~!]*==\s*(\d+)\.(\d+)", re.I)
+_CU_SUFFIX = re.compile(r"^nvidia-[a-z0-9-]+-cu(\d+)\b", re.I)
+
+
+def build_from_metadata(version: str, requires: list[str], system: str) -> dict:
+    """What build a torch wheel is, from its version and Requires-Dist lines (no import needed).
+
+    A local tag (+cu130, +rocm7.2, +xpu, +cpu) says it outright. Without one
+    (a wheel from PyPI) the CUDA runtime it depends on gives it away: Linux
+    wheels on PyPI require `cuda-toolkit==13.0.x` or `nvidia-*-cu12`; the
+    Windows and macOS PyPI wheels are CPU (macOS: with MPS) builds.
+    """
+    local = _LOCAL_BUILD.search(version or "")
+    if local:
+        return describe_installed({"torch_version": version})
+    cuda = None
+    for line in requires:
+        spec = line.split(";")[0].strip()
+        m = _CUDA_REQ.match(spec)
+        if m:
+            cuda = f"{m.group(2)}.{m.group(3)}"
+            break
+        m = _CU_SUFFIX.match(spec)
+        if m and cuda is None:
+            cuda = f"{m.group(1)}.x"
+    if cuda and system == "linux":
+        info = {"torch_version": version, "torch_build": "cuda", "torch_cuda": cuda if "x" not in cuda else None}
+        return describe_installed(info)
+    backend = "mps" if system == "darwin" else "cpu"
+    return describe_installed({"torch_version": version, "torch_build": backend})

@@ -183,3 +183,17 @@ def test_build_from_recorded_pypi_metadata():
     assert torchsel.build_from_metadata("2.14.1", [], "darwin")["backend"] == "mps"
     assert torchsel.build_from_metadata("2.14.1", [], "windows")["backend"] == "cpu"
     assert torchsel.build_from_metadata("2.13.0+cpu", requires, "linux")["backend"] == "cpu"
+
+
+def test_doctor_findings_read_the_deploy_inspect_output():
+    """h3kit.comfyui.inspect's recorded output (issue #6) is what doctor passes in."""
+    from h3kit.comfyui import parse_inspect_output
+
+    info = parse_inspect_output((FIXTURES / "comfyui" / "inspect-linux-cu130.txt").read_text())
+    assert [f["status"] for f in torchsel.doctor_findings(fp("linux-rtx4090-driver580"), info)] == ["ok"]
+    old_driver = torchsel.doctor_findings(fp("windows-rtx3060-driver566"), info)
+    assert old_driver[0]["status"] == "fail" and old_driver[0]["kind"] == "cuda-too-new"
+    assert old_driver[0]["fix"].endswith("--index-url https://download.pytorch.org/whl/cu126")
+    assert torchsel.doctor_findings(None, info)[0]["status"] == "warn"
+    broken = torchsel.doctor_findings(fp("linux-rtx4090-driver580"), {"torch": None, "torch_error": "ImportError: libcudnn"})
+    assert "libcudnn" in broken[0]["message"]

@@ -369,8 +369,9 @@ def check(fingerprint: dict, torch_info: dict | None, table: dict | None = None)
     if choice["status"] == "refuse":
         return [{"kind": "machine", "status": "fail", "message": choice["rationale"][-1], "choice": choice}]
     if not have["installed"]:
+        why = f" ({info_error})" if (info_error := (torch_info or {}).get("torch_error")) else ""
         return [{"kind": "missing", "status": "fail", "choice": choice,
-                 "message": f"PyTorch is not installed in ComfyUI's Python; this machine needs the {choice['build']} build."}]
+                 "message": f"ComfyUI's Python has no working PyTorch{why}; this machine needs the {choice['build']} build."}]
     want = choice["backend"]
     got = have["backend"] or "unknown"
     if want != got:
@@ -423,22 +424,25 @@ def doctor_findings(fingerprint: dict, comfy_info: dict | None) -> list[dict]:
     """The doctor's torch findings: [{check, status, message, fix}] (never raises on odd input)."""
     info = comfy_info or {}
     python = str(info.get("python") or info.get("python_path") or "python")
+    if not fingerprint:
+        return [{"check": "torch.build", "status": "warn", "fix": "Run 'h3kit fingerprint' to see what fails.",
+                 "message": "h3kit could not fingerprint this machine, so it cannot tell which torch build fits."}]
     try:
         mismatches = check(fingerprint, info)
     except (KeyError, TypeError, ValueError, OSError) as exc:
-        return [{"check": "torch-build", "status": "warn", "message": f"h3kit could not compare the torch build ({exc}).",
+        return [{"check": "torch.build", "status": "warn", "message": f"h3kit could not compare the torch build ({exc}).",
                  "fix": None}]
     if not mismatches:
         have = describe_installed(info)
         choice = choose(fingerprint)
-        return [{"check": "torch-build", "status": "ok",
+        return [{"check": "torch.build", "status": "ok",
                  "message": f"ComfyUI's torch {have['version']} ({have['build']}) suits this machine ({choice['build']}).",
                  "fix": None}]
     findings = []
     for m in mismatches:
         choice = m["choice"]
         fix = choice["fix"] if m["kind"] == "machine" else fix_command(python, choice)
-        findings.append({"check": "torch-build", "status": m["status"], "message": m["message"], "fix": fix,
+        findings.append({"check": "torch.build", "status": m["status"], "message": m["message"], "fix": fix,
                          "kind": m["kind"], "build": choice["build"], "index_url": choice["index_url"],
                          "packages": choice["packages"]})
     return findings

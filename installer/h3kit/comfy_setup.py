@@ -39,7 +39,7 @@ from pathlib import Path
 
 from h3kit import manifest as manifest_mod
 from h3kit import subproc, torchsel
-from h3kit.errors import BadInput, NotReady, VerificationFailed
+from h3kit.errors import BadInput, H3kitError, NotReady, VerificationFailed
 
 ROLE = "comfyui"
 STATE_SCHEMA = "h3kit.comfy_setup_state/1"
@@ -615,3 +615,44 @@ def purge_comfyui(ctx, manifest, *, remove_user_data: bool = False) -> dict:
     if state.exists():
         state.unlink()
     return {"removed": str(target), "kept": kept}
+
+
+# -- hooks for `h3kit uninstall` --------------------------------------------------------------
+
+def restore_on_uninstall(ctx, record) -> list[str]:
+    """Uninstall puts back the torch an earlier 'doctor --fix' replaced; a failure is a note, not a stop."""
+    if not record.extra.get("torch_before") or created_comfyui(record) is not None:
+        return []
+    try:
+        result = undo_torch(ctx, record)
+    except H3kitError as exc:
+        return [f"the torch that 'doctor --fix' replaced was not restored: {exc.message} {exc.fix or ''}".strip()]
+    restored = result.get("restored", result.get("would_restore", {}))
+    verb = "would restore" if ctx.dry_run else "restored"
+    return [f"{verb} {', '.join(f'{n} {v}' for n, v in restored.items())} (replaced by 'doctor --fix')"]
+
+
+def purge_on_uninstall(ctx, record) -> dict | None:
+    """`uninstall --purge`: show what of a ComfyUI h3kit created would go, ask, remove.
+
+    The user's models and outputs are removed only on an explicit interactive
+    yes to a second question; --yes alone moves them beside the folder.
+    """
+    plan = purge_plan(record)
+    if plan is None:
+        return None
+    lines = [f"h3kit created the ComfyUI in {plan['comfyui']} ({plan['bytes'] / 1e9:.2f} GB); --purge removes it."]
+    lines += [f"  kept unless you say otherwise: {u['path']} ({u['files']} files, {u['bytes'] / 1e9:.2f} GB)"
+              for u in plan["user_data"]]
+    ctx.progress("\n".join(lines))
+    if not ctx.dry_run and not ctx.confirm(f"Remove the ComfyUI in {plan['comfyui']}?", default=False):
+        return {"comfyui": plan["comfyui"], "removed": None, "cancelled": True}
+    remove_user_data = bool(plan["user_data"]) and ctx.interactive and ctx.confirm(
+        "Also delete your models and outputs listed above?", default=False)
+    result = purge_comfyui(ctx, record, remove_user_data=remove_user_data)
+    if not ctx.dry_run:
+        if record.entries:
+            record.save()
+        elif record.path is not None and Path(record.path).exists():
+            os.unlink(record.path)
+    return {"comfyui": plan["comfyui"], "plan": plan, **result}

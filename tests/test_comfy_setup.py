@@ -194,6 +194,19 @@ def test_fix_then_undo_in_a_throwaway_venv(tmp_path, wheelhouse, offline_pip):
     assert "torch_before" not in json.loads(Path(man.path).read_text())["extra"]
 
 
+def test_fix_refuses_a_link_that_would_run_outside_its_venv(tmp_path, offline_pip):
+    """A link to venv/bin/python outside the venv starts the base interpreter: pip must not touch that one."""
+    python = make_venv(tmp_path / "venv")
+    (tmp_path / "elsewhere" / "bin").mkdir(parents=True)
+    link = tmp_path / "elsewhere" / "bin" / "python"
+    os.symlink(python, link)
+    man = manifest.load_or_new(locations().state_dir, tmp_path / "ComfyUI")
+    with pytest.raises(NotReady) as err:
+        comfy_setup.fix_torch(ctx(), str(link), load_file(FP_4090), man, offline_pip)
+    assert "not the virtual environment" in err.value.message and str(tmp_path / "venv") in err.value.message
+    assert "torch_before" not in man.extra
+
+
 def test_fix_refuses_on_a_machine_that_cannot_run_any_build(tmp_path, offline_pip):
     fp = load_file(FIXTURES / "torchsel" / "linux-rtx3090-driver535.json")
     man = manifest.load_or_new(locations().state_dir, tmp_path / "ComfyUI")

@@ -142,7 +142,8 @@ def classify_pip_error(text: str, status: str = "error") -> tuple[str, str]:
 _PROBE = r"""
 import json, sys, platform
 import importlib.metadata as md
-out = {"python": sys.executable, "python_version": platform.python_version(),
+out = {"python": sys.executable, "python_version": platform.python_version(), "prefix": sys.prefix,
+       "base_prefix": getattr(sys, "base_prefix", sys.prefix),
        "system": platform.system().lower(), "packages": {}, "requires": {}}
 for name in ("torch", "torchvision", "torchaudio", "torch-directml"):
     try:
@@ -179,6 +180,7 @@ def probe_torch(python: str | os.PathLike, *, import_torch: bool = False, timeou
 def torch_info_from_probe(raw: dict) -> dict:
     """Pure: the probe's raw JSON -> {python, python_version, torch_version, torch_build, torch_cuda, packages}."""
     info = {"python": raw.get("python"), "python_version": raw.get("python_version"),
+            "prefix": raw.get("prefix"), "base_prefix": raw.get("base_prefix"),
             "packages": dict(raw.get("packages") or {})}
     version = info["packages"].get("torch")
     if version:
@@ -200,6 +202,34 @@ def _index_for_version(version: str) -> str | None:
     """Where a recorded torch version came from: its local tag names the PyTorch index; none means PyPI."""
     m = re.search(r"\+(cu\d+|rocm[\d.]+|xpu|cpu)$", version or "")
     return f"{torchsel.builds_table()['index_base'].rstrip('/')}/{m.group(1)}" if m else None
+
+
+def linked_venv(python: str | os.PathLike) -> Path | None:
+    """The virtual environment `python` belongs to, following links one hop at a time (None: not a venv's)."""
+    p = Path(python).absolute()
+    for _hop in range(16):
+        cfg = p.parent.parent / "pyvenv.cfg"
+        if cfg.is_file():
+            return cfg.parent
+        if not p.is_symlink():
+            return None
+        target = Path(os.readlink(p))
+        p = target if target.is_absolute() else p.parent / target
+    return None
+
+
+def check_target_env(python: str, info: dict) -> None:
+    """Refuse to pip-install when `python` links to a venv's interpreter but runs outside that venv.
+
+    Python looks for pyvenv.cfg beside the path it was started as, so a link to
+    venv/bin/python placed elsewhere starts the base interpreter, and pip would
+    change the base Python that other programs share.
+    """
+    venv = linked_venv(python)
+    if venv is not None and info.get("prefix") and Path(info["prefix"]).resolve() != venv.resolve():
+        raise NotReady(f"{python} runs as the base Python {info['prefix']}, not the virtual environment {venv} "
+                       "it links to; pip would change the wrong Python.",
+                       f"Name the venv's own interpreter with --comfyui-python {venv_python(venv)}")
 
 
 def record_before(python: str, info: dict) -> dict:
@@ -232,6 +262,7 @@ def fix_torch(ctx, python: str | os.PathLike, fingerprint: dict, manifest, opts:
     if "error" in before:
         raise NotReady(f"h3kit could not run ComfyUI's Python {python} ({before['error']}).",
                        "Check the ComfyUI path with 'h3kit doctor --comfyui PATH'.")
+    check_target_env(python, before)
     mismatches = [m for m in torchsel.check(fingerprint, before) if m["status"] == "fail"]
     result = {"python": python, "choice": choice, "before": before.get("packages"), "changed": False}
     if not mismatches:

@@ -61,8 +61,8 @@ def run(args, ctx: Context) -> Outcome:
     if models is not None and plan is not None:
         findings += models(plan, install.path)
     if args.fix and not ctx.dry_run:
-        _fix(args, ctx, findings, notes)
         _fix_torch(ctx, install, fingerprint, findings, notes)
+        _fix(args, ctx, findings, notes)
     return _outcome(findings, notes, install)
 
 

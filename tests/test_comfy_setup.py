@@ -6,6 +6,7 @@ import base64
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -90,8 +91,17 @@ def ctx(**kw) -> Context:
     return Context(locations=locations(), yes=True, json=True, **kw)
 
 
-def make_venv(path: Path) -> str:
-    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True, timeout=120)
+@pytest.fixture(scope="session")
+def venv_template(tmp_path_factory) -> Path:
+    """One venv with pip, made once; tests get copies (a venv's prefix follows its pyvenv.cfg, so a copy works
+    with 'python -m pip'), which saves ensurepip's seconds per test."""
+    path = tmp_path_factory.mktemp("venv-template") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True, timeout=300)
+    return path
+
+
+def make_venv(template: Path, path: Path) -> str:
+    shutil.copytree(template, path, symlinks=True)
     return str(comfy_setup.venv_python(path))
 
 
@@ -164,8 +174,8 @@ def test_probe_reads_metadata_without_torch(tmp_path):
 
 # -- doctor --fix / --undo in a throwaway venv ------------------------------------------
 
-def test_fix_then_undo_in_a_throwaway_venv(tmp_path, wheelhouse, offline_pip):
-    python = make_venv(tmp_path / "comfy-venv")
+def test_fix_then_undo_in_a_throwaway_venv(tmp_path, wheelhouse, offline_pip, venv_template):
+    python = make_venv(venv_template, tmp_path / "comfy-venv")
     pip_install(python, "torch==2.13.0+cpu", "torchvision==0.28.0+cpu", wheelhouse=wheelhouse)
     fp = load_file(FP_4090)
     before = comfy_setup.probe_torch(python)
@@ -196,7 +206,8 @@ def test_fix_then_undo_in_a_throwaway_venv(tmp_path, wheelhouse, offline_pip):
 
 def test_fix_refuses_a_link_that_would_run_outside_its_venv(tmp_path, offline_pip):
     """A link to venv/bin/python outside the venv starts the base interpreter: pip must not touch that one."""
-    python = make_venv(tmp_path / "venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True, timeout=120)
+    python = str(comfy_setup.venv_python(tmp_path / "venv"))
     (tmp_path / "elsewhere" / "bin").mkdir(parents=True)
     link = tmp_path / "elsewhere" / "bin" / "python"
     os.symlink(python, link)
@@ -215,11 +226,11 @@ def test_fix_refuses_on_a_machine_that_cannot_run_any_build(tmp_path, offline_pi
     assert "560.28.03" in err.value.fix
 
 
-def test_fix_reports_an_unreachable_index(tmp_path, wheelhouse, monkeypatch):
+def test_fix_reports_an_unreachable_index(tmp_path, wheelhouse, monkeypatch, venv_template):
     """A wheel the index does not have: one sentence naming it, exit 3, nothing half-recorded."""
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
     monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
-    python = make_venv(tmp_path / "v")
+    python = make_venv(venv_template, tmp_path / "v")
     pip_install(python, "torch==2.13.0+cpu", wheelhouse=wheelhouse)
     empty = tmp_path / "empty-house"
     empty.mkdir()

@@ -1,5 +1,5 @@
 """`h3kit install --new-comfyui` end to end from a local bare git repository, pip on a local wheelhouse; then
-`uninstall --purge`. Also: resuming after an interruption, archives as the source, missing git."""
+`uninstall --purge`. Also: resuming after an interruption, archives as the source, missing git, a CPU machine."""
 
 from __future__ import annotations
 
@@ -164,3 +164,11 @@ def test_not_enough_disk_is_refused_before_anything_is_written(tmp_path, bare_re
     with pytest.raises(NotReady) as err:
         comfy_setup.new_comfyui(ctx(), tmp_path / "new", str(bare_repo), load_file(FP_4090))
     assert "GB free" in err.value.message and not (tmp_path / "new").exists()
+
+
+def test_cpu_machine_gets_cpu_wheels_of_all_three(tmp_path, bare_repo, offline_pip):  # noqa: F811
+    """The wheelhouse offers torchaudio 2.11.0 as +cpu and +cu130; 'torchaudio>=2.11' alone would take +cu130."""
+    target = comfy_setup.new_comfyui(ctx(), tmp_path / "ComfyUI", str(bare_repo),
+                                     load_file(FIXTURES / "torchsel" / "linux-cpu-only.json"))
+    packages = comfy_setup.probe_torch(comfy_setup.venv_python(target / "venv"))["packages"]
+    assert packages == {"torch": "2.14.1+cpu", "torchvision": "0.29.1+cpu", "torchaudio": "2.11.0+cpu"}

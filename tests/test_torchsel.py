@@ -197,3 +197,13 @@ def test_doctor_findings_read_the_deploy_inspect_output():
     assert torchsel.doctor_findings(None, info)[0]["status"] == "warn"
     broken = torchsel.doctor_findings(fp("linux-rtx4090-driver580"), {"torch": None, "torch_error": "ImportError: libcudnn"})
     assert "libcudnn" in broken[0]["message"]
+
+
+def test_mixed_builds_of_torch_and_its_companions_are_a_failure():
+    info = {"torch_version": "2.14.1+cpu",
+            "packages": {"torch": "2.14.1+cpu", "torchvision": "0.29.1+cpu", "torchaudio": "2.11.0+cu130"}}
+    assert torchsel.companion_mismatches(info) == ["torchaudio 2.11.0+cu130"]
+    mixed = torchsel.check(fp("linux-cpu-only"), info)
+    assert [m["kind"] for m in mixed] == ["companions"] and "torchaudio 2.11.0+cu130" in mixed[0]["message"]
+    info["packages"]["torchaudio"] = "2.11.0"  # from PyPI: no label to compare
+    assert torchsel.check(fp("linux-cpu-only"), info) == []

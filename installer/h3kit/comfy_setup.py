@@ -81,7 +81,7 @@ def _ticking(ctx, label: str, fn, *args, **kwargs):
 
     done = threading.Event()
     bar = tqdm(desc=label, unit="s", total=None, file=sys.stderr, leave=False,
-               disable=ctx.json and not sys.stderr.isatty(), bar_format="{desc}: {elapsed}")
+               disable=not sys.stderr.isatty(), bar_format="{desc}: {elapsed}")
 
     def tick():
         while not done.wait(1.0):
@@ -248,7 +248,16 @@ def install_choice(ctx, python: str, choice: dict, opts: PipOptions, *, force: b
         # without re-downloading every dependency; the second run adds dependencies the new build needs.
         _pip(ctx, python, ["install", "--force-reinstall", "--no-deps", *reqs, *index],
              f"Installing {' '.join(reqs)} ({choice['build']})", timeout)
-    _pip(ctx, python, ["install", *reqs, *index], f"Installing the dependencies of {choice['build']} torch", timeout)
+    label = f"Installing the dependencies of {choice['build']} torch" if force else f"Installing {' '.join(reqs)}"
+    _pip(ctx, python, ["install", *reqs, *index], label, timeout)
+    # A range (torchaudio>=2.11) cannot name a build label; when a folder of wheels offered another build's,
+    # put the matching one in its place.
+    tag = choice.get("local_tag")
+    wrong = torchsel.companion_mismatches(probe_torch(python)) if tag else []
+    if wrong:
+        fixed = [f"{item.split()[0]}=={item.split()[1].split('+')[0]}+{tag}" for item in wrong]
+        _pip(ctx, python, ["install", "--force-reinstall", "--no-deps", *fixed, *index],
+             f"Replacing {', '.join(wrong)} with the {tag} build", timeout)
 
 
 def fix_torch(ctx, python: str | os.PathLike, fingerprint: dict, manifest, opts: PipOptions | None = None) -> dict:

@@ -374,15 +374,40 @@ def check(fingerprint: dict, torch_info: dict | None, table: dict | None = None)
                  "message": f"ComfyUI's Python has no working PyTorch{why}; this machine needs the {choice['build']} build."}]
     want = choice["backend"]
     got = have["backend"] or "unknown"
+    mixed = companion_mismatches(torch_info or {})
+    if mixed:
+        return [{"kind": "companions", "status": "fail", "choice": choice,
+                 "message": f"torch {have['version']} is installed with {', '.join(mixed)} of another build; "
+                            "mixed builds fail at import (e.g. 'operator torchvision::nms does not exist')."}]
     if want != got:
         if want == "cpu" and got in ("cuda", "rocm", "xpu"):
             return []  # a GPU build also runs on the CPU; not worth a reinstall
         return [{"kind": "backend", "status": "fail", "choice": choice,
-                 "message": f"ComfyUI has torch {have['version']} ({got} build), but this machine needs the "
-                            f"{choice['build']} build for {choice['gpu'] or 'its hardware'}: {choice['rationale'][0]}"}]
+                 "message": f"ComfyUI has torch {have['version']}, a {got} build, but {choice['gpu'] or 'this machine'} "
+                            f"needs the {choice['build']} build (torch {choice['packages'].get('torch', '').lstrip('=')} from "
+                            f"{choice['index_url'] or 'PyPI'})."}]
     if want != "cuda" or not have["cuda"]:
         return []
     return _check_cuda_tag(fingerprint, choice, have, t)
+
+
+def local_tag(version: str | None) -> str | None:
+    m = _LOCAL_BUILD.search(version or "")
+    return m.group(1).lower() if m else None
+
+
+def companion_mismatches(torch_info: dict) -> list[str]:
+    """torchvision/torchaudio whose build label differs from torch's ('torchaudio 2.11.0+cu130' next to +cpu torch).
+
+    Needs the per-package versions ('packages', from comfy_setup.probe_torch); a
+    package without a label (from PyPI) is not compared.
+    """
+    packages = torch_info.get("packages") or {}
+    tag = local_tag(packages.get("torch"))
+    if not tag:
+        return []
+    return [f"{name} {version}" for name, version in sorted(packages.items())
+            if name in PACKAGES[1:] and local_tag(version) not in (None, tag)]
 
 
 def _check_cuda_tag(fp: dict, choice: dict, have: dict, t: dict) -> list[dict]:
@@ -444,7 +469,7 @@ def doctor_findings(fingerprint: dict, comfy_info: dict | None) -> list[dict]:
         fix = choice["fix"] if m["kind"] == "machine" else fix_command(python, choice)
         findings.append({"check": "torch.build", "status": m["status"], "message": m["message"], "fix": fix,
                          "kind": m["kind"], "build": choice["build"], "index_url": choice["index_url"],
-                         "packages": choice["packages"]})
+                         "packages": choice["packages"], "why": choice["rationale"]})
     return findings
 
 

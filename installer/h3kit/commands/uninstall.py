@@ -42,6 +42,8 @@ def run(args, ctx: Context) -> Outcome:
         un.forget_record(record, result)
     purge_new = optional("h3kit.comfy_setup", "purge_on_uninstall")
     comfyui_purge = purge_new(ctx, record) if args.purge and purge_new else None
+    if comfyui_purge and comfyui_purge.get("removed"):  # kept by the replay above, then purged
+        result.kept = [k for k in result.kept if not k["path"].startswith(comfyui_purge["removed"])]
     doc = {"schema": "h3kit.uninstall/1", "comfyui": str(install.path), "dry_run": ctx.dry_run, **result.to_json(),
            "purged": purged, "torch": torch_notes, "comfyui_purge": comfyui_purge}
     verb = "Would remove" if ctx.dry_run else "Removed"

@@ -124,3 +124,35 @@ def test_unknown_top_level_key_is_kept_and_noted(run_cli, h3kit_home):
     (h3kit_home / "config.yaml").write_text("profile: auto\nprobe_timeout: 5\n")
     code, p, _ = plan(run_cli)
     assert code == 0 and any("probe_timeout" in w and "config.yaml:2" in w for w in p["warnings"])
+
+
+def test_write_section_refuses_invalid_settings_and_leaves_the_file(tmp_path):
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("profile: auto  # keep\n")
+    with pytest.raises(BadInput) as exc:
+        config_mod.write_section(cfg, "calibrated", {"vae_tile_size": -1})
+    assert exc.value.exit_code == 2 and "calibrated.vae_tile_size" in exc.value.message
+    assert cfg.read_text() == "profile: auto  # keep\n"
+
+
+def test_unknown_profile_flag_is_exit_2(run_cli):
+    code, _, err = run_cli("plan", "--fingerprint", F4090, "--profile", "nvidia-13gb")
+    assert code == 2 and "nvidia-12gb" in err and "Traceback" not in err
+
+
+def test_profile_use_unknown_is_exit_2_and_writes_nothing(run_cli, h3kit_home):
+    code, _, err = run_cli("profile", "use", "nvidia-7gb")
+    assert code == 2 and not (h3kit_home / "config.yaml").exists()
+
+
+def test_text_output_explains(run_cli):
+    code, out, err = run_cli("plan", "--fingerprint", F3060)
+    assert code == 0 and "fits: yes" in out and "why:" in out and "GPU budget" in out
+
+
+def test_shard_override_is_rounded_to_whole_blocks(run_cli, h3kit_home):
+    (h3kit_home / "config.yaml").write_text("overrides:\n  shard_size_bytes: \"1 GB\"\n")
+    code, p, _ = plan(run_cli, F3060)
+    block = p["settings"]["streaming"]["block_bytes"]
+    assert code == 0 and p["settings"]["shard_size_bytes"] % block == 0 and p["settings"]["shard_size_bytes"] <= 10**9
+    assert any("rounded to" in r for r in p["rationale"])

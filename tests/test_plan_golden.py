@@ -68,3 +68,30 @@ def test_golden_plans_make_sense():
         assert plan["settings"]["preload_bytes"] % plan["settings"]["streaming"]["block_bytes"] == 0
     two = _golden("nvidia-2x-rtx3090-24gb-128gb")
     assert any("2 GPUs" in r for r in two["rationale"])
+
+
+def test_plan_on_this_machine_is_a_valid_plan(run_cli):
+    code, out, err = run_cli("plan", "--json")
+    assert code == 0, err
+    plan = json.loads(out)
+    assert plan["schema"] == "h3kit.plan/1" and plan["profile"] and plan["rationale"]
+    assert plan["budget"]["ram_bytes"] > 0
+
+
+def test_estimator_within_20_percent_of_the_reports():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("validate_estimator", FIXTURES.parent.parent / "scripts" / "validate_estimator.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    table = module.rows()
+    assert len(table) == 3
+    for row in table:
+        assert abs(row["error_pct"]) <= 20, row
+
+
+def test_bad_fingerprint_file_is_exit_2(run_cli, tmp_path):
+    bad = tmp_path / "fp.json"
+    bad.write_text('{"schema": "h3kit.fingerprint/1"}')
+    code, _, err = run_cli("plan", "--fingerprint", str(bad))
+    assert code == 2 and "is missing" in err

@@ -299,7 +299,7 @@ def parse_system_profiler_displays(text: str) -> list[dict]:
             continue
         name = item.get("sppci_model") or item.get("_name") or "unknown GPU"
         if name.startswith("kHW_") and name.endswith("Item"):  # early M1 builds: kHW_AppleM1Item
-            name = re.sub(r"(?<=[a-z])(?=[A-Z0-9])", " ", name[4:-4])
+            name = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[a-z])(?=[0-9])", " ", name[4:-4])
         vendor_raw = str(item.get("spdisplays_vendor") or item.get("sppci_vendor") or "").lower()
         if "apple" in vendor_raw or name.startswith("Apple"):
             vendor = "apple"
@@ -386,6 +386,18 @@ def qword_memory_size(value) -> int | None:
         except ValueError:
             return None
     return None
+
+
+def parse_media_type(text: str) -> str:
+    """`Get-PhysicalDisk`'s MediaType for the disk under a drive letter: SSD, HDD, or
+    Unspecified (virtual disks, some NVMe enclosures, Storage Spaces)."""
+    words = text.split()
+    if not words:
+        raise ParseError("empty")
+    kinds = {"ssd": "ssd", "hdd": "hdd", "unspecified": "unknown", "scm": "ssd"}
+    if words[0].lower() not in kinds:
+        raise ParseError(f"unknown media type {words[0][:30]!r}")
+    return kinds[words[0].lower()]
 
 
 def vendor_from_pnp(pnp_device_id: str, compatibility: str = "") -> str | None:

@@ -240,3 +240,22 @@ def test_fix_reports_an_unreachable_index(tmp_path, wheelhouse, monkeypatch, ven
                               comfy_setup.PipOptions([str(empty)], no_index=True))
     assert "no wheel of torch==2.14.1+cu130" in err.value.message
     assert comfy_setup.probe_torch(python)["packages"]["torch"] == "2.13.0+cpu"
+
+
+def test_offer_is_only_made_in_a_terminal(tmp_path, monkeypatch):
+    """--yes, --json or no terminal: no question, so scripts never get a ComfyUI they did not ask for."""
+    fp = load_file(FP_4090)
+    assert comfy_setup.offer_new_comfyui(ctx(), fp) is None
+
+    class Terminal(Context):
+        interactive = True
+
+    monkeypatch.setattr(Path, "home", classmethod(lambda cls: tmp_path))
+    asked = []
+    monkeypatch.setattr("builtins.input", lambda q: asked.append(q) or "n")
+    assert comfy_setup.offer_new_comfyui(Terminal(locations=locations()), fp) is None
+    assert str(tmp_path / "ComfyUI") in asked[0] and not (tmp_path / "ComfyUI").exists()
+    made = []
+    monkeypatch.setattr("builtins.input", lambda q: "y")
+    monkeypatch.setattr(comfy_setup, "new_comfyui", lambda c, target, source, f: made.append(target) or target)
+    assert comfy_setup.offer_new_comfyui(Terminal(locations=locations()), fp) == tmp_path / "ComfyUI" == made[0]

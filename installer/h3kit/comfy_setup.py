@@ -696,3 +696,13 @@ def purge_on_uninstall(ctx, record) -> dict | None:
         elif record.path is not None and Path(record.path).exists():
             os.unlink(record.path)
     return {"comfyui": plan["comfyui"], "plan": plan, **result}
+
+
+def offer_new_comfyui(ctx, fingerprint: dict | None, source: str | None = None) -> Path | None:
+    """No ComfyUI was found: in a terminal, offer to set one up (default ~/ComfyUI). None when declined or not asked."""
+    if not ctx.interactive or fingerprint is None or ctx.dry_run:
+        return None
+    default = Path.home() / "ComfyUI"
+    if not ctx.confirm(f"No ComfyUI was found. Set up a new one for this machine in {default}?", default=False):
+        return None
+    return new_comfyui(ctx, default, source, fingerprint)

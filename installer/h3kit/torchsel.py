@@ -461,7 +461,7 @@ def doctor_findings(fingerprint: dict, comfy_info: dict | None) -> list[dict]:
         have = describe_installed(info)
         choice = choose(fingerprint)
         return [{"check": "torch.build", "status": "ok",
-                 "message": f"ComfyUI's torch {have['version']} ({have['build']}) suits this machine ({choice['build']}).",
+                 "message": f"ComfyUI's torch {have['version']} ({have['build']}) fits this machine (h3kit's choice here: {choice['build']}).",
                  "fix": None}]
     findings = []
     for m in mismatches:

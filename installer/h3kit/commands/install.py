@@ -120,7 +120,12 @@ def run(args, ctx: Context) -> Outcome:
     try:
         install = locate(args, ctx, config, need_write=True)
     except NotReady as missing:
-        return _without_comfyui(args, ctx, plan, profile, notes, warnings, missing)
+        offer = optional("h3kit.comfy_setup", "offer_new_comfyui") if not args.comfyui else None
+        created = offer(ctx, fingerprint, args.comfyui_source) if offer else None
+        if created is None:
+            return _without_comfyui(args, ctx, plan, profile, notes, warnings, missing)
+        args.comfyui, args.comfyui_python = str(created), None
+        install = locate(args, ctx, config, need_write=True)
 
     info = comfyui.inspect(install)
     ctx.progress(f"ComfyUI {info.get('comfyui_version') or '?'} at {install.path}; Python {info.get('python_version')}, "

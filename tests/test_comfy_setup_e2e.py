@@ -99,6 +99,10 @@ def test_new_comfyui_install_then_purge(tmp_path, bare_repo, offline_pip, run_cl
     assert record.extra["comfyui_setup"]["created_by"] == "h3kit"
 
     (target / "output" / "my_video.mp4").write_bytes(b"the user's render")
+    code, out, err = run_cli("uninstall", "--comfyui", str(target), "--purge", "--dry-run", "--json")
+    assert code == 0, err
+    assert json.loads(out)["comfyui_purge"]["would_remove"] == str(target) and target.is_dir()
+    assert f"{target / 'output'} (1 files" in err
     code, out, err = run_cli("uninstall", "--comfyui", str(target), "--purge", "--yes", "--json")
     assert code == 0, err
     doc = json.loads(out)

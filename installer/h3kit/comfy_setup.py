@@ -687,7 +687,7 @@ def purge_on_uninstall(ctx, record) -> dict | None:
     ctx.progress("\n".join(lines))
     if not ctx.dry_run and not ctx.confirm(f"Remove the ComfyUI in {plan['comfyui']}?", default=False):
         return {"comfyui": plan["comfyui"], "removed": None, "cancelled": True}
-    remove_user_data = bool(plan["user_data"]) and ctx.interactive and ctx.confirm(
+    remove_user_data = bool(plan["user_data"]) and not ctx.dry_run and ctx.interactive and ctx.confirm(
         "Also delete your models and outputs listed above?", default=False)
     result = purge_comfyui(ctx, record, remove_user_data=remove_user_data)
     if not ctx.dry_run:

@@ -176,3 +176,19 @@ def test_cpu_machine_gets_cpu_wheels_of_all_three(tmp_path, bare_repo, offline_p
                                      load_file(FIXTURES / "torchsel" / "linux-cpu-only.json"))
     packages = comfy_setup.probe_torch(comfy_setup.venv_python(target / "venv"))["packages"]
     assert packages == {"torch": "2.14.1+cpu", "torchvision": "0.29.1+cpu", "torchaudio": "2.11.0+cpu"}
+
+
+@pytest.mark.comfyui
+@pytest.mark.skipif(not os.environ.get("H3KIT_COMFYUI_DIR"), reason="needs a real ComfyUI checkout in H3KIT_COMFYUI_DIR")
+def test_real_comfyui_folder_as_source_and_its_placeholders_are_not_user_data(tmp_path):
+    real = Path(os.environ["H3KIT_COMFYUI_DIR"])
+    target = tmp_path / "ComfyUI"
+    assert comfy_setup._fetch_source(ctx(), str(real), target, 300)["kind"] in ("folder", "git-local")
+    assert (target / "main.py").is_file() and not (target / "venv").exists()
+    man = manifest.load_or_new(locations().state_dir, target)
+    man.record_dir(target, role="comfyui")
+    man.extra["comfyui_setup"] = {"created_by": "h3kit", "dir": str(target),
+                                  "shipped": comfy_setup._user_area_files(target)}
+    assert comfy_setup.purge_plan(man)["user_data"] == []  # put_*_here and example nodes came with ComfyUI
+    (target / "output" / "ComfyUI_00001_.png").write_bytes(b"png")
+    assert [u["path"] for u in comfy_setup.purge_plan(man)["user_data"]] == [str(target / "output")]

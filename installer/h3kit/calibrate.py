@@ -1,0 +1,617 @@
+"""Calibration: measure this machine, tune the profile, write the report.
+
+The steps, in order (each one's result lands in the `h3kit.calibration/1`
+document, and a step that cannot run says why instead of failing the run):
+
+1. fingerprint -> plan (issue #3 / #4) with the config's profile;
+2. the native library (issue #5): found in the cache, else built;
+3. the runner (`calibration_runner.py`, self-contained) in ComfyUI's Python
+   when a ComfyUI is known, else in this Python: native kernels, thread
+   scaling, the scaled H3-shaped DiT through the streamer, device rates and
+   the tile sweep when torch sees a GPU;
+4. disk: sequential read GB/s on the models folder's disk (here, stdlib);
+5. estimates for the real model from the measured rates (`estimate`);
+6. decisions (`decide`, pure functions: never above the plan's budget);
+7. report (h3kit.report), the config's `calibrated:` section, and the
+   installed pack, when there is one.
+
+Model numbers (layers, widths, token rule, file sizes) come from the catalog
+under profiles/models/, never from this file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import sys
+import tempfile
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from h3kit import __version__, report
+from h3kit.command import Context
+from h3kit.errors import NotReady
+from h3kit.subproc import run as run_process
+
+RUNNER = Path(__file__).with_name("calibration_runner.py")
+BRIDGE = Path(__file__).with_name("native.py")
+QUICK_SECONDS = 60
+FULL_SECONDS = 300
+# The scaled DiT: H3's block shape (from the catalog) at a width this machine can run in seconds.
+SCALED = {"quick": {"blocks": 2, "hidden": 512}, "full": {"blocks": 4, "hidden": 1024}}
+CALIBRATION_CANVAS = (256, 256, 22)  # w, h, frames: the smallest H3 canvas (issue #7)
+DISK_PROBE_BYTES = {"quick": 128 << 20, "full": 512 << 20}
+
+
+# -- catalog numbers -----------------------------------------------------------------
+
+_UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+def size_bytes(text) -> int:
+    """'40.23 GB' -> 40230000000 (decimal units), '25.28 GiB' -> binary; numbers pass through."""
+    if isinstance(text, (int, float)):
+        return int(text)
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([A-Za-z]+)\s*", str(text))
+    if not m or m.group(2).upper() not in _UNITS:
+        raise ValueError(f"not a size: {text!r}")
+    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+
+
+def load_model_catalog(model_id: str = "minimax-h3") -> dict:
+    """The raw catalog document of one model (profiles/models/*.yaml)."""
+    import yaml
+
+    from h3kit.paths import asset_dir
+
+    for path in sorted((asset_dir("profiles") / "models").glob("*.yaml")):
+        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        if (doc.get("model") or {}).get("id") == model_id:
+            return doc
+    raise NotReady(f"The model catalog has no entry for {model_id!r}.",
+                   "Reinstall h3kit so profiles/models/ is complete.")
+
+
+def tokens_for(catalog: dict, width: int, height: int, frames: int) -> int:
+    """The DiT's token count for a canvas, by the catalog's rule."""
+    rule = catalog["tokens"]
+    px = rule["spatial_tokens_px"]
+    latent_frames = math.ceil(frames / rule["temporal_compression"])
+    return max(1, (width // px) * (height // px) * latent_frames)
+
+
+def scaled_dit_config(catalog: dict, plan: dict, quick: bool) -> dict:
+    """The scaled-down H3-shaped DiT the runner builds: H3's ratios, a small width."""
+    arch = catalog["architecture"]
+    size = SCALED["quick" if quick else "full"]
+    hidden = size["hidden"]
+    head_dim = arch["head_dim"]
+    ffn = int(round(hidden * arch["ffn"] / arch["hidden"] / 32)) * 32  # same FFN ratio, whole quant blocks
+    quant = (plan.get("settings") or {}).get("quantization")
+    return {
+        "blocks": size["blocks"],
+        "hidden": hidden,
+        "heads": hidden // head_dim,
+        "head_dim": head_dim,
+        "ffn": ffn,
+        "tokens": tokens_for(catalog, *CALIBRATION_CANVAS),
+        "canvas": list(CALIBRATION_CANVAS),
+        "quantization": quant if quant in ("q8_0", "q4_0") else "q8_0",
+        "plan_quantization": quant,
+    }
+
+
+# -- estimates ------------------------------------------------------------------------
+
+def block_params(hidden: int, ffn: int) -> int:
+    """Weights of one block: q, k, v, o (4 h^2) and the SwiGLU gate, up, down (3 h ffn)."""
+    return 4 * hidden * hidden + 3 * hidden * ffn
+
+
+def flops_per_pass(blocks: int, hidden: int, ffn: int, tokens: int) -> float:
+    """One forward pass: 2 FLOPs per weight per token, plus attention's QK^T and AV (4 T^2 h per block)."""
+    return blocks * (2.0 * block_params(hidden, ffn) * tokens + 4.0 * tokens * tokens * hidden)
+
+
+def estimate(catalog: dict, plan: dict, measured: dict) -> dict:
+    """Seconds per sampling step and peak memory of the real model at the plan's settings.
+
+    `measured` holds the rates the run found: native GFLOP/s and GB/s (for
+    the plan's quantization), device TFLOP/s and H2D GB/s when there is a GPU,
+    disk GB/s, and the scaled DiT's measured vs predicted peak RSS. Every
+    value carries its formula in `formulas`; all of it is an estimate.
+    """
+    arch = catalog["architecture"]
+    s = plan.get("settings") or {}
+    budget = plan.get("budget") or {}
+    w, h = (s.get("max_canvas") or [CALIBRATION_CANVAS[0], CALIBRATION_CANVAS[1]])[:2]
+    frames = s.get("max_frames") or CALIBRATION_CANVAS[2]
+    tokens = tokens_for(catalog, w, h, frames)
+    flops = flops_per_pass(arch["blocks"], arch["hidden"], arch["ffn"], tokens)
+    dit_bytes = _dit_bytes(catalog, s.get("dit_weights"))
+    device_tflops = measured.get("device_tflops")
+    rate = device_tflops * 1e12 if device_tflops else (measured.get("native_gflops") or 0) * 1e9
+    rate_name = "device bf16 matmul" if device_tflops else "native CPU matmul"
+    compute_s = flops / rate if rate else None
+    ram_budget = budget.get("ram_bytes") or 0
+    weights_from_disk = bool(dit_bytes and ram_budget and dit_bytes > ram_budget)
+    link = measured.get("disk_gbps") if weights_from_disk else measured.get("h2d_gbps")
+    link_name = "disk read" if weights_from_disk else ("host-to-device copy" if measured.get("h2d_gbps") else None)
+    stream_s = dit_bytes / (link * 1e9) if (dit_bytes and link and link_name) else 0.0
+    overlapped = (s.get("preload_bytes") or 0) > 0
+    step_s = None
+    if compute_s is not None:
+        step_s = max(compute_s, stream_s) if overlapped else compute_s + stream_s
+    ratio = measured.get("memory_ratio") or 1.0
+    plan_peak_ram = (plan.get("estimates") or {}).get("peak_ram_bytes")
+    plan_peak_gpu = (plan.get("estimates") or {}).get("peak_gpu_bytes")
+    out = {
+        "label": "estimate",
+        "canvas": [w, h, frames],
+        "tokens": tokens,
+        "flops_per_pass": flops,
+        "compute_seconds_per_step": compute_s,
+        "stream_seconds_per_step": stream_s,
+        "seconds_per_step": step_s,
+        "peak_ram_bytes": int(plan_peak_ram * ratio) if plan_peak_ram else None,
+        "peak_gpu_bytes": plan_peak_gpu,
+        "memory_ratio": ratio,
+        "formulas": {
+            "tokens": f"(w/{catalog['tokens']['spatial_tokens_px']}) x (h/{catalog['tokens']['spatial_tokens_px']})"
+                      f" x ceil(frames/{catalog['tokens']['temporal_compression']}) = {tokens}",
+            "flops_per_pass": f"blocks x (2 x (4 h^2 + 3 h ffn) x T + 4 T^2 h) with blocks={arch['blocks']}, "
+                              f"h={arch['hidden']}, ffn={arch['ffn']}, T={tokens} (one model pass per step; "
+                              "classifier-free guidance doubles it)",
+            "compute_seconds_per_step": f"flops_per_pass / measured {rate_name} rate "
+                                        f"({_g(rate / 1e9 if rate else None)} GFLOP/s)",
+            "stream_seconds_per_step": (f"DiT file bytes ({_g(dit_bytes / 1e9 if dit_bytes else None)} GB) / measured "
+                                        f"{link_name} GB/s ({_g(link)})") if link_name else
+                                       "0: weights stay in memory and no device copy was measured",
+            "seconds_per_step": ("max(compute, stream): the streamer reads the next block while this one runs"
+                                 if overlapped else "compute + stream: no preload, reads are not overlapped"),
+            "peak_ram_bytes": f"planner's peak RAM x measured/predicted RSS of the scaled DiT ({_g(ratio)})",
+            "peak_gpu_bytes": "planner's estimate (a GPU run with the real model measures it: --with-model)",
+        },
+    }
+    return out
+
+
+def _g(x) -> str:
+    return "-" if x is None else f"{x:.3g}"
+
+
+def _dit_bytes(catalog: dict, dit_id) -> int | None:
+    for entry in catalog.get("dit") or []:
+        if entry.get("id") == dit_id:
+            return size_bytes(entry["size"])
+    return None
+
+
+def check_scaled(config: dict, inference: dict, native_gflops: float | None) -> dict:
+    """The estimate formula applied to the scaled DiT, next to what the run measured."""
+    if inference.get("status") != "measured" or not native_gflops:
+        return {}
+    flops_block = flops_per_pass(1, config["hidden"], config["ffn"], config["tokens"])
+    return {
+        "measured_seconds_per_block": inference["seconds_per_block"],
+        "estimated_seconds_per_block": flops_block / (native_gflops * 1e9),
+        "formula": "(2 x (4 h^2 + 3 h ffn) x T + 4 T^2 h) / measured native GFLOP/s",
+    }
+
+
+# -- decisions (pure) ---------------------------------------------------------------
+
+def decision(setting: str, value, previous, evidence: str) -> dict:
+    return {"setting": setting, "value": value, "previous": previous, "changed": value != previous,
+            "evidence": evidence}
+
+
+def decide_tile(tiles: list[dict], budget_bytes: int | None, current: int) -> dict:
+    """The fastest swept tile whose peak stays within the budget.
+
+    When none fits, the smallest tile measured (never larger than the current
+    one), so memory only goes down. With no sweep, the plan's tile stays.
+    """
+    ran = [t for t in tiles if t.get("seconds") and t.get("peak_bytes")]
+    if not ran:
+        return decision("vae_tile_size", current, current, "no tile sweep ran (no GPU seen by torch); kept the plan's tile")
+    fits = [t for t in ran if budget_bytes is None or t["peak_bytes"] <= budget_bytes]
+    if fits:
+        best = min(fits, key=lambda t: (t["seconds"], t["peak_bytes"]))
+        return decision("vae_tile_size", best["tile"], current,
+                        f"tile {best['tile']} decoded in {best['seconds']:.3g} s with peak "
+                        f"{report.human_bytes(best['peak_bytes'])}, the fastest of {len(fits)} within the "
+                        f"{report.human_bytes(budget_bytes)} budget")
+    smallest = min(ran, key=lambda t: t["tile"])
+    value = min(smallest["tile"], current)
+    return decision("vae_tile_size", value, current,
+                    f"no swept tile fits the {report.human_bytes(budget_bytes)} budget (smallest, {smallest['tile']}, "
+                    f"peaked at {report.human_bytes(smallest['peak_bytes'])}); chose the smallest")
+
+
+def decide_preload(settings: dict, budget_ram: int | None, estimated_peak_ram: int | None) -> dict:
+    """Shrink the preload by what the estimated peak overshoots the RAM budget (whole shards).
+
+    Never grows it: more read-ahead is only ever the plan's call.
+    """
+    preload = int(settings.get("preload_bytes") or 0)
+    shard = int(settings.get("shard_size_bytes") or 0) or 1
+    if not budget_ram or not estimated_peak_ram:
+        return decision("preload_bytes", preload, preload, "no peak-memory estimate to compare with the budget; kept")
+    over = estimated_peak_ram - budget_ram
+    if over <= 0:
+        return decision("preload_bytes", preload, preload,
+                        f"estimated peak RAM {report.human_bytes(estimated_peak_ram)} is within the "
+                        f"{report.human_bytes(budget_ram)} budget; kept {report.human_bytes(preload)}")
+    value = max(0, preload - math.ceil(over / shard) * shard)
+    return decision("preload_bytes", value, preload,
+                    f"estimated peak RAM {report.human_bytes(estimated_peak_ram)} overshoots the "
+                    f"{report.human_bytes(budget_ram)} budget by {report.human_bytes(over)}; "
+                    f"preload cut by whole {report.human_bytes(shard)} shards")
+
+
+def decide_threads(scaling: list[dict], cores: int) -> dict:
+    """The fewest threads within 5% of the best measured rate (the rest stay free for ComfyUI)."""
+    ok = [s for s in scaling if s.get("gflop_per_s")]
+    if not ok:
+        return decision("native_threads", cores, None, "no thread scaling measured; all cores")
+    best = max(s["gflop_per_s"] for s in ok)
+    pick = min((s for s in ok if s["gflop_per_s"] >= 0.95 * best), key=lambda s: s["threads"])
+    return decision("native_threads", pick["threads"], None,
+                    f"{pick['threads']} threads reach {pick['gflop_per_s']:.3g} GFLOP/s, within 5% of the best "
+                    f"{best:.3g} GFLOP/s measured from 1 to {max(s['threads'] for s in ok)} threads")
+
+
+def decide(plan: dict, measurements: dict, estimates: dict) -> list[dict]:
+    """Every decision, each with its evidence; none raises memory use above the plan's budget."""
+    s = plan.get("settings") or {}
+    budget = plan.get("budget") or {}
+    tile_budget = budget.get("gpu_bytes") or budget.get("ram_bytes")
+    out = [
+        decide_tile(measurements.get("tiles") or [], tile_budget, int(s.get("vae_tile_size") or 512)),
+        decide_preload(s, budget.get("ram_bytes"), estimates.get("peak_ram_bytes")),
+        decide_threads((measurements.get("native") or {}).get("scaling") or [],
+                       int((measurements.get("native") or {}).get("threads_max") or os.cpu_count() or 1)),
+    ]
+    shard = s.get("shard_size_bytes")
+    if shard:
+        inf = measurements.get("inference") or {}
+        out.append(decision("shard_size_bytes", shard, shard,
+                            f"the scaled DiT streamed {report.human_bytes(inf.get('bytes_streamed'))} with "
+                            f"{report.human_bytes(shard)} shards, waiting {100 * (inf.get('wait_fraction') or 0):.3g}% "
+                            "of the time; kept" if inf.get("status") == "measured" else
+                            "the scaled DiT did not run; kept the plan's shard size"))
+    return out
+
+
+def calibrated_values(decisions: list[dict]) -> dict:
+    """The `calibrated:` config section: every decided value (kept ones too, so the file says what was measured)."""
+    return {d["setting"]: d["value"] for d in decisions if d["value"] is not None}
+
+
+# -- disk ------------------------------------------------------------------------------
+
+def measure_disk(folder: Path, nbytes: int, scratch: Path | None = None) -> dict:
+    """Sequential read GB/s on `folder`'s disk; never raises.
+
+    Reads a temporary file written on the same file system (in `scratch`
+    when it is on the same device, else in `folder`) after asking the OS to
+    drop it from the page cache (posix_fadvise DONTNEED on Linux, F_NOCACHE
+    on macOS). Where neither exists the figure may include cache hits, and
+    `cache_dropped` says so. The file is removed afterwards.
+    """
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        where = folder
+        if scratch is not None:
+            scratch.mkdir(parents=True, exist_ok=True)
+            if os.stat(scratch).st_dev == os.stat(folder).st_dev:
+                where = scratch
+        fd, tmp = tempfile.mkstemp(prefix=".h3kit-disk-probe-", dir=where)
+    except OSError as exc:
+        return {"status": "error", "path": str(folder), "reason": f"cannot write a probe file: {exc}"}
+    chunk = os.urandom(1 << 20)
+    try:
+        t0 = time.perf_counter()
+        with os.fdopen(fd, "wb") as f:
+            for _ in range(max(1, nbytes >> 20)):
+                f.write(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+        write_s = time.perf_counter() - t0
+        dropped = _drop_cache(tmp)
+        t0 = time.perf_counter()
+        read = 0
+        with open(tmp, "rb", buffering=0) as f:
+            _no_cache(f.fileno())
+            while True:
+                block = f.read(8 << 20)
+                if not block:
+                    break
+                read += len(block)
+        read_s = time.perf_counter() - t0
+        return {"status": "measured", "path": str(folder), "probe_dir": str(where), "bytes": read,
+                "gb_per_s": read / read_s / 1e9, "write_gb_per_s": read / write_s / 1e9,
+                "seconds": read_s, "cache_dropped": dropped}
+    except OSError as exc:
+        return {"status": "error", "path": str(folder), "reason": str(exc)}
+    finally:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
+def _drop_cache(path: str) -> bool:
+    if not hasattr(os, "posix_fadvise"):
+        return sys.platform == "darwin"  # F_NOCACHE on the read handle instead
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _no_cache(fd: int) -> None:
+    if sys.platform == "darwin":
+        import fcntl
+
+        try:
+            fcntl.fcntl(fd, 48, 1)  # F_NOCACHE (sys/fcntl.h); Python's fcntl lacks the name
+        except OSError:
+            pass
+
+
+# -- running the runner --------------------------------------------------------------------
+
+def _progress_bar(ctx: Context, total: int, desc: str):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="step", file=sys.stderr, leave=False,
+                disable=None if not ctx.json else True)
+
+
+def run_runner(ctx: Context, python: str, bridge: Path, lib: Path | None, job: dict, quick: bool,
+               workdir: Path) -> dict:
+    """Start the runner in `python`, follow its progress file, return its result document."""
+    plan_file = workdir / "plan.json"
+    out_file = workdir / "result.json"
+    progress_file = workdir / "progress.jsonl"
+    plan_file.write_text(json.dumps(job), encoding="utf-8")
+    progress_file.write_text("", encoding="utf-8")
+    argv = [python, str(RUNNER), "--bridge", str(bridge), "--plan", str(plan_file), "--out", str(out_file),
+            "--progress", str(progress_file)]
+    if lib:
+        argv += ["--lib", str(lib)]
+    if quick:
+        argv.append("--quick")
+    timeout = (QUICK_SECONDS if quick else FULL_SECONDS) + 30
+    holder = {}
+    worker = threading.Thread(target=lambda: holder.update(result=run_process(argv, timeout=timeout)), daemon=True)
+    worker.start()
+    _follow(ctx, progress_file, worker)
+    res = holder.get("result")
+    if res is None or not out_file.exists():
+        detail = res.detail if res is not None else "no result"
+        return {"status": "error", "reason": f"the runner did not finish ({detail}); "
+                f"stderr: {(res.stderr if res else '')[-600:]}"}
+    doc = json.loads(out_file.read_text(encoding="utf-8"))
+    doc.setdefault("stderr_tail", res.stderr[-2000:])
+    return doc
+
+
+def _follow(ctx: Context, progress_file: Path, worker: threading.Thread) -> None:
+    """Turn the runner's progress lines ({"stage", "done", "total"}) into tqdm bars."""
+    bars: dict[str, object] = {}
+    seen = 0
+    try:
+        while True:
+            alive = worker.is_alive()
+            try:
+                lines = progress_file.read_text(encoding="utf-8").splitlines()
+            except OSError:
+                lines = []
+            for line in lines[seen:]:
+                try:
+                    ev = json.loads(line)
+                except ValueError:
+                    break
+                seen += 1
+                stage = ev.get("stage", "?")
+                bar = bars.get(stage)
+                if bar is None:
+                    for old in bars.values():
+                        old.close()
+                    bar = bars[stage] = _progress_bar(ctx, int(ev.get("total") or 1), stage)
+                bar.n = int(ev.get("done") or 0)
+                bar.refresh()
+                ctx.log.debug("runner: %s", line)
+            if not alive:
+                break
+            worker.join(0.2)
+    finally:
+        for bar in bars.values():
+            bar.close()
+
+
+# -- the whole run ------------------------------------------------------------------------
+
+def _fingerprint() -> dict:
+    try:
+        from h3kit.fingerprint import collect
+    except ImportError:
+        raise NotReady("This h3kit has no machine fingerprint yet, so there is nothing to calibrate against.",
+                       "Update h3kit (./install.sh); 'h3kit fingerprint' must work first.") from None
+    return collect()
+
+
+def _plan(fp: dict, profile: str | None):
+    try:
+        from h3kit import config as config_mod
+        from h3kit.planner import make_plan
+    except ImportError:
+        raise NotReady("This h3kit has no planner yet, so there is no profile to calibrate.",
+                       "Update h3kit (./install.sh); 'h3kit plan' must work first.") from None
+    cfg = config_mod.load()
+    return make_plan(fp, profile=profile, config=cfg), cfg
+
+
+def _library(ctx: Context) -> tuple[Path | None, str | None]:
+    """The native library: cached, else built now. (path, None) or (None, why not)."""
+    try:
+        from h3kit import build
+    except ImportError:
+        return None, "this h3kit has no native build step yet (issue #5)"
+    lib = build.find_library()
+    if lib is None:
+        ctx.progress("building the native library (first run)...")
+        try:
+            lib = Path(build.build()["library"])
+        except NotReady as exc:
+            return None, f"the native library could not be built: {exc.message}"
+    return Path(lib), None
+
+
+def _comfyui(ctx: Context, explicit: str | None, cfg) -> tuple[object | None, dict | None, str | None]:
+    """(install, inspect info, why none) for the ComfyUI to run in, or Nones for this Python."""
+    if not explicit and not getattr(cfg, "comfyui_path", None):
+        return None, None, "no ComfyUI is known (pass --comfyui PATH or set comfyui_path in the config)"
+    try:
+        from h3kit import comfyui
+    except ImportError:
+        return None, None, "this h3kit cannot inspect a ComfyUI yet (issue #6)"
+    install = comfyui.find(explicit, cfg, ctx)  # raises NotReady with the fix when the path is wrong
+    return install, comfyui.inspect(install), None
+
+
+def run(ctx: Context, *, comfyui_dir: str | None = None, quick: bool = True, with_model: bool = False,
+        profile: str | None = None, fingerprint: dict | None = None, write_config: bool = True) -> dict:
+    """Calibrate and write the report; returns the `h3kit.calibration/1` document.
+
+    Used by `h3kit calibrate` and by `h3kit install` (issue #6).
+    """
+    started = time.perf_counter()
+    skipped: list[str] = []
+    ctx.progress("calibrate: fingerprint and plan...")
+    fp = fingerprint if fingerprint is not None else _fingerprint()
+    plan, cfg = _plan(fp, profile)
+    catalog = load_model_catalog()
+    lib, why_no_lib = _library(ctx)
+    if why_no_lib:
+        skipped.append(f"native kernels and the scaled DiT: {why_no_lib}")
+    install, comfy_info, why_no_comfy = _comfyui(ctx, comfyui_dir, cfg)
+    python = (comfy_info or {}).get("python") or sys.executable
+    if why_no_comfy:
+        skipped.append(f"ComfyUI's Python: {why_no_comfy}; ran in h3kit's own Python ({python})")
+    dit = scaled_dit_config(catalog, plan, quick)
+    if dit["plan_quantization"] not in ("q8_0", "q4_0"):
+        skipped.append(f"the plan's quantization {dit['plan_quantization']!r} has no native kernel; "
+                       f"the scaled DiT ran in {dit['quantization']}")
+    job = {"plan": plan, "scaled_dit": dit, "quick": quick,
+           "budget": plan.get("budget") or {}, "tile_candidates": [128, 256, 384, 512, 640, 768]}
+    ctx.progress(f"calibrate: measuring in {python} ...")
+    with tempfile.TemporaryDirectory(prefix="h3kit-calib-") as tmp:
+        if lib is not None:
+            measured = run_runner(ctx, python, BRIDGE, lib, job, quick, Path(tmp))
+        else:
+            measured = {"native": {"status": "skipped", "reason": why_no_lib},
+                        "inference": {"status": "skipped", "reason": why_no_lib},
+                        "device": {"status": "skipped", "reason": why_no_lib}, "tiles": []}
+    skipped += measured.get("skipped") or []
+    ctx.progress("calibrate: disk read speed...")
+    models_dir = Path(install.path) / "models" if install is not None and hasattr(install, "path") else \
+        ctx.locations.cache_dir
+    disk = measure_disk(models_dir, DISK_PROBE_BYTES["quick" if quick else "full"], ctx.locations.cache_dir)
+    native = measured.get("native") or {}
+    inference = measured.get("inference") or {}
+    device = measured.get("device") or {}
+    native_gflops = (native.get("best") or {}).get("gflop_per_s")
+    rates = {"native_gflops": _rate_for(native, dit["quantization"]) or native_gflops,
+             "device_tflops": device.get("bf16_tflops") or device.get("fp16_tflops"),
+             "h2d_gbps": device.get("h2d_gb_per_s"), "disk_gbps": disk.get("gb_per_s"),
+             "memory_ratio": inference.get("memory_ratio")}
+    est = estimate(catalog, plan, rates)
+    est["check"] = check_scaled(dit, inference, _rate_for(native, dit["quantization"]) or native_gflops)
+    decisions = decide(plan, measured, est)
+    doc = {
+        "schema": report.SCHEMA,
+        "created": datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
+        "h3kit_version": __version__,
+        "quick": quick,
+        "fingerprint": fp,
+        "plan": plan,
+        "profile": plan.get("profile"),
+        "runner": measured.get("runner") or {"python": python},
+        "comfyui": comfy_info,
+        "native": native,
+        "inference": inference,
+        "device": device,
+        "disk": disk,
+        "tiles": measured.get("tiles") or [],
+        "estimates": est,
+        "real_model": _real_model(with_model, comfy_info),
+        "decisions": decisions,
+        "calibrated": calibrated_values(decisions),
+        "skipped": skipped,
+        "duration_seconds": 0.0,
+        "report_files": {},
+    }
+    doc["duration_seconds"] = round(time.perf_counter() - started, 3)
+    if ctx.dry_run:
+        doc["report_files"] = {"json": None, "md": None, "html": None}
+        return doc
+    if write_config:
+        doc["config_written"] = _write_config(ctx, cfg, doc["calibrated"])
+        doc["applied"] = _apply(ctx, install)
+    report.write(doc, ctx.locations.reports_dir)
+    return doc
+
+
+def _rate_for(native: dict, kind: str) -> float | None:
+    """Best matmul GFLOP/s measured for one quantization kind."""
+    rates = [k["gflop_per_s"] for k in native.get("kernels") or [] if k["kind"] == kind and k["op"] == "matmul"]
+    return max(rates) if rates else None
+
+
+def _real_model(with_model: bool, comfy_info: dict | None) -> dict:
+    if not with_model:
+        return {"status": "not run", "reason": "not run: pass --with-model to run the smallest real workflow"}
+    if not comfy_info:
+        return {"status": "not run", "reason": "not run: --with-model needs a ComfyUI (pass --comfyui PATH)"}
+    return {"status": "not run", "reason": "not run: the real-workflow run through ComfyUI's API is not built yet "
+            "in this version"}
+
+
+def _write_config(ctx: Context, cfg, values: dict) -> str | None:
+    try:
+        from h3kit import config as config_mod
+    except ImportError:
+        return None
+    path = getattr(cfg, "raw_path", None) or getattr(cfg, "path", None) or ctx.locations.config_file
+    config_mod.write_section(path, "calibrated", values)
+    return str(path)
+
+
+def _apply(ctx: Context, install) -> dict:
+    """Re-apply the profile to an installed pack (issue #6's apply), when both exist."""
+    if install is None:
+        return {"status": "skipped", "reason": "no ComfyUI known"}
+    try:
+        from h3kit import deploy
+    except ImportError:
+        return {"status": "skipped", "reason": "this h3kit cannot apply to a pack yet (issue #6)"}
+    apply = getattr(deploy, "apply", None)
+    if apply is None:
+        return {"status": "skipped", "reason": "h3kit.deploy has no apply()"}
+    try:
+        return {"status": "applied", "result": apply(ctx, install)}
+    except NotReady as exc:
+        return {"status": "skipped", "reason": exc.message}

@@ -1,0 +1,1356 @@
+/* h3k.c -- the h3kit native library.
+ *
+ * What it does
+ * ------------
+ * The memory- and compute-side pieces that PyTorch does not give us on every
+ * backend, for running very large diffusion transformers on ordinary machines:
+ *
+ *   - quant kernels: Q8_0 / Q4_0 quantize and dequantize in the exact ggml
+ *     (GGUF) block layout, and matrix-vector / matrix-matrix products with
+ *     quantized weights and fp32 activations, threaded over rows;
+ *   - an arena: one region reserved, touched and (where allowed) locked up
+ *     front, so the preload budget is paid once and cannot be paged out;
+ *   - a block streamer: byte ranges of a big file (a safetensors shard) read
+ *     by a background thread into a ring of aligned buffers, so block i+1
+ *     loads while block i is in use;
+ *   - tiles: split a planar image/latent into overlapping tiles and blend
+ *     them back with linear feathering (tiled VAE decode).
+ *
+ * Block layouts (ggml's, so GGUF readers agree byte for byte):
+ *
+ *   Q8_0, 34 bytes per 32 values: fp16 d = amax/127, then 32 int8 q with
+ *         q = roundf(x / d) (half away from zero).
+ *   Q4_0, 18 bytes per 32 values: fp16 d = m / -8 where m is the value of
+ *         largest magnitude (sign kept), then 16 bytes of nibbles
+ *         n = min(15, (int)(x / d + 8.5)); byte j holds value j in its low
+ *         nibble and value j+16 in its high nibble.
+ *   fp32 -> fp16 rounds to nearest even with subnormals, like numpy.
+ *
+ * Assumptions made on purpose
+ * ---------------------------
+ *   - Activations stay fp32: the products are bound by reading the weights,
+ *     so quantizing activations would cost accuracy and buy little.
+ *   - One build per SIMD level (baseline, x86-64-v3, arm64-dotprod). The
+ *     loader picks one from h3k_cpu_features(); the code picks its kernels at
+ *     compile time, so there is no dispatch in the inner loops.
+ *   - No global mutable state. Stateless calls return a status code
+ *     (h3k_strerror explains it); handles keep their own last-error text and
+ *     a lock, so one handle can be shared by threads.
+ *   - Floating point contraction is off (pragma and build flags): quantization
+ *     must round exactly like the reference, and x*id + 8.5 fused into an FMA
+ *     rounds differently.
+ *
+ * Left out on purpose
+ * -------------------
+ *   - K-quants and other GGUF types: Q8_0 and Q4_0 cover what the planner asks.
+ *   - O_DIRECT / unbuffered reads: the page cache is what the user's later
+ *     runs hit, and direct I/O needs alignment the callers cannot promise.
+ *   - A persistent thread pool: thread start-up is tens of microseconds, far
+ *     below one product at the sizes that matter.
+ */
+
+#if !defined(_WIN32)
+#define _GNU_SOURCE
+#define _DARWIN_C_SOURCE
+#endif
+
+#include "h3k.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(_WIN32)
+#define WIN32_LEAN_AND_MEAN
+#include <windows.h>
+#include <malloc.h>
+#else
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#endif
+
+#if defined(__APPLE__)
+#include <sys/sysctl.h>
+#endif
+#if defined(__linux__) && defined(__aarch64__)
+#include <sys/auxv.h>
+#endif
+
+#if defined(__x86_64__) || defined(_M_X64) || defined(__i386__) || defined(_M_IX86)
+#define H3K_X86 1
+#if defined(_MSC_VER) && !defined(__clang__)
+#include <intrin.h>
+#else
+#include <cpuid.h>
+#endif
+#endif
+#if defined(__AVX2__) && (defined(__FMA__) || defined(_MSC_VER))
+#define H3K_AVX2 1
+#include <immintrin.h>
+#endif
+#if defined(__ARM_NEON) || defined(__ARM_NEON__)
+#define H3K_NEON 1
+#include <arm_neon.h>
+#endif
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+/* ---------------------------------------------------------------- memory */
+
+/* Every allocation goes through these, so the allocator can be swapped. */
+#define H3K_MALLOC(n) malloc(n)
+#define H3K_CALLOC(n, s) calloc((n), (s))
+#define H3K_FREE(p) free(p)
+#if defined(_WIN32)
+#define H3K_ALIGNED_ALLOC(al, n) _aligned_malloc((n), (al))
+#define H3K_ALIGNED_FREE(p) _aligned_free(p)
+#else
+static void *h3k_posix_aligned(size_t align, size_t n) {
+    void *p = NULL;
+    return posix_memalign(&p, align, n) == 0 ? p : NULL;
+}
+#define H3K_ALIGNED_ALLOC(al, n) h3k_posix_aligned((al), (n))
+#define H3K_ALIGNED_FREE(p) free(p)
+#endif
+
+#define H3K_PAGE 4096u
+#define H3K_MAX_THREADS 256
+
+/* a * b without overflow; returns 0 and leaves *out alone when it would. */
+static int mul_ok(size_t a, size_t b, size_t *out) {
+    if (a != 0 && b > SIZE_MAX / a) return 0;
+    *out = a * b;
+    return 1;
+}
+
+static int add_ok(size_t a, size_t b, size_t *out) {
+    if (b > SIZE_MAX - a) return 0;
+    *out = a + b;
+    return 1;
+}
+
+#if defined(__GNUC__) || defined(__clang__)
+#define H3K_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define H3K_PRINTF(f, a)
+#endif
+
+/* Write a handle's last-error text (always NUL-terminated, truncated). */
+static void H3K_PRINTF(3, 4) set_err(char *buf, size_t cap, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, cap, fmt, ap);
+    va_end(ap);
+}
+
+/* --------------------------------------------------- threads, time, cpus */
+
+#if defined(_WIN32)
+typedef CRITICAL_SECTION h3k_mutex;
+typedef CONDITION_VARIABLE h3k_cond;
+typedef HANDLE h3k_thread;
+typedef DWORD(WINAPI *h3k_thread_fn)(LPVOID);
+#define H3K_THREAD_FUNC(name) static DWORD WINAPI name(LPVOID arg)
+#define H3K_THREAD_END return 0
+static void mutex_init(h3k_mutex *m) { InitializeCriticalSection(m); }
+static void mutex_destroy(h3k_mutex *m) { DeleteCriticalSection(m); }
+static void mutex_lock(h3k_mutex *m) { EnterCriticalSection(m); }
+static void mutex_unlock(h3k_mutex *m) { LeaveCriticalSection(m); }
+static void cond_init(h3k_cond *c) { InitializeConditionVariable(c); }
+static void cond_destroy(h3k_cond *c) { (void)c; }
+static void cond_wait(h3k_cond *c, h3k_mutex *m) { SleepConditionVariableCS(c, m, INFINITE); }
+static void cond_broadcast(h3k_cond *c) { WakeAllConditionVariable(c); }
+static int thread_start(h3k_thread *t, h3k_thread_fn fn, void *arg) {
+    *t = CreateThread(NULL, 0, fn, arg, 0, NULL);
+    return *t != NULL;
+}
+static void thread_join(h3k_thread t) {
+    WaitForSingleObject(t, INFINITE);
+    CloseHandle(t);
+}
+static double now_seconds(void) {
+    LARGE_INTEGER f, c;
+    QueryPerformanceFrequency(&f);
+    QueryPerformanceCounter(&c);
+    return (double)c.QuadPart / (double)f.QuadPart;
+}
+#else
+typedef pthread_mutex_t h3k_mutex;
+typedef pthread_cond_t h3k_cond;
+typedef pthread_t h3k_thread;
+typedef void *(*h3k_thread_fn)(void *);
+#define H3K_THREAD_FUNC(name) static void *name(void *arg)
+#define H3K_THREAD_END return NULL
+static void mutex_init(h3k_mutex *m) { pthread_mutex_init(m, NULL); }
+static void mutex_destroy(h3k_mutex *m) { pthread_mutex_destroy(m); }
+static void mutex_lock(h3k_mutex *m) { pthread_mutex_lock(m); }
+static void mutex_unlock(h3k_mutex *m) { pthread_mutex_unlock(m); }
+static void cond_init(h3k_cond *c) { pthread_cond_init(c, NULL); }
+static void cond_destroy(h3k_cond *c) { pthread_cond_destroy(c); }
+static void cond_wait(h3k_cond *c, h3k_mutex *m) { pthread_cond_wait(c, m); }
+static void cond_broadcast(h3k_cond *c) { pthread_cond_broadcast(c); }
+static int thread_start(h3k_thread *t, h3k_thread_fn fn, void *arg) {
+    return pthread_create(t, NULL, fn, arg) == 0;
+}
+static void thread_join(h3k_thread t) { pthread_join(t, NULL); }
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+#endif
+
+/* Logical CPUs this process may use (at least 1). */
+int h3k_cpu_count(void) {
+#if defined(_WIN32)
+    SYSTEM_INFO si;
+    GetSystemInfo(&si);
+    return si.dwNumberOfProcessors > 0 ? (int)si.dwNumberOfProcessors : 1;
+#else
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+#endif
+}
+
+/* ------------------------------------------------- version and features */
+
+const char *h3k_version(void) { return H3K_VERSION; }
+int h3k_abi(void) { return H3K_ABI; }
+
+const char *h3k_variant(void) {
+#if defined(H3K_AVX2)
+    return "x86-64-v3";
+#elif defined(__ARM_FEATURE_DOTPROD)
+    return "arm64-dotprod";
+#else
+    return "baseline";
+#endif
+}
+
+/* Features the code of this build relies on; the loader checks them
+ * against h3k_cpu_features() before choosing this variant. */
+unsigned h3k_build_features(void) {
+    unsigned f = 0;
+#if defined(H3K_AVX2)
+    f |= H3K_CPU_AVX | H3K_CPU_AVX2 | H3K_CPU_FMA | H3K_CPU_F16C;
+#endif
+#if defined(H3K_NEON)
+    f |= H3K_CPU_NEON;
+#endif
+#if defined(__ARM_FEATURE_DOTPROD)
+    f |= H3K_CPU_DOTPROD;
+#endif
+    return f;
+}
+
+#if defined(H3K_X86)
+static void cpuid(unsigned leaf, unsigned sub, unsigned r[4]) {
+#if defined(_MSC_VER) && !defined(__clang__)
+    int v[4];
+    __cpuidex(v, (int)leaf, (int)sub);
+    for (int i = 0; i < 4; i++) r[i] = (unsigned)v[i];
+#else
+    __cpuid_count(leaf, sub, r[0], r[1], r[2], r[3]);
+#endif
+}
+
+/* XCR0: which register states the OS saves (AVX needs bits 1 and 2). */
+static unsigned long long xgetbv0(void) {
+#if defined(_MSC_VER) && !defined(__clang__)
+    return _xgetbv(0);
+#else
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((unsigned long long)hi << 32) | lo;
+#endif
+}
+#endif
+
+unsigned h3k_cpu_features(void) {
+    unsigned f = 0;
+#if defined(H3K_X86)
+    unsigned r[4];
+    cpuid(0, 0, r);
+    unsigned max_leaf = r[0];
+    cpuid(1, 0, r);
+    if (r[3] & (1u << 26)) f |= H3K_CPU_SSE2;
+    int osxsave = (r[2] >> 27) & 1;
+    int os_avx = osxsave && (xgetbv0() & 6) == 6;
+    int os_avx512 = osxsave && (xgetbv0() & 0xe6) == 0xe6;
+    if (os_avx && (r[2] & (1u << 28))) f |= H3K_CPU_AVX;
+    if (os_avx && (r[2] & (1u << 12))) f |= H3K_CPU_FMA;
+    if (os_avx && (r[2] & (1u << 29))) f |= H3K_CPU_F16C;
+    if (max_leaf >= 7) {
+        cpuid(7, 0, r);
+        if (os_avx && (r[1] & (1u << 5))) f |= H3K_CPU_AVX2;
+        if (os_avx512 && (r[1] & (1u << 16))) f |= H3K_CPU_AVX512F;
+    }
+#elif defined(__aarch64__) || defined(_M_ARM64)
+    f |= H3K_CPU_NEON; /* part of every arm64 CPU */
+#if defined(__linux__)
+    unsigned long hw = getauxval(AT_HWCAP);
+    if (hw & (1ul << 20)) f |= H3K_CPU_DOTPROD; /* HWCAP_ASIMDDP */
+    if (hw & (1ul << 10)) f |= H3K_CPU_FP16;    /* HWCAP_ASIMDHP */
+#elif defined(__APPLE__)
+    int v = 0;
+    size_t len = sizeof v;
+    if (sysctlbyname("hw.optional.arm.FEAT_DotProd", &v, &len, NULL, 0) == 0 && v)
+        f |= H3K_CPU_DOTPROD;
+    v = 0;
+    len = sizeof v;
+    if (sysctlbyname("hw.optional.arm.FEAT_FP16", &v, &len, NULL, 0) == 0 && v)
+        f |= H3K_CPU_FP16;
+#elif defined(_WIN32)
+    if (IsProcessorFeaturePresent(43)) f |= H3K_CPU_DOTPROD; /* PF_ARM_V82_DP_... */
+#endif
+#endif
+    return f;
+}
+
+const char *h3k_strerror(int code) {
+    switch (code) {
+    case H3K_OK: return "ok";
+    case H3K_EINVAL: return "invalid argument (a size, shape, kind or pointer is wrong)";
+    case H3K_ENOMEM: return "out of memory";
+    case H3K_EIO: return "the file could not be opened or read";
+    case H3K_ERANGE: return "offset or length lies outside the file or buffer";
+    case H3K_EUNSUPPORTED: return "not supported by this build or platform";
+    case H3K_END: return "no more data: every submitted range was delivered";
+    case H3K_ESELFTEST: return "the self-test found a wrong result";
+    default: return "unknown h3k status code";
+    }
+}
+
+/* ------------------------------------------------------------------ fp16 */
+
+uint16_t h3k_fp32_to_fp16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) /* inf stays inf, NaN stays a quiet NaN */
+        return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u | ((ax >> 13) & 0x3ffu) : 0));
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 rounds to inf */
+    uint32_t exp = ax >> 23;
+    if (exp < 113) { /* below 2^-14: a subnormal half, or zero */
+        if (exp < 102) return (uint16_t)sign;
+        uint32_t mant = (ax & 0x7fffffu) | 0x800000u, shift = 126 - exp;
+        uint32_t q = mant >> shift, rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (q & 1))) q++;
+        return (uint16_t)(sign | q);
+    }
+    uint32_t h = ((exp - 112) << 10) | ((ax >> 13) & 0x3ffu), rem = ax & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) h++; /* a carry moves into the exponent */
+    return (uint16_t)(sign | h);
+}
+
+float h3k_fp16_to_fp32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, x;
+    if (exp == 0x1f) {
+        x = sign | 0x7f800000u | (mant << 13);
+    } else if (exp) {
+        x = sign | ((exp + 112) << 23) | (mant << 13);
+    } else if (!mant) {
+        x = sign;
+    } else { /* subnormal half: normalise it */
+        exp = 113;
+        while (!(mant & 0x400u)) {
+            mant <<= 1;
+            exp--;
+        }
+        x = sign | (exp << 23) | ((mant & 0x3ffu) << 13);
+    }
+    float f;
+    memcpy(&f, &x, sizeof f);
+    return f;
+}
+
+static inline float block_scale(const uint8_t *blk) {
+    uint16_t h = (uint16_t)(blk[0] | (blk[1] << 8));
+#if defined(H3K_AVX2)
+    return _cvtsh_ss(h);
+#else
+    return h3k_fp16_to_fp32(h);
+#endif
+}
+
+static inline void put_scale(uint8_t *blk, float d) {
+    uint16_t h = h3k_fp32_to_fp16(d);
+    blk[0] = (uint8_t)(h & 0xff);
+    blk[1] = (uint8_t)(h >> 8);
+}
+
+/* --------------------------------------------------------- quantization */
+
+static size_t block_bytes(int kind) {
+    return kind == H3K_Q8_0 ? 2 + H3K_BLOCK : kind == H3K_Q4_0 ? 2 + H3K_BLOCK / 2 : 0;
+}
+
+size_t h3k_quant_bytes(int kind, size_t n) {
+    size_t bb = block_bytes(kind), out;
+    if (!bb || n % H3K_BLOCK) return 0;
+    return mul_ok(n / H3K_BLOCK, bb, &out) ? out : 0;
+}
+
+/* One Q8_0 block; the arithmetic mirrors ggml's reference step by step. */
+static void quantize_q8_block(const float *x, uint8_t *out) {
+    float amax = 0.0f;
+    for (int i = 0; i < H3K_BLOCK; i++) {
+        float a = fabsf(x[i]);
+        if (a > amax) amax = a;
+    }
+    float d = amax / 127.0f;
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    put_scale(out, d);
+    for (int i = 0; i < H3K_BLOCK; i++) {
+        float v = x[i] * id;
+        out[2 + i] = (uint8_t)(int8_t)roundf(v);
+    }
+}
+
+/* One Q4_0 block: the scale comes from the signed value of largest
+ * magnitude (the first one on ties), so that value maps to nibble 0. */
+static void quantize_q4_block(const float *x, uint8_t *out) {
+    float amax = 0.0f, m = 0.0f;
+    for (int i = 0; i < H3K_BLOCK; i++) {
+        if (fabsf(x[i]) > amax) {
+            amax = fabsf(x[i]);
+            m = x[i];
+        }
+    }
+    float d = m / -8.0f;
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    put_scale(out, d);
+    for (int j = 0; j < H3K_BLOCK / 2; j++) {
+        float a = x[j] * id, b = x[j + H3K_BLOCK / 2] * id;
+        a = a + 8.5f;
+        b = b + 8.5f;
+        int lo = (int)a, hi = (int)b;
+        lo = lo > 15 ? 15 : lo;
+        hi = hi > 15 ? 15 : hi;
+        out[2 + j] = (uint8_t)(lo | (hi << 4));
+    }
+}
+
+int h3k_quantize(int kind, const float *x, size_t n, void *out, size_t out_size) {
+    size_t need = h3k_quant_bytes(kind, n), bb = block_bytes(kind);
+    if (!x || !out || !need || out_size < need) return H3K_EINVAL;
+    uint8_t *o = (uint8_t *)out;
+    for (size_t b = 0; b < n / H3K_BLOCK; b++) {
+        if (kind == H3K_Q8_0)
+            quantize_q8_block(x + b * H3K_BLOCK, o + b * bb);
+        else
+            quantize_q4_block(x + b * H3K_BLOCK, o + b * bb);
+    }
+    return H3K_OK;
+}
+
+int h3k_dequantize(int kind, const void *q, size_t q_size, float *y, size_t n) {
+    size_t need = h3k_quant_bytes(kind, n), bb = block_bytes(kind);
+    if (!q || !y || !need || q_size < need) return H3K_EINVAL;
+    const uint8_t *in = (const uint8_t *)q;
+    for (size_t b = 0; b < n / H3K_BLOCK; b++) {
+        const uint8_t *blk = in + b * bb;
+        float d = block_scale(blk), *o = y + b * H3K_BLOCK;
+        if (kind == H3K_Q8_0) {
+            for (int i = 0; i < H3K_BLOCK; i++) o[i] = d * (float)(int8_t)blk[2 + i];
+        } else {
+            for (int j = 0; j < H3K_BLOCK / 2; j++) {
+                o[j] = d * (float)((blk[2 + j] & 0x0f) - 8);
+                o[j + H3K_BLOCK / 2] = d * (float)((blk[2 + j] >> 4) - 8);
+            }
+        }
+    }
+    return H3K_OK;
+}
+
+/* ------------------------------------------------------- dot products */
+
+/* Scalar reference: the per-block sum is scaled once, like the SIMD paths. */
+static float dot_scalar(int kind, const uint8_t *row, const float *x, size_t nb) {
+    float acc = 0.0f;
+    size_t bb = block_bytes(kind);
+    for (size_t b = 0; b < nb; b++, row += bb, x += H3K_BLOCK) {
+        float s = 0.0f;
+        if (kind == H3K_Q8_0) {
+            for (int i = 0; i < H3K_BLOCK; i++) s += (float)(int8_t)row[2 + i] * x[i];
+        } else {
+            for (int j = 0; j < H3K_BLOCK / 2; j++) {
+                s += (float)((row[2 + j] & 0x0f) - 8) * x[j];
+                s += (float)((row[2 + j] >> 4) - 8) * x[j + H3K_BLOCK / 2];
+            }
+        }
+        acc += block_scale(row) * s;
+    }
+    return acc;
+}
+
+#if defined(H3K_AVX2)
+static inline float hsum256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* 8 int8 lanes (low half of v) times 8 floats, added to acc. */
+static inline __m256 fma8(__m128i v, const float *x, __m256 acc) {
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)), _mm256_loadu_ps(x), acc);
+}
+
+static float dot_q8_avx2(const uint8_t *row, const float *x, size_t nb) {
+    __m256 acc = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; b++, row += 34, x += 32) {
+        __m128i q0 = _mm_loadu_si128((const __m128i *)(row + 2));
+        __m128i q1 = _mm_loadu_si128((const __m128i *)(row + 18));
+        __m256 s = fma8(q0, x, _mm256_setzero_ps());
+        s = fma8(_mm_srli_si128(q0, 8), x + 8, s);
+        s = fma8(q1, x + 16, s);
+        s = fma8(_mm_srli_si128(q1, 8), x + 24, s);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(block_scale(row)), s, acc);
+    }
+    return hsum256(acc);
+}
+
+static float dot_q4_avx2(const uint8_t *row, const float *x, size_t nb) {
+    const __m128i low4 = _mm_set1_epi8(0x0f), eight = _mm_set1_epi8(8);
+    __m256 acc = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; b++, row += 18, x += 32) {
+        __m128i raw = _mm_loadu_si128((const __m128i *)(row + 2));
+        __m128i lo = _mm_sub_epi8(_mm_and_si128(raw, low4), eight);
+        __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(raw, 4), low4), eight);
+        __m256 s = fma8(lo, x, _mm256_setzero_ps());
+        s = fma8(_mm_srli_si128(lo, 8), x + 8, s);
+        s = fma8(hi, x + 16, s);
+        s = fma8(_mm_srli_si128(hi, 8), x + 24, s);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(block_scale(row)), s, acc);
+    }
+    return hsum256(acc);
+}
+#endif
+
+#if defined(H3K_NEON)
+/* 16 int8 lanes times 16 floats, added to acc. */
+static inline float32x4_t fma16(int8x16_t q, const float *x, float32x4_t acc) {
+    int16x8_t l = vmovl_s8(vget_low_s8(q)), h = vmovl_s8(vget_high_s8(q));
+    acc = vfmaq_f32(acc, vcvtq_f32_s32(vmovl_s16(vget_low_s16(l))), vld1q_f32(x));
+    acc = vfmaq_f32(acc, vcvtq_f32_s32(vmovl_s16(vget_high_s16(l))), vld1q_f32(x + 4));
+    acc = vfmaq_f32(acc, vcvtq_f32_s32(vmovl_s16(vget_low_s16(h))), vld1q_f32(x + 8));
+    return vfmaq_f32(acc, vcvtq_f32_s32(vmovl_s16(vget_high_s16(h))), vld1q_f32(x + 12));
+}
+
+static float dot_neon(int kind, const uint8_t *row, const float *x, size_t nb) {
+    float32x4_t acc = vdupq_n_f32(0.0f);
+    size_t bb = block_bytes(kind);
+    for (size_t b = 0; b < nb; b++, row += bb, x += 32) {
+        int8x16_t q0, q1;
+        if (kind == H3K_Q8_0) {
+            q0 = vld1q_s8((const int8_t *)(row + 2));
+            q1 = vld1q_s8((const int8_t *)(row + 18));
+        } else {
+            uint8x16_t raw = vld1q_u8(row + 2);
+            q0 = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(raw, vdupq_n_u8(0x0f))), vdupq_n_s8(8));
+            q1 = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(raw, 4)), vdupq_n_s8(8));
+        }
+        float32x4_t s = fma16(q1, x + 16, fma16(q0, x, vdupq_n_f32(0.0f)));
+        acc = vfmaq_n_f32(acc, s, block_scale(row));
+    }
+    return vaddvq_f32(acc);
+}
+#endif
+
+static float dot_row(int kind, const uint8_t *row, const float *x, size_t nb) {
+#if defined(H3K_AVX2)
+    return kind == H3K_Q8_0 ? dot_q8_avx2(row, x, nb) : dot_q4_avx2(row, x, nb);
+#elif defined(H3K_NEON)
+    return dot_neon(kind, row, x, nb);
+#else
+    return dot_scalar(kind, row, x, nb);
+#endif
+}
+
+/* --------------------------------------------------- threaded products */
+
+typedef struct {
+    int kind, reference;
+    const uint8_t *w;
+    size_t row_bytes, cols, rows, row0, row1, batch;
+    const float *x;
+    float *y;
+} product_job;
+
+/* Rows row0..row1 of Y = X W^T; each weight row is read once for the whole batch. */
+static void product_rows(const product_job *j) {
+    size_t nb = j->cols / H3K_BLOCK;
+    for (size_t r = j->row0; r < j->row1; r++) {
+        const uint8_t *row = j->w + r * j->row_bytes;
+        for (size_t b = 0; b < j->batch; b++) {
+            const float *x = j->x + b * j->cols;
+            j->y[b * j->rows + r] = j->reference ? dot_scalar(j->kind, row, x, nb)
+                                                 : dot_row(j->kind, row, x, nb);
+        }
+    }
+}
+
+H3K_THREAD_FUNC(product_thread) {
+    product_rows((const product_job *)arg);
+    H3K_THREAD_END;
+}
+
+/* Check every size, then split the rows into one contiguous range per
+ * thread; the calling thread takes the first range. A thread that cannot
+ * start has its rows done inline, so a product never fails half-way. */
+static int product(int kind, const void *w, size_t w_size, size_t rows, size_t cols,
+                   const float *x, size_t x_n, size_t batch, float *y, size_t y_n,
+                   int threads, int reference) {
+    size_t row_bytes = h3k_quant_bytes(kind, cols), need_w, need_x, need_y;
+    if (!w || !x || !y || !row_bytes || !rows || !batch) return H3K_EINVAL;
+    if (!mul_ok(row_bytes, rows, &need_w) || !mul_ok(cols, batch, &need_x) ||
+        !mul_ok(rows, batch, &need_y))
+        return H3K_EINVAL;
+    if (w_size < need_w || x_n < need_x || y_n < need_y) return H3K_EINVAL;
+    int nt = threads > 0 ? threads : h3k_cpu_count();
+    if (nt > H3K_MAX_THREADS) nt = H3K_MAX_THREADS;
+    if ((size_t)nt > rows) nt = (int)rows;
+    product_job jobs[H3K_MAX_THREADS];
+    h3k_thread tids[H3K_MAX_THREADS];
+    int started[H3K_MAX_THREADS];
+    for (int t = 0; t < nt; t++) {
+        product_job j = {kind, reference, (const uint8_t *)w, row_bytes, cols, rows,
+                         rows * (size_t)t / (size_t)nt, rows * (size_t)(t + 1) / (size_t)nt,
+                         batch, x, y};
+        jobs[t] = j;
+    }
+    for (int t = 1; t < nt; t++) started[t] = thread_start(&tids[t], product_thread, &jobs[t]);
+    product_rows(&jobs[0]);
+    for (int t = 1; t < nt; t++) {
+        if (started[t])
+            thread_join(tids[t]);
+        else
+            product_rows(&jobs[t]);
+    }
+    return H3K_OK;
+}
+
+int h3k_matvec(int kind, const void *w, size_t w_size, size_t rows, size_t cols,
+               const float *x, size_t x_n, float *y, size_t y_n, int threads) {
+    return product(kind, w, w_size, rows, cols, x, x_n, 1, y, y_n, threads, 0);
+}
+
+int h3k_matmul(int kind, const void *w, size_t w_size, size_t rows, size_t cols,
+               const float *x, size_t x_n, size_t batch, float *y, size_t y_n, int threads) {
+    return product(kind, w, w_size, rows, cols, x, x_n, batch, y, y_n, threads, 0);
+}
+
+int h3k_matvec_reference(int kind, const void *w, size_t w_size, size_t rows, size_t cols,
+                         const float *x, size_t x_n, float *y, size_t y_n) {
+    return product(kind, w, w_size, rows, cols, x, x_n, 1, y, y_n, 1, 1);
+}
+
+/* ------------------------------------------------------------------ arena */
+
+struct h3k_arena {
+    h3k_mutex lock;
+    unsigned char *base;
+    size_t capacity, used, peak;
+    int locked;
+    char err[256];
+};
+
+/* Reserve and commit the whole region; writing one byte per page makes the
+ * OS back it now, so the cost is paid at start-up, not mid-inference. */
+static unsigned char *reserve_region(size_t cap) {
+#if defined(_WIN32)
+    return (unsigned char *)VirtualAlloc(NULL, cap, MEM_RESERVE | MEM_COMMIT, PAGE_READWRITE);
+#else
+    void *p = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANON, -1, 0);
+    return p == MAP_FAILED ? NULL : (unsigned char *)p;
+#endif
+}
+
+static void release_region(unsigned char *p, size_t cap) {
+#if defined(_WIN32)
+    (void)cap;
+    VirtualFree(p, 0, MEM_RELEASE);
+#else
+    munmap(p, cap);
+#endif
+}
+
+/* Try to pin the region; on refusal say why, and how to allow it. */
+static int lock_region(h3k_arena *a) {
+#if defined(_WIN32)
+    SIZE_T lo = 0, hi = 0;
+    HANDLE self = GetCurrentProcess();
+    if (GetProcessWorkingSetSize(self, &lo, &hi))
+        SetProcessWorkingSetSize(self, lo + a->capacity, hi + a->capacity);
+    if (VirtualLock(a->base, a->capacity)) return 1;
+    set_err(a->err, sizeof a->err,
+            "VirtualLock of %zu bytes was refused (error %lu); the region is reserved "
+            "and touched but Windows may page it out",
+            a->capacity, (unsigned long)GetLastError());
+    return 0;
+#else
+    if (mlock(a->base, a->capacity) == 0) return 1;
+    int e = errno;
+    struct rlimit rl;
+    unsigned long long lim = 0;
+    if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0) lim = (unsigned long long)rl.rlim_cur;
+    set_err(a->err, sizeof a->err,
+            "mlock of %zu bytes was refused (%s; RLIMIT_MEMLOCK is %llu bytes); the region "
+            "is reserved and touched but may be paged out. Raise 'ulimit -l' to lock it",
+            a->capacity, strerror(e), lim);
+    return 0;
+#endif
+}
+
+int h3k_arena_open(h3k_arena **out, size_t capacity, int flags) {
+    if (!out) return H3K_EINVAL;
+    *out = NULL;
+    size_t cap;
+    if (!capacity || !add_ok(capacity, H3K_PAGE - 1, &cap)) return H3K_EINVAL;
+    cap -= cap % H3K_PAGE;
+    h3k_arena *a = (h3k_arena *)H3K_CALLOC(1, sizeof *a);
+    if (!a) return H3K_ENOMEM;
+    a->base = reserve_region(cap);
+    if (!a->base) {
+        H3K_FREE(a);
+        return H3K_ENOMEM;
+    }
+    a->capacity = cap;
+    for (size_t off = 0; off < cap; off += H3K_PAGE) ((volatile unsigned char *)a->base)[off] = 0;
+    if (flags & H3K_ARENA_LOCK) a->locked = lock_region(a);
+    mutex_init(&a->lock);
+    *out = a;
+    return H3K_OK;
+}
+
+void h3k_arena_close(h3k_arena *a) {
+    if (!a) return;
+#if !defined(_WIN32)
+    if (a->locked) munlock(a->base, a->capacity);
+#endif
+    release_region(a->base, a->capacity);
+    mutex_destroy(&a->lock);
+    H3K_FREE(a);
+}
+
+/* Bump allocation; align must be a power of two (0 means 64, a cache line). */
+void *h3k_arena_alloc(h3k_arena *a, size_t size, size_t align) {
+    if (!a) return NULL;
+    if (!align) align = 64;
+    mutex_lock(&a->lock);
+    void *p = NULL;
+    if (align & (align - 1)) {
+        set_err(a->err, sizeof a->err, "alignment %zu is not a power of two", align);
+    } else {
+        uintptr_t start = (uintptr_t)a->base + a->used;
+        uintptr_t aligned = (start + (align - 1)) & ~(uintptr_t)(align - 1);
+        size_t off = (size_t)(aligned - (uintptr_t)a->base), end;
+        if (aligned < start || !add_ok(off, size, &end) || end > a->capacity) {
+            set_err(a->err, sizeof a->err,
+                    "arena full: asked for %zu bytes aligned to %zu with %zu of %zu bytes used",
+                    size, align, a->used, a->capacity);
+        } else {
+            p = a->base + off;
+            a->used = end;
+            if (end > a->peak) a->peak = end;
+        }
+    }
+    mutex_unlock(&a->lock);
+    return p;
+}
+
+void h3k_arena_reset(h3k_arena *a) {
+    if (!a) return;
+    mutex_lock(&a->lock);
+    a->used = 0;
+    mutex_unlock(&a->lock);
+}
+
+/* Read one size_t field under the handle's lock. */
+static size_t arena_field(h3k_arena *a, const size_t *field) {
+    mutex_lock(&a->lock);
+    size_t v = *field;
+    mutex_unlock(&a->lock);
+    return v;
+}
+
+size_t h3k_arena_capacity(h3k_arena *a) { return a ? a->capacity : 0; }
+size_t h3k_arena_used(h3k_arena *a) { return a ? arena_field(a, &a->used) : 0; }
+size_t h3k_arena_peak(h3k_arena *a) { return a ? arena_field(a, &a->peak) : 0; }
+int h3k_arena_locked(h3k_arena *a) { return a ? a->locked : 0; }
+const char *h3k_arena_last_error(h3k_arena *a) { return a ? a->err : "no arena"; }
+
+/* ---------------------------------------------------------- file access */
+
+#if defined(_WIN32)
+typedef HANDLE h3k_file;
+#define H3K_NO_FILE INVALID_HANDLE_VALUE
+#else
+typedef int h3k_file;
+#define H3K_NO_FILE (-1)
+#endif
+
+/* Open read-only and report the size; paths are UTF-8 everywhere. */
+static int file_open(const char *path, h3k_file *f, uint64_t *size, char *err, size_t cap) {
+#if defined(_WIN32)
+    wchar_t wpath[4096];
+    if (!MultiByteToWideChar(CP_UTF8, 0, path, -1, wpath, 4096)) {
+        set_err(err, cap, "path is not valid UTF-8 or longer than 4095 characters: %s", path);
+        return H3K_EINVAL;
+    }
+    *f = CreateFileW(wpath, GENERIC_READ, FILE_SHARE_READ, NULL, OPEN_EXISTING,
+                     FILE_FLAG_SEQUENTIAL_SCAN, NULL);
+    LARGE_INTEGER sz;
+    if (*f == INVALID_HANDLE_VALUE || !GetFileSizeEx(*f, &sz)) {
+        set_err(err, cap, "cannot open %s (error %lu)", path, (unsigned long)GetLastError());
+        if (*f != INVALID_HANDLE_VALUE) CloseHandle(*f);
+        return H3K_EIO;
+    }
+    *size = (uint64_t)sz.QuadPart;
+#else
+    struct stat st;
+    *f = open(path, O_RDONLY | O_CLOEXEC);
+    if (*f < 0 || fstat(*f, &st) != 0 || !S_ISREG(st.st_mode)) {
+        set_err(err, cap, "cannot open %s: %s", path, *f < 0 ? strerror(errno) : "not a regular file");
+        if (*f >= 0) close(*f);
+        return H3K_EIO;
+    }
+    *size = (uint64_t)st.st_size;
+#endif
+    return H3K_OK;
+}
+
+static void file_close(h3k_file f) {
+#if defined(_WIN32)
+    CloseHandle(f);
+#else
+    close(f);
+#endif
+}
+
+/* Read exactly len bytes at off; a file that ends early is an error. */
+static int file_read_at(h3k_file f, void *buf, size_t len, uint64_t off, char *err, size_t cap) {
+    unsigned char *p = (unsigned char *)buf;
+    while (len) {
+#if defined(_WIN32)
+        DWORD want = len > (1u << 30) ? (1u << 30) : (DWORD)len, got = 0;
+        OVERLAPPED ov;
+        memset(&ov, 0, sizeof ov);
+        ov.Offset = (DWORD)(off & 0xffffffffu);
+        ov.OffsetHigh = (DWORD)(off >> 32);
+        if (!ReadFile(f, p, want, &got, &ov) && GetLastError() != ERROR_HANDLE_EOF) {
+            set_err(err, cap, "read failed at offset %llu (error %lu)", (unsigned long long)off,
+                    (unsigned long)GetLastError());
+            return H3K_EIO;
+        }
+        size_t n = got;
+#else
+        size_t want = len > ((size_t)1 << 30) ? ((size_t)1 << 30) : len;
+        ssize_t n = pread(f, p, want, (off_t)off);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            set_err(err, cap, "read failed at offset %llu: %s", (unsigned long long)off, strerror(errno));
+            return H3K_EIO;
+        }
+#endif
+        if (n == 0) {
+            set_err(err, cap, "the file ended at offset %llu, before the requested range did",
+                    (unsigned long long)off);
+            return H3K_ERANGE;
+        }
+        p += n;
+        len -= (size_t)n;
+        off += (uint64_t)n;
+    }
+    return H3K_OK;
+}
+
+/* --------------------------------------------------------------- streamer */
+
+enum { SLOT_FREE, SLOT_READING, SLOT_FILLED, SLOT_HELD };
+
+typedef struct {
+    unsigned char *buf;
+    size_t len;
+    uint64_t off;
+    int state, status;
+    char err[200];
+} stream_slot;
+
+typedef struct {
+    uint64_t off, len;
+} stream_range;
+
+struct h3k_streamer {
+    h3k_mutex lock;
+    h3k_cond changed; /* any slot or queue state change */
+    h3k_thread thread;
+    h3k_file file;
+    uint64_t file_size;
+    size_t read_size;
+    int depth, stop, holding;
+    stream_slot *slots;
+    size_t fill, take;          /* next slot to fill / to hand out */
+    stream_range *queue;        /* pending ranges, a circular buffer */
+    size_t q_cap, q_head, q_count;
+    uint64_t submitted, delivered; /* in chunks */
+    uint64_t bytes_read;
+    double wait_s, read_s;
+    char err[256];
+    char path[512];
+};
+
+/* Read size and ring depth from the plan: a shard is read in about 16
+ * pieces (1..64 MiB) so the first piece arrives fast; the ring holds at most
+ * preload_bytes but always 2 buffers (reading must overlap use) and at most
+ * 8 (one disk gains nothing from more). */
+int h3k_streamer_plan(uint64_t shard_size_bytes, uint64_t preload_bytes, size_t *read_size,
+                      int *depth) {
+    if (!read_size || !depth) return H3K_EINVAL;
+    const uint64_t mib = 1u << 20;
+    uint64_t rs = shard_size_bytes / 16;
+    rs = rs < mib ? mib : rs > 64 * mib ? 64 * mib : rs;
+    rs -= rs % mib;
+    if (preload_bytes && preload_bytes / 2 < rs) rs = preload_bytes / 2 < mib ? mib : preload_bytes / 2;
+    rs -= rs % mib;
+    uint64_t d = preload_bytes ? preload_bytes / rs : 2;
+    d = d < 2 ? 2 : d > 8 ? 8 : d;
+    *read_size = (size_t)rs;
+    *depth = (int)d;
+    return H3K_OK;
+}
+
+H3K_THREAD_FUNC(streamer_thread) {
+    h3k_streamer *s = (h3k_streamer *)arg;
+    mutex_lock(&s->lock);
+    for (;;) {
+        while (!s->stop && (s->q_count == 0 || s->slots[s->fill].state != SLOT_FREE))
+            cond_wait(&s->changed, &s->lock);
+        if (s->stop) break;
+        stream_range *r = &s->queue[s->q_head];
+        size_t len = r->len < s->read_size ? (size_t)r->len : s->read_size;
+        uint64_t off = r->off;
+        r->off += len;
+        r->len -= len;
+        if (r->len == 0) {
+            s->q_head = (s->q_head + 1) % s->q_cap;
+            s->q_count--;
+        }
+        stream_slot *slot = &s->slots[s->fill];
+        slot->state = SLOT_READING;
+        mutex_unlock(&s->lock);
+        double t0 = now_seconds();
+        int st = file_read_at(s->file, slot->buf, len, off, slot->err, sizeof slot->err);
+        double t1 = now_seconds();
+        mutex_lock(&s->lock);
+        slot->len = len;
+        slot->off = off;
+        slot->status = st;
+        slot->state = SLOT_FILLED;
+        s->read_s += t1 - t0;
+        if (st == H3K_OK) s->bytes_read += len;
+        s->fill = (s->fill + 1) % (size_t)s->depth;
+        cond_broadcast(&s->changed);
+    }
+    mutex_unlock(&s->lock);
+    H3K_THREAD_END;
+}
+
+static void streamer_free(h3k_streamer *s) {
+    if (s->slots) {
+        for (int i = 0; i < s->depth; i++) H3K_ALIGNED_FREE(s->slots[i].buf);
+        H3K_FREE(s->slots);
+    }
+    H3K_FREE(s->queue);
+    if (s->file != H3K_NO_FILE) file_close(s->file);
+    H3K_FREE(s);
+}
+
+int h3k_streamer_open(h3k_streamer **out, const char *path, size_t read_size, int depth) {
+    if (!out) return H3K_EINVAL;
+    *out = NULL;
+    if (!path || read_size == 0 || read_size > ((size_t)1 << 31) || depth < 1 || depth > 64)
+        return H3K_EINVAL;
+    h3k_streamer *s = (h3k_streamer *)H3K_CALLOC(1, sizeof *s);
+    if (!s) return H3K_ENOMEM;
+    s->file = H3K_NO_FILE;
+    s->depth = depth;
+    s->read_size = read_size;
+    snprintf(s->path, sizeof s->path, "%s", path);
+    int st = file_open(path, &s->file, &s->file_size, s->err, sizeof s->err);
+    if (st != H3K_OK) {
+        s->file = H3K_NO_FILE;
+        streamer_free(s);
+        return st;
+    }
+    s->slots = (stream_slot *)H3K_CALLOC((size_t)depth, sizeof *s->slots);
+    s->q_cap = 16;
+    s->queue = (stream_range *)H3K_CALLOC(s->q_cap, sizeof *s->queue);
+    int ok = s->slots && s->queue;
+    for (int i = 0; ok && i < depth; i++) {
+        s->slots[i].buf = (unsigned char *)H3K_ALIGNED_ALLOC(H3K_PAGE, read_size);
+        ok = s->slots[i].buf != NULL;
+    }
+    if (!ok) {
+        streamer_free(s);
+        return H3K_ENOMEM;
+    }
+    mutex_init(&s->lock);
+    cond_init(&s->changed);
+    if (!thread_start(&s->thread, streamer_thread, s)) {
+        mutex_destroy(&s->lock);
+        cond_destroy(&s->changed);
+        streamer_free(s);
+        return H3K_ENOMEM;
+    }
+    *out = s;
+    return H3K_OK;
+}
+
+void h3k_streamer_close(h3k_streamer *s) {
+    if (!s) return;
+    mutex_lock(&s->lock);
+    s->stop = 1;
+    cond_broadcast(&s->changed);
+    mutex_unlock(&s->lock);
+    thread_join(s->thread);
+    mutex_destroy(&s->lock);
+    cond_destroy(&s->changed);
+    streamer_free(s);
+}
+
+uint64_t h3k_streamer_file_size(h3k_streamer *s) { return s ? s->file_size : 0; }
+
+/* Grow the circular range queue, keeping its order (lock held). */
+static int queue_grow(h3k_streamer *s) {
+    size_t cap, bytes;
+    if (!mul_ok(s->q_cap, 2, &cap) || !mul_ok(cap, sizeof(stream_range), &bytes)) return 0;
+    stream_range *q = (stream_range *)H3K_MALLOC(bytes);
+    if (!q) return 0;
+    for (size_t i = 0; i < s->q_count; i++) q[i] = s->queue[(s->q_head + i) % s->q_cap];
+    H3K_FREE(s->queue);
+    s->queue = q;
+    s->q_cap = cap;
+    s->q_head = 0;
+    return 1;
+}
+
+/* Queue [offset, offset+length) for reading; a range that does not lie
+ * inside the file is refused here, before any thread touches it. */
+int h3k_streamer_submit(h3k_streamer *s, uint64_t offset, uint64_t length) {
+    if (!s) return H3K_EINVAL;
+    mutex_lock(&s->lock);
+    int st = H3K_OK;
+    if (offset > s->file_size || length > s->file_size - offset) {
+        set_err(s->err, sizeof s->err,
+                "range at offset %llu of %llu bytes ends past the end of %s (%llu bytes)",
+                (unsigned long long)offset, (unsigned long long)length, s->path,
+                (unsigned long long)s->file_size);
+        st = H3K_ERANGE;
+    } else if (length && s->q_count == s->q_cap && !queue_grow(s)) {
+        set_err(s->err, sizeof s->err, "out of memory queueing a range");
+        st = H3K_ENOMEM;
+    } else if (length) {
+        stream_range r = {offset, length};
+        s->queue[(s->q_head + s->q_count) % s->q_cap] = r;
+        s->q_count++;
+        s->submitted += (length + s->read_size - 1) / s->read_size;
+        cond_broadcast(&s->changed);
+    }
+    mutex_unlock(&s->lock);
+    return st;
+}
+
+int h3k_streamer_next(h3k_streamer *s, const void **data, size_t *length, uint64_t *offset) {
+    if (!s || !data || !length || !offset) return H3K_EINVAL;
+    mutex_lock(&s->lock);
+    if (s->holding) { /* hand the previous chunk's buffer back to the reader */
+        s->slots[s->take].state = SLOT_FREE;
+        s->take = (s->take + 1) % (size_t)s->depth;
+        s->holding = 0;
+        cond_broadcast(&s->changed);
+    }
+    if (s->delivered == s->submitted) {
+        mutex_unlock(&s->lock);
+        return H3K_END;
+    }
+    stream_slot *slot = &s->slots[s->take];
+    if (slot->state != SLOT_FILLED) {
+        double t0 = now_seconds();
+        while (slot->state != SLOT_FILLED) cond_wait(&s->changed, &s->lock);
+        s->wait_s += now_seconds() - t0;
+    }
+    s->delivered++;
+    int st = slot->status;
+    if (st != H3K_OK) {
+        set_err(s->err, sizeof s->err, "%s: %s", s->path, slot->err);
+        slot->state = SLOT_FREE;
+        s->take = (s->take + 1) % (size_t)s->depth;
+        cond_broadcast(&s->changed);
+    } else {
+        slot->state = SLOT_HELD;
+        s->holding = 1;
+        *data = slot->buf;
+        *length = slot->len;
+        *offset = slot->off;
+    }
+    mutex_unlock(&s->lock);
+    return st;
+}
+
+void h3k_streamer_stats(h3k_streamer *s, uint64_t *bytes_read, double *wait_seconds,
+                        double *read_seconds, uint64_t *chunks) {
+    if (!s) return;
+    mutex_lock(&s->lock);
+    if (bytes_read) *bytes_read = s->bytes_read;
+    if (wait_seconds) *wait_seconds = s->wait_s;
+    if (read_seconds) *read_seconds = s->read_s;
+    if (chunks) *chunks = s->delivered;
+    mutex_unlock(&s->lock);
+}
+
+const char *h3k_streamer_last_error(h3k_streamer *s) { return s ? s->err : "no streamer"; }
+
+/* ------------------------------------------------------------------ tiles */
+
+/* Tile origins along one axis: step tile-overlap, the last tile flush with
+ * the end, so every tile is full size and every pixel is covered. */
+int h3k_tile_starts(size_t dim, size_t tile, size_t overlap, size_t *starts, size_t max_starts,
+                    size_t *count) {
+    if (!count || !dim || !tile || overlap >= tile) return H3K_EINVAL;
+    size_t n = 1, stride = tile - overlap;
+    if (dim > tile) n = (dim - tile + stride - 1) / stride + 1;
+    *count = n;
+    if (!starts) return H3K_OK; /* a query for the count only */
+    if (max_starts < n) return H3K_EINVAL;
+    for (size_t i = 0; i < n; i++) starts[i] = dim <= tile ? 0 : i + 1 == n ? dim - tile : i * stride;
+    return H3K_OK;
+}
+
+/* Checks shared by extract and accumulate: the image and tile sizes. */
+static int tile_args_ok(size_t c, size_t h, size_t w, size_t y0, size_t x0, size_t th, size_t tw,
+                        size_t *tile_n) {
+    size_t plane, end_y, end_x;
+    if (!c || !h || !w || !th || !tw || !mul_ok(h, w, &plane) || !mul_ok(plane, c, &plane))
+        return 0;
+    if (!add_ok(y0, th, &end_y) || !add_ok(x0, tw, &end_x) || end_y > h || end_x > w) return 0;
+    return mul_ok(th, tw, tile_n) && mul_ok(*tile_n, c, tile_n);
+}
+
+int h3k_tile_extract(const float *img, size_t c, size_t h, size_t w, size_t y0, size_t x0,
+                     size_t th, size_t tw, float *tile, size_t tile_n) {
+    size_t need;
+    if (!img || !tile || !tile_args_ok(c, h, w, y0, x0, th, tw, &need) || tile_n < need)
+        return H3K_EINVAL;
+    for (size_t ch = 0; ch < c; ch++)
+        for (size_t y = 0; y < th; y++)
+            memcpy(tile + (ch * th + y) * tw, img + (ch * h + y0 + y) * w + x0, tw * sizeof(float));
+    return H3K_OK;
+}
+
+/* Weight of position i in a tile of length len along one axis: a linear
+ * ramp over `overlap` positions on each side that borders another tile,
+ * never zero, 1 in the middle and at the image border. */
+static float ramp(size_t i, size_t len, size_t overlap, int open_before, int open_after) {
+    float wgt = 1.0f, step = 1.0f / (float)(overlap + 1);
+    if (open_before && i < overlap) wgt = (float)(i + 1) * step;
+    if (open_after && len - i <= overlap) {
+        float v = (float)(len - i) * step;
+        if (v < wgt) wgt = v;
+    }
+    return wgt;
+}
+
+int h3k_tile_accumulate(float *acc, float *weight, size_t c, size_t h, size_t w, const float *tile,
+                        size_t y0, size_t x0, size_t th, size_t tw, size_t overlap) {
+    size_t need;
+    if (!acc || !weight || !tile || !tile_args_ok(c, h, w, y0, x0, th, tw, &need)) return H3K_EINVAL;
+    for (size_t y = 0; y < th; y++) {
+        float wy = ramp(y, th, overlap, y0 > 0, y0 + th < h);
+        for (size_t x = 0; x < tw; x++) {
+            float wgt = wy * ramp(x, tw, overlap, x0 > 0, x0 + tw < w);
+            weight[(y0 + y) * w + x0 + x] += wgt;
+            for (size_t ch = 0; ch < c; ch++)
+                acc[(ch * h + y0 + y) * w + x0 + x] += wgt * tile[(ch * th + y) * tw + x];
+        }
+    }
+    return H3K_OK;
+}
+
+/* Divide the accumulated sum by the accumulated weight (one plane of
+ * weights shared by all channels). Pixels no tile covered stay 0. */
+int h3k_tile_finish(float *acc, const float *weight, size_t c, size_t h, size_t w) {
+    size_t plane, total;
+    if (!acc || !weight || !mul_ok(h, w, &plane) || !mul_ok(plane, c, &total)) return H3K_EINVAL;
+    for (size_t i = 0; i < total; i++) {
+        float wgt = weight[i % plane];
+        acc[i] = wgt > 0.0f ? acc[i] / wgt : 0.0f;
+    }
+    return H3K_OK;
+}
+
+/* -------------------------------------------------------------- self-test */
+
+typedef struct {
+    int checks;
+    char *msg;
+    size_t cap;
+    int failed;
+} selftest_state;
+
+static void H3K_PRINTF(3, 4) check(selftest_state *t, int ok, const char *fmt, ...) {
+    t->checks++;
+    if (ok || t->failed) return;
+    t->failed = 1;
+    if (t->msg && t->cap) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(t->msg, t->cap, fmt, ap);
+        va_end(ap);
+    }
+}
+
+/* xorshift32 in [-1, 1): local state, so the test stays reentrant. */
+static float next_rand(uint32_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 17;
+    *s ^= *s << 5;
+    return (float)(*s >> 8) / 8388608.0f - 1.0f;
+}
+
+static void selftest_fp16(selftest_state *t) {
+    static const struct { float f; uint16_t h; } cases[] = {
+        {1.0f, 0x3c00}, {-2.0f, 0xc000}, {65504.0f, 0x7bff}, {65520.0f, 0x7c00},
+        {0.1f, 0x2e66}, {5.9604644775390625e-08f, 0x0001}, {2.98023223876953125e-08f, 0x0000},
+        {4.5e-08f, 0x0001}, {0.0f, 0x0000}, {6.103515625e-05f, 0x0400}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint16_t h = h3k_fp32_to_fp16(cases[i].f);
+        check(t, h == cases[i].h, "fp16 of %g is 0x%04x, expected 0x%04x", (double)cases[i].f,
+              h, cases[i].h);
+        if (cases[i].h != 0x7c00)
+            check(t, h3k_fp16_to_fp32(h) == h3k_fp16_to_fp32(cases[i].h), "fp16 round trip of %g",
+                  (double)cases[i].f);
+    }
+}
+
+/* Known bytes of two hand-computed blocks, then round-trip error bounds. */
+static void selftest_quant(selftest_state *t) {
+    float x[64] = {0};
+    uint8_t q[68];
+    x[0] = 127.0f;
+    h3k_quantize(H3K_Q8_0, x, 32, q, sizeof q);
+    check(t, q[0] == 0x00 && q[1] == 0x3c && q[2] == 127 && q[3] == 0, "q8_0 known block");
+    x[0] = -8.0f;
+    h3k_quantize(H3K_Q4_0, x, 32, q, sizeof q);
+    check(t, q[0] == 0x00 && q[1] == 0x3c && q[2] == 0x80 && q[3] == 0x88, "q4_0 known block");
+    uint32_t seed = 12345;
+    for (int i = 0; i < 64; i++) x[i] = next_rand(&seed) * 3.0f;
+    float y[64];
+    int kinds[2] = {H3K_Q8_0, H3K_Q4_0};
+    for (int k = 0; k < 2; k++) {
+        int st = h3k_quantize(kinds[k], x, 64, q, sizeof q);
+        st |= h3k_dequantize(kinds[k], q, sizeof q, y, 64);
+        float worst = 0.0f;
+        for (int i = 0; i < 64; i++) worst = fabsf(y[i] - x[i]) > worst ? fabsf(y[i] - x[i]) : worst;
+        /* amax is at most 3: q8 error <= d/2 = 3/254, q4 error <= d = 3/8 (plus fp16 slack) */
+        float bound = kinds[k] == H3K_Q8_0 ? 0.0125f : 0.4f;
+        check(t, st == H3K_OK && worst <= bound, "kind %d round trip error %g > %g", kinds[k],
+              (double)worst, (double)bound);
+    }
+    check(t, h3k_quantize(H3K_Q8_0, x, 33, q, sizeof q) == H3K_EINVAL, "n %% 32 != 0 refused");
+    check(t, h3k_quantize(H3K_Q8_0, x, 64, q, 67) == H3K_EINVAL, "short output refused");
+}
+
+/* The build's kernels against the scalar reference, threads against one. */
+static void selftest_products(selftest_state *t) {
+    enum { R = 37, C = 96, B = 3 };
+    float w[R * C], x[B * C], y_ref[R], y[R], y_mt[R], y_mm[B * R];
+    uint8_t q[R * C / 32 * 34];
+    uint32_t seed = 777;
+    for (int i = 0; i < R * C; i++) w[i] = next_rand(&seed);
+    for (int i = 0; i < B * C; i++) x[i] = next_rand(&seed);
+    int kinds[2] = {H3K_Q8_0, H3K_Q4_0};
+    for (int k = 0; k < 2; k++) {
+        size_t qb = h3k_quant_bytes(kinds[k], R * C);
+        int st = h3k_quantize(kinds[k], w, R * C, q, sizeof q);
+        st |= h3k_matvec_reference(kinds[k], q, qb, R, C, x, C, y_ref, R);
+        st |= h3k_matvec(kinds[k], q, qb, R, C, x, C, y, R, 1);
+        st |= h3k_matvec(kinds[k], q, qb, R, C, x, C, y_mt, R, 3);
+        st |= h3k_matmul(kinds[k], q, qb, R, C, x, B * C, B, y_mm, B * R, 2);
+        float worst = 0.0f;
+        int same = 1;
+        for (int r = 0; r < R; r++) {
+            float e = fabsf(y[r] - y_ref[r]) / (1.0f + fabsf(y_ref[r]));
+            worst = e > worst ? e : worst;
+            same &= y[r] == y_mt[r] && y[r] == y_mm[r];
+        }
+        check(t, st == H3K_OK, "kind %d product status %d", kinds[k], st);
+        check(t, worst < 1e-4f, "kind %d %s kernel differs from scalar by %g", kinds[k],
+              h3k_variant(), (double)worst);
+        check(t, same, "kind %d threaded or batched result differs from one thread", kinds[k]);
+    }
+    check(t, h3k_matvec(H3K_Q8_0, q, 10, R, C, x, C, y, R, 1) == H3K_EINVAL, "short weights refused");
+}
+
+static void selftest_arena(selftest_state *t) {
+    h3k_arena *a = NULL;
+    int st = h3k_arena_open(&a, 1 << 20, 0);
+    check(t, st == H3K_OK && a, "arena open: %s", h3k_strerror(st));
+    if (!a) return;
+    unsigned char *p1 = (unsigned char *)h3k_arena_alloc(a, 100, 64);
+    unsigned char *p2 = (unsigned char *)h3k_arena_alloc(a, 100, 4096);
+    check(t, p1 && p2 && ((uintptr_t)p1 % 64) == 0 && ((uintptr_t)p2 % 4096) == 0,
+          "arena alignment");
+    check(t, h3k_arena_alloc(a, 2 << 20, 64) == NULL && h3k_arena_last_error(a)[0],
+          "arena overflow refused with a message");
+    size_t peak = h3k_arena_peak(a);
+    h3k_arena_reset(a);
+    check(t, h3k_arena_used(a) == 0 && h3k_arena_peak(a) == peak && peak >= 4196, "arena stats");
+    h3k_arena_close(a);
+}
+
+static void selftest_tiles(selftest_state *t) {
+    enum { CH = 2, H = 19, W = 23, T = 8, O = 3 };
+    float img[CH * H * W], acc[CH * H * W] = {0}, wgt[H * W] = {0}, tile[CH * T * T];
+    uint32_t seed = 99;
+    for (int i = 0; i < CH * H * W; i++) img[i] = next_rand(&seed);
+    size_t ys[16], xs[16], ny = 0, nx = 0;
+    int st = h3k_tile_starts(H, T, O, ys, 16, &ny) | h3k_tile_starts(W, T, O, xs, 16, &nx);
+    for (size_t i = 0; i < ny; i++)
+        for (size_t j = 0; j < nx; j++) {
+            st |= h3k_tile_extract(img, CH, H, W, ys[i], xs[j], T, T, tile, sizeof tile / 4);
+            st |= h3k_tile_accumulate(acc, wgt, CH, H, W, tile, ys[i], xs[j], T, T, O);
+        }
+    st |= h3k_tile_finish(acc, wgt, CH, H, W);
+    float worst = 0.0f;
+    for (int i = 0; i < CH * H * W; i++) worst = fabsf(acc[i] - img[i]) > worst ? fabsf(acc[i] - img[i]) : worst;
+    check(t, st == H3K_OK && worst < 1e-5f, "tile split and blend changed the image by %g",
+          (double)worst);
+}
+
+int h3k_selftest(int *checks, char *msg, size_t msg_size) {
+    selftest_state t = {0, msg, msg_size, 0};
+    if (msg && msg_size) msg[0] = '\0';
+    unsigned need = h3k_build_features(), have = h3k_cpu_features();
+    check(&t, (need & have) == need, "this CPU lacks features the %s build needs", h3k_variant());
+    if (!t.failed) {
+        selftest_fp16(&t);
+        selftest_quant(&t);
+        selftest_products(&t);
+        selftest_arena(&t);
+        selftest_tiles(&t);
+    }
+    if (checks) *checks = t.checks;
+    return t.failed ? H3K_ESELFTEST : H3K_OK;
+}

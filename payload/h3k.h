@@ -1,0 +1,129 @@
+/* h3k.h -- public API of the h3kit native library (see h3k.c for the design).
+ *
+ * Every function that can fail returns an h3k status code (0 = H3K_OK);
+ * h3k_strerror() turns a code into a sentence. Handles (arena, streamer)
+ * also keep the text of their own last error, read with *_last_error().
+ * All sizes are in bytes unless a name says otherwise (n = element count). */
+#ifndef H3K_H
+#define H3K_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define H3K_API __declspec(dllexport)
+#else
+#define H3K_API __attribute__((visibility("default")))
+#endif
+
+#define H3K_VERSION "0.1.0"
+#define H3K_ABI 1
+
+/* Status codes. */
+#define H3K_OK 0
+#define H3K_EINVAL 1      /* bad argument: size, shape, kind, NULL pointer */
+#define H3K_ENOMEM 2      /* allocation or reservation failed */
+#define H3K_EIO 3         /* file could not be opened or read */
+#define H3K_ERANGE 4      /* offset/length outside the file or buffer */
+#define H3K_EUNSUPPORTED 5 /* not available on this platform / build */
+#define H3K_END 6         /* streamer: every submitted range was delivered */
+#define H3K_ESELFTEST 7   /* the self-test found a wrong result */
+
+/* Quantization kinds: the ggml type ids, so files and code agree. */
+#define H3K_Q4_0 2
+#define H3K_Q8_0 8
+#define H3K_BLOCK 32 /* values per block for both kinds */
+
+/* CPU features seen at run time (bit mask). */
+#define H3K_CPU_SSE2 (1u << 0)
+#define H3K_CPU_AVX (1u << 1)
+#define H3K_CPU_AVX2 (1u << 2)
+#define H3K_CPU_FMA (1u << 3)
+#define H3K_CPU_F16C (1u << 4)
+#define H3K_CPU_AVX512F (1u << 5)
+#define H3K_CPU_NEON (1u << 6)
+#define H3K_CPU_DOTPROD (1u << 7)
+#define H3K_CPU_FP16 (1u << 8)
+
+/* Arena flags. */
+#define H3K_ARENA_LOCK 1 /* try to lock the region in RAM (mlock/VirtualLock) */
+
+H3K_API const char *h3k_version(void);
+H3K_API int h3k_abi(void);
+H3K_API const char *h3k_variant(void);      /* "baseline", "x86-64-v3", "arm64-dotprod" */
+H3K_API unsigned h3k_build_features(void);  /* features the build requires */
+H3K_API unsigned h3k_cpu_features(void);    /* features this CPU has */
+H3K_API int h3k_cpu_count(void);
+H3K_API const char *h3k_strerror(int code);
+
+/* fp16 helpers (IEEE binary16, round to nearest even, like numpy). */
+H3K_API uint16_t h3k_fp32_to_fp16(float f);
+H3K_API float h3k_fp16_to_fp32(uint16_t h);
+
+/* Quant kernels. n and cols must be multiples of H3K_BLOCK. */
+H3K_API size_t h3k_quant_bytes(int kind, size_t n); /* 0 when kind/n invalid */
+H3K_API int h3k_quantize(int kind, const float *x, size_t n, void *out, size_t out_size);
+H3K_API int h3k_dequantize(int kind, const void *q, size_t q_size, float *y, size_t n);
+/* y[rows] = W x; W is rows x cols, row-major, quantized by rows. threads 0 = all cores. */
+H3K_API int h3k_matvec(int kind, const void *w, size_t w_size, size_t rows, size_t cols,
+                       const float *x, size_t x_n, float *y, size_t y_n, int threads);
+/* Y[batch][rows] = X[batch][cols] W^T (each row of X is one activation vector). */
+H3K_API int h3k_matmul(int kind, const void *w, size_t w_size, size_t rows, size_t cols,
+                       const float *x, size_t x_n, size_t batch, float *y, size_t y_n,
+                       int threads);
+/* The portable scalar kernel, so tests can compare the SIMD path with it. */
+H3K_API int h3k_matvec_reference(int kind, const void *w, size_t w_size, size_t rows,
+                                 size_t cols, const float *x, size_t x_n, float *y,
+                                 size_t y_n);
+
+/* Arena: one region reserved up front, bump allocation inside it. */
+typedef struct h3k_arena h3k_arena;
+H3K_API int h3k_arena_open(h3k_arena **out, size_t capacity, int flags);
+H3K_API void h3k_arena_close(h3k_arena *a);
+H3K_API void *h3k_arena_alloc(h3k_arena *a, size_t size, size_t align);
+H3K_API void h3k_arena_reset(h3k_arena *a);
+H3K_API size_t h3k_arena_capacity(h3k_arena *a);
+H3K_API size_t h3k_arena_used(h3k_arena *a);
+H3K_API size_t h3k_arena_peak(h3k_arena *a);
+H3K_API int h3k_arena_locked(h3k_arena *a);  /* 1 when locked in RAM */
+H3K_API const char *h3k_arena_last_error(h3k_arena *a);
+
+/* Block streamer: ranges of a file read ahead into a ring of buffers. */
+typedef struct h3k_streamer h3k_streamer;
+H3K_API int h3k_streamer_plan(uint64_t shard_size_bytes, uint64_t preload_bytes,
+                              size_t *read_size, int *depth);
+H3K_API int h3k_streamer_open(h3k_streamer **out, const char *path, size_t read_size,
+                              int depth);
+H3K_API void h3k_streamer_close(h3k_streamer *s);
+H3K_API uint64_t h3k_streamer_file_size(h3k_streamer *s);
+H3K_API int h3k_streamer_submit(h3k_streamer *s, uint64_t offset, uint64_t length);
+/* Wait for the next chunk in submission order. The chunk stays valid until
+ * the next call to h3k_streamer_next or h3k_streamer_close. */
+H3K_API int h3k_streamer_next(h3k_streamer *s, const void **data, size_t *length,
+                              uint64_t *offset);
+H3K_API void h3k_streamer_stats(h3k_streamer *s, uint64_t *bytes_read, double *wait_seconds,
+                                double *read_seconds, uint64_t *chunks);
+H3K_API const char *h3k_streamer_last_error(h3k_streamer *s);
+
+/* Tiles over a planar float image or latent laid out [channels][height][width]. */
+H3K_API int h3k_tile_starts(size_t dim, size_t tile, size_t overlap, size_t *starts,
+                            size_t max_starts, size_t *count);
+H3K_API int h3k_tile_extract(const float *img, size_t c, size_t h, size_t w, size_t y0,
+                             size_t x0, size_t th, size_t tw, float *tile, size_t tile_n);
+H3K_API int h3k_tile_accumulate(float *acc, float *weight, size_t c, size_t h, size_t w,
+                                const float *tile, size_t y0, size_t x0, size_t th,
+                                size_t tw, size_t overlap);
+H3K_API int h3k_tile_finish(float *acc, const float *weight, size_t c, size_t h, size_t w);
+
+/* Run the built-in checks. *checks gets the number run; msg (may be NULL)
+ * gets the first failure. Returns H3K_OK or H3K_ESELFTEST. */
+H3K_API int h3k_selftest(int *checks, char *msg, size_t msg_size);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

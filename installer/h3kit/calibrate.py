@@ -21,10 +21,10 @@ under profiles/models/, never from this file.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
-import re
 import sys
 import tempfile
 import threading
@@ -33,6 +33,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from h3kit import __version__, report
+from h3kit import catalog as catalog_mod
 from h3kit.command import Context
 from h3kit.errors import NotReady
 from h3kit.subproc import run as run_process
@@ -48,33 +49,6 @@ DISK_PROBE_BYTES = {"quick": 128 << 20, "full": 512 << 20}
 
 
 # -- catalog numbers -----------------------------------------------------------------
-
-_UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
-
-
-def size_bytes(text) -> int:
-    """'40.23 GB' -> 40230000000 (decimal units), '25.28 GiB' -> binary; numbers pass through."""
-    if isinstance(text, (int, float)):
-        return int(text)
-    m = re.fullmatch(r"\s*([0-9.]+)\s*([A-Za-z]+)\s*", str(text))
-    if not m or m.group(2).upper() not in _UNITS:
-        raise ValueError(f"not a size: {text!r}")
-    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
-
-
-def load_model_catalog(model_id: str = "minimax-h3") -> dict:
-    """The raw catalog document of one model (profiles/models/*.yaml)."""
-    import yaml
-
-    from h3kit.paths import asset_dir
-
-    for path in sorted((asset_dir("profiles") / "models").glob("*.yaml")):
-        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        if (doc.get("model") or {}).get("id") == model_id:
-            return doc
-    raise NotReady(f"The model catalog has no entry for {model_id!r}.",
-                   "Reinstall h3kit so profiles/models/ is complete.")
-
 
 def tokens_for(catalog: dict, width: int, height: int, frames: int) -> int:
     """The DiT's token count for a canvas, by the catalog's rule."""
@@ -117,7 +91,7 @@ def flops_per_pass(blocks: int, hidden: int, ffn: int, tokens: int) -> float:
     return blocks * (2.0 * block_params(hidden, ffn) * tokens + 4.0 * tokens * tokens * hidden)
 
 
-def estimate(catalog: dict, plan: dict, measured: dict) -> dict:
+def estimate(catalog: dict, plan: dict, measured: dict, dit_bytes: int | None) -> dict:
     """Seconds per sampling step and peak memory of the real model at the plan's settings.
 
     `measured` holds the rates the run found: native GFLOP/s and GB/s (for
@@ -132,7 +106,6 @@ def estimate(catalog: dict, plan: dict, measured: dict) -> dict:
     frames = s.get("max_frames") or CALIBRATION_CANVAS[2]
     tokens = tokens_for(catalog, w, h, frames)
     flops = flops_per_pass(arch["blocks"], arch["hidden"], arch["ffn"], tokens)
-    dit_bytes = _dit_bytes(catalog, s.get("dit_weights"))
     device_tflops = measured.get("device_tflops")
     rate = device_tflops * 1e12 if device_tflops else (measured.get("native_gflops") or 0) * 1e9
     rate_name = "device bf16 matmul" if device_tflops else "native CPU matmul"
@@ -182,13 +155,6 @@ def estimate(catalog: dict, plan: dict, measured: dict) -> dict:
 
 def _g(x) -> str:
     return "-" if x is None else f"{x:.3g}"
-
-
-def _dit_bytes(catalog: dict, dit_id) -> int | None:
-    for entry in catalog.get("dit") or []:
-        if entry.get("id") == dit_id:
-            return size_bytes(entry["size"])
-    return None
 
 
 def check_scaled(config: dict, inference: dict, native_gflops: float | None) -> dict:
@@ -288,9 +254,15 @@ def decide(plan: dict, measurements: dict, estimates: dict) -> list[dict]:
     return out
 
 
-def calibrated_values(decisions: list[dict]) -> dict:
-    """The `calibrated:` config section: every decided value (kept ones too, so the file says what was measured)."""
-    return {d["setting"]: d["value"] for d in decisions if d["value"] is not None}
+def calibrated_values(decisions: list[dict], settings_keys) -> dict:
+    """The `calibrated:` config section: the values calibration changed, for keys the config accepts.
+
+    Kept values are left out on purpose: written down they would pin today's
+    profile values over the next profile the user picks (profile < calibrated).
+    Decisions on other keys (native_threads) stay in the report only.
+    """
+    return {d["setting"]: d["value"] for d in decisions
+            if d["changed"] and d["value"] is not None and d["setting"] in settings_keys}
 
 
 # -- disk ------------------------------------------------------------------------------
@@ -453,15 +425,17 @@ def _fingerprint() -> dict:
     return collect()
 
 
-def _plan(fp: dict, profile: str | None):
+def _plan(ctx: Context, fp: dict, profile: str | None):
     try:
         from h3kit import config as config_mod
         from h3kit.planner import make_plan
     except ImportError:
         raise NotReady("This h3kit has no planner yet, so there is no profile to calibrate.",
                        "Update h3kit (./install.sh); 'h3kit plan' must work first.") from None
-    cfg = config_mod.load()
-    return make_plan(fp, profile=profile, config=cfg), cfg
+    cfg = config_mod.load(ctx.locations)
+    # Plan without the previous calibration, so today's decisions start from profile + overrides
+    # and a rerun (or a new profile) never stacks on stale calibrated values.
+    return make_plan(fp, profile=profile, config=dataclasses.replace(cfg, calibrated={})), cfg
 
 
 def _library(ctx: Context) -> tuple[Path | None, str | None]:
@@ -502,8 +476,10 @@ def run(ctx: Context, *, comfyui_dir: str | None = None, quick: bool = True, wit
     skipped: list[str] = []
     ctx.progress("calibrate: fingerprint and plan...")
     fp = fingerprint if fingerprint is not None else _fingerprint()
-    plan, cfg = _plan(fp, profile)
-    catalog = load_model_catalog()
+    plan, cfg = _plan(ctx, fp, profile)
+    cat = catalog_mod.load()
+    catalog = cat.data
+    dit_weight = cat.weight((plan.get("settings") or {}).get("dit_weights") or "")
     lib, why_no_lib = _library(ctx)
     if why_no_lib:
         skipped.append(f"native kernels and the scaled DiT: {why_no_lib}")
@@ -538,7 +514,7 @@ def run(ctx: Context, *, comfyui_dir: str | None = None, quick: bool = True, wit
              "device_tflops": device.get("bf16_tflops") or device.get("fp16_tflops"),
              "h2d_gbps": device.get("h2d_gb_per_s"), "disk_gbps": disk.get("gb_per_s"),
              "memory_ratio": inference.get("memory_ratio")}
-    est = estimate(catalog, plan, rates)
+    est = estimate(catalog, plan, rates, dit_weight.bytes if dit_weight else None)
     est["check"] = check_scaled(dit, inference, _rate_for(native, dit["quantization"]) or native_gflops)
     decisions = decide(plan, measured, est)
     doc = {
@@ -559,7 +535,7 @@ def run(ctx: Context, *, comfyui_dir: str | None = None, quick: bool = True, wit
         "estimates": est,
         "real_model": _real_model(with_model, comfy_info),
         "decisions": decisions,
-        "calibrated": calibrated_values(decisions),
+        "calibrated": calibrated_values(decisions, _settings_keys()),
         "skipped": skipped,
         "duration_seconds": 0.0,
         "report_files": {},
@@ -573,6 +549,14 @@ def run(ctx: Context, *, comfyui_dir: str | None = None, quick: bool = True, wit
         doc["applied"] = _apply(ctx, install)
     report.write(doc, ctx.locations.reports_dir)
     return doc
+
+
+def _settings_keys() -> tuple:
+    try:
+        from h3kit.validate_settings import KEYS
+    except ImportError:
+        return ()
+    return KEYS
 
 
 def _rate_for(native: dict, kind: str) -> float | None:
@@ -595,7 +579,8 @@ def _write_config(ctx: Context, cfg, values: dict) -> str | None:
         from h3kit import config as config_mod
     except ImportError:
         return None
-    path = getattr(cfg, "raw_path", None) or getattr(cfg, "path", None) or ctx.locations.config_file
+    path = getattr(cfg, "raw", None) or ctx.locations.config_file
+    path.parent.mkdir(parents=True, exist_ok=True)
     config_mod.write_section(path, "calibrated", values)
     return str(path)
 

@@ -1,14 +1,28 @@
-"""`h3kit install`: the whole chain: fingerprint, plan, build, deploy into ComfyUI, calibrate."""
+"""`h3kit install`: the whole chain: fingerprint, plan, build, deploy into ComfyUI, calibrate.
+
+Steps, in order: fingerprint -> plan -> build -> find ComfyUI -> deploy and
+verify -> models -> calibrate. A step whose module is not part of this h3kit
+is skipped with a note. No ComfyUI found: everything that does not need one
+still runs (the report says what this machine can do), then exit 3 naming
+--comfyui.
+"""
 
 from __future__ import annotations
 
-from h3kit.command import Context, Outcome, not_built_yet
+import importlib
+from pathlib import Path
+
+from h3kit import comfyui, deploy
+from h3kit.command import Context, Outcome
+from h3kit.errors import NotReady, VerificationFailed
 
 HELP = "the whole chain: fingerprint, plan, build, deploy into ComfyUI, calibrate"
+SCHEMA = "h3kit.install/1"
 
 
 def add_arguments(p) -> None:
     p.add_argument("--comfyui", metavar="PATH", help="the ComfyUI folder to install into")
+    p.add_argument("--comfyui-python", metavar="PATH", help="the Python that runs that ComfyUI (found automatically when possible)")
     p.add_argument("--profile", metavar="NAME", help="use this profile instead of auto")
     p.add_argument("--skip-calibrate", action="store_true", help="do not run the calibration at the end")
     p.add_argument("--no-models", action="store_true", help="do not download model weights")
@@ -17,5 +31,169 @@ def add_arguments(p) -> None:
     p.add_argument("--comfyui-source", metavar="SRC", help="git URL, archive or folder to take ComfyUI from (with --new-comfyui)")
 
 
+# -- the rest of h3kit, when present (shared by apply, doctor and uninstall) -----------
+
+
+def optional(module: str, name: str):
+    """A function from another part of h3kit, or None when that part is not in this build."""
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return None
+
+
+def load_config(ctx: Context):
+    load = optional("h3kit.config", "load")
+    return load(ctx.locations) if load else None
+
+
+def current_plan(ctx: Context, config, profile: str | None, notes: list[str]) -> tuple[dict | None, dict | None]:
+    """(fingerprint, plan) for this machine now; None for a step this h3kit lacks (noted)."""
+    collect = optional("h3kit.fingerprint", "collect")
+    if collect is None:
+        notes.append("fingerprint skipped: h3kit.fingerprint is not part of this build")
+        return None, None
+    ctx.progress("Fingerprinting this machine...")
+    fingerprint = collect()
+    make_plan = optional("h3kit.planner", "make_plan")
+    if make_plan is None:
+        notes.append("plan skipped: h3kit.planner is not part of this build (the pack gets default settings)")
+        return fingerprint, None
+    ctx.progress("Planning the profile...")
+    return fingerprint, make_plan(fingerprint, profile=profile, config=config)
+
+
+def locate(args, ctx: Context, config, *, need_write: bool) -> comfyui.ComfyInstall:
+    install = comfyui.find(getattr(args, "comfyui", None), config, ctx, need_write=need_write,
+                           python=getattr(args, "comfyui_python", None))
+    for note in install.notes:
+        ctx.progress(note)
+    return install
+
+
+def torch_findings(fingerprint: dict | None, info: dict) -> list[dict]:
+    """#9's checks when present, else the basic ones in h3kit.comfyui."""
+    theirs = optional("h3kit.torchsel", "doctor_findings")
+    return theirs(fingerprint, info) if theirs else comfyui.torch_fit_findings(fingerprint, info)
+
+
+def loud(findings: list[dict]) -> list[str]:
+    return [f"{f['message']} Fix: {f['fix']}" if f.get("fix") else f["message"]
+            for f in findings if f["status"] in ("warn", "fail")]
+
+
+# -- the chain --------------------------------------------------------------------------
+
+
 def run(args, ctx: Context) -> Outcome:
-    return not_built_yet("install", 6)
+    notes: list[str] = []
+    warnings: list[str] = []
+    config = load_config(ctx)
+    if config is None:
+        notes.append("config skipped: h3kit.config is not part of this build")
+    fingerprint, plan = current_plan(ctx, config, args.profile, notes)
+    settings = dict(plan["settings"]) if plan else {}
+    profile = plan["profile"] if plan else (args.profile or "none")
+    warnings += list(plan.get("warnings", [])) if plan else []
+
+    library = _build(ctx, notes, warnings)
+
+    if args.new_comfyui and not ctx.dry_run:
+        new_comfyui = optional("h3kit.comfy_setup", "new_comfyui")
+        if new_comfyui is None:
+            raise NotReady("Setting up a new ComfyUI (--new-comfyui) is not built into this h3kit.",
+                           "Install ComfyUI yourself and pass its folder with --comfyui PATH.")
+        args.comfyui = str(new_comfyui(ctx, Path(args.new_comfyui), args.comfyui_source, fingerprint))
+    try:
+        install = locate(args, ctx, config, need_write=True)
+    except NotReady as missing:
+        return _without_comfyui(args, ctx, plan, profile, notes, warnings, missing)
+
+    info = comfyui.inspect(install)
+    ctx.progress(f"ComfyUI {info.get('comfyui_version') or '?'} at {install.path}; Python {info.get('python_version')}, "
+                 f"torch {info.get('torch') or 'missing'} ({info.get('torch_build') or '-'})")
+    for line in loud(torch_findings(fingerprint, info)):
+        ctx.progress("WARNING: " + line)
+        warnings.append(line)
+    doc = {"schema": SCHEMA, "comfyui": {"path": str(install.path), "python": str(install.python),
+                                         "version": info.get("comfyui_version"), "layout": install.layout,
+                                         "found_by": install.source, "torch": info.get("torch"),
+                                         "torch_build": info.get("torch_build")},
+           "node_dir": str(install.node_dir), "profile": profile, "launchers": [], "manifest": None,
+           "verified": False, "report": None, "library": str(library) if library else None, "notes": notes}
+    if ctx.dry_run:
+        doc["dry_run"] = True
+        return Outcome(doc, f"Would install the node pack into {install.node_dir} with profile '{profile}' "
+                            "and write a launcher; nothing changed (--dry-run).", 0, warnings)
+
+    result = deploy.deploy(install, settings=settings, profile=profile, library=library,
+                           state_dir=ctx.locations.state_dir, cache_dir=ctx.locations.cache_dir, progress=ctx.progress)
+    notes += result.notes
+    doc["manifest"] = str(result.manifest.path)
+    doc["launchers"] = [result.launcher["path"]] if result.launcher.get("path") else []
+    doc["launcher"] = result.launcher
+    doc["backed_up"] = result.backed_up
+    if result.launcher.get("dropped"):
+        warnings.append(f"flags this ComfyUI does not accept were left out of the launcher: {' '.join(result.launcher['dropped'])}")
+    if not result.launcher.get("path"):
+        notes.append(result.launcher.get("detail", "no launcher written"))
+    ctx.progress("Verifying: importing the pack with ComfyUI's Python...")
+    try:
+        doc.update(deploy.verify(install))
+    except VerificationFailed as exc:
+        exc.details = doc
+        raise
+    _after_deploy(args, ctx, plan, install, doc, notes)
+    launcher = doc["launchers"][0] if doc["launchers"] else "ComfyUI as usual"
+    text = (f"h3kit installed into {install.node_dir} (profile '{profile}', verified).\n"
+            f"Start ComfyUI with {launcher}." + "".join(f"\nnote: {n}" for n in notes))
+    return Outcome(doc, text, 0, warnings)
+
+
+def _build(ctx: Context, notes: list[str], warnings: list[str]) -> Path | None:
+    build = optional("h3kit.build", "build")
+    if build is None:
+        notes.append("build skipped: h3kit.build is not part of this build (the pack installs without the native library)")
+        return None
+    if ctx.dry_run:
+        find_library = optional("h3kit.build", "find_library")
+        return find_library() if find_library else None
+    ctx.progress("Building the native library...")
+    try:
+        return Path(build(progress=ctx.progress)["library"])
+    except NotReady as exc:
+        warnings.append(f"the native library was not built ({exc.message} {exc.fix or ''}); the pack installs without it")
+        return None
+
+
+def _after_deploy(args, ctx: Context, plan: dict | None, install: comfyui.ComfyInstall, doc: dict, notes: list[str]) -> None:
+    ensure_models = optional("h3kit.models", "ensure_models")
+    if ensure_models is None or plan is None:
+        notes.append("models skipped: h3kit.models is not part of this build" if ensure_models is None
+                     else "models skipped: no plan")
+    else:
+        doc["models"] = ensure_models(ctx, plan, install.path, skip=args.no_models, with_loaders=args.with_loaders)
+    doc["report"] = _calibrate(args, ctx, install.path, notes)
+
+
+def _calibrate(args, ctx: Context, comfyui_dir: Path | None, notes: list[str]) -> str | None:
+    if args.skip_calibrate or ctx.dry_run:
+        notes.append("calibration skipped (--skip-calibrate)" if args.skip_calibrate else "calibration skipped (--dry-run)")
+        return None
+    calibrate = optional("h3kit.calibrate", "run")
+    if calibrate is None:
+        notes.append("calibration skipped: h3kit.calibrate is not part of this build")
+        return None
+    ctx.progress("Calibrating (quick)...")
+    result = calibrate(ctx, comfyui_dir=comfyui_dir, quick=True, with_model=False) or {}
+    files = result.get("report_files") or {}
+    return files.get("md") or files.get("json")
+
+
+def _without_comfyui(args, ctx, plan, profile, notes, warnings, missing: NotReady) -> Outcome:
+    """No ComfyUI: still calibrate (the report says what this machine can run), then exit 3."""
+    report = _calibrate(args, ctx, None, notes)
+    details = {"schema": SCHEMA, "comfyui": None, "profile": profile, "verified": False, "report": report,
+               "notes": notes, "warnings": warnings, "plan_fits": plan.get("fits") if plan else None}
+    raise NotReady(missing.message + (f" The calibration report is at {report}." if report else ""),
+                   missing.fix, details=details)

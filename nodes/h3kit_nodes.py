@@ -1,0 +1,166 @@
+"""The node classes: declare inputs, delegate to h3kit_logic. ComfyUI and torch are imported only when a node runs."""
+
+from __future__ import annotations
+
+import gc
+from pathlib import Path
+
+from .h3kit_logic import (DEFAULT_CHUNK_FRAMES, PROFILE_FILE, ProfileStore, chunked_decode, decode_tile_args,
+                          describe, frame_chunks, memory_report, tile_values)
+
+STORE = ProfileStore(Path(__file__).resolve().parent / PROFILE_FILE)
+CATEGORY = "h3kit"
+
+
+class _AnyType(str):
+    """ComfyUI's usual wildcard: a type string equal to every other type."""
+
+    def __ne__(self, other):
+        return False
+
+
+ANY = _AnyType("*")
+
+
+def native_status() -> str:
+    """Whether h3kit's native library loads here; a sentence, never an exception."""
+    try:
+        from . import h3k_native
+    except Exception as exc:  # the bridge is optional: the pack must import without it
+        return f"not available ({type(exc).__name__}: {exc})"
+    try:
+        h3k_native.load()
+        version = h3k_native.version() if hasattr(h3k_native, "version") else "?"
+        return f"loaded (version {version})"
+    except Exception as exc:
+        return f"not loaded ({exc}); run 'h3kit build' and 'h3kit apply'"
+
+
+def _profile_stamp():
+    STORE.document()
+    return STORE.stamp()
+
+
+class H3kitProfileInfo:
+    """The active h3kit profile as text, plus its tile sizes to wire into other nodes."""
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {}}
+
+    RETURN_TYPES = ("STRING", "INT", "INT", "INT", "INT")
+    RETURN_NAMES = ("settings", "tile_size", "overlap", "temporal_tile", "max_frames")
+    FUNCTION = "info"
+    CATEGORY = CATEGORY
+    DESCRIPTION = "Shows the h3kit profile in use; re-reads h3kit_profile.json after 'h3kit apply'."
+
+    @classmethod
+    def IS_CHANGED(cls, **kwargs):
+        return str(_profile_stamp())
+
+    def info(self):
+        settings = STORE.settings()
+        t = tile_values(settings)
+        text = describe(STORE.profile, settings, native_status(), STORE.error)
+        return (text, t["tile_size"], t["overlap"], t["temporal_tile"], t["max_frames"])
+
+
+class H3kitTiledVAEDecode:
+    """VAE decode with the profile's tile sizes, chunk by chunk into one preallocated output."""
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"samples": ("LATENT",), "vae": ("VAE",)},
+                "optional": {"frames_per_chunk": ("INT", {"default": DEFAULT_CHUNK_FRAMES, "min": 1, "max": 4096,
+                                                          "tooltip": "Latent frames (images) decoded at a time."})}}
+
+    RETURN_TYPES = ("IMAGE",)
+    FUNCTION = "decode"
+    CATEGORY = CATEGORY
+    DESCRIPTION = "Tiled VAE decode using the h3kit profile's tile size, overlap and temporal tile."
+
+    @classmethod
+    def IS_CHANGED(cls, **kwargs):
+        return str(_profile_stamp())
+
+    def decode(self, samples, vae, frames_per_chunk=DEFAULT_CHUNK_FRAMES):
+        import torch
+        import comfy.utils
+
+        latent = samples["samples"]
+        if getattr(latent, "is_nested", False):
+            latent = latent.unbind()[0]
+        if latent.ndim == 5 and getattr(vae, "latent_dim", 3) == 2:
+            latent = latent[:, :, 0]
+        t = tile_values(STORE.settings())
+        args = decode_tile_args(t["tile_size"], t["overlap"], t["temporal_tile"], 8,
+                                vae.spacial_compression_decode(), vae.temporal_compression_decode())
+        if latent.ndim == 5:
+            frames_per_chunk = 1  # a video latent: whole clips, temporal tiles inside decode_tiled
+        chunks = len(frame_chunks(int(latent.shape[0]), frames_per_chunk))
+        bar = comfy.utils.ProgressBar(chunks)
+        images = chunked_decode(
+            latent, frames_per_chunk,
+            decode=lambda part: vae.decode_tiled(part, **args),
+            allocate=lambda shape, like: torch.empty(shape, dtype=like.dtype, device=like.device),
+            on_chunk=lambda n: bar.update(1),
+        )
+        if images.ndim == 5:
+            images = images.reshape(-1, images.shape[-3], images.shape[-2], images.shape[-1])
+        if images.shape[0] > t["max_frames"] > 0:
+            print(f"[h3kit] decoded {images.shape[0]} frames, above this profile's max_frames {t['max_frames']}")
+        return (images,)
+
+
+class H3kitMemoryGuard:
+    """Pass anything through after unloading models and emptying caches; reports memory freed."""
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"value": (ANY,)}}
+
+    RETURN_TYPES = (ANY, "STRING")
+    RETURN_NAMES = ("value", "report")
+    FUNCTION = "guard"
+    CATEGORY = CATEGORY
+    DESCRIPTION = "Unloads models and empties caches between heavy steps, then passes its input on."
+
+    @classmethod
+    def IS_CHANGED(cls, **kwargs):
+        return float("nan")  # always run: freeing memory is the point
+
+    def guard(self, value):
+        import comfy.model_management as mm
+
+        def free() -> dict:
+            figures = {"device": None, "ram": None}
+            try:
+                figures["device"] = mm.get_free_memory(mm.get_torch_device())
+            except Exception:
+                pass
+            try:
+                import psutil
+                figures["ram"] = psutil.virtual_memory().available
+            except Exception:
+                pass
+            return figures
+
+        before = free()
+        mm.unload_all_models()
+        gc.collect()
+        mm.soft_empty_cache(True)
+        report = memory_report(before, free())
+        print(f"[h3kit] {report}")
+        return (value, report)
+
+
+NODE_CLASS_MAPPINGS = {
+    "H3kitProfileInfo": H3kitProfileInfo,
+    "H3kitTiledVAEDecode": H3kitTiledVAEDecode,
+    "H3kitMemoryGuard": H3kitMemoryGuard,
+}
+NODE_DISPLAY_NAME_MAPPINGS = {
+    "H3kitProfileInfo": "h3kit Profile Info",
+    "H3kitTiledVAEDecode": "h3kit Tiled VAE Decode",
+    "H3kitMemoryGuard": "h3kit Memory Guard",
+}

@@ -74,9 +74,17 @@ def scaled_dit_config(catalog: dict, plan: dict, quick: bool) -> dict:
         "ffn": ffn,
         "tokens": tokens_for(catalog, *CALIBRATION_CANVAS),
         "canvas": list(CALIBRATION_CANVAS),
-        "quantization": quant if quant in ("q8_0", "q4_0") else "q8_0",
+        "quantization": native_kind(quant),
         "plan_quantization": quant,
     }
+
+
+def native_kind(fmt: str | None) -> str:
+    """The native kernel closest to a weight format: q4_0 for 5 bits and below, else q8_0."""
+    if fmt in ("q8_0", "q4_0"):
+        return fmt
+    low_bits = ("q5", "q4", "q3", "q2", "w4a8", "nvfp4")
+    return "q4_0" if fmt and fmt.startswith(low_bits) else "q8_0"
 
 
 # -- estimates ------------------------------------------------------------------------
@@ -119,9 +127,11 @@ def estimate(catalog: dict, plan: dict, measured: dict, dit_bytes: int | None) -
     step_s = None
     if compute_s is not None:
         step_s = max(compute_s, stream_s) if overlapped else compute_s + stream_s
-    ratio = measured.get("memory_ratio") or 1.0
-    plan_peak_ram = (plan.get("estimates") or {}).get("peak_ram_bytes")
-    plan_peak_gpu = (plan.get("estimates") or {}).get("peak_gpu_bytes")
+    growth = measured.get("memory_growth_ratio") or 1.0
+    plan_est = plan.get("estimates") or {}
+    plan_peak_ram = plan_est.get("peak_ram_bytes")
+    plan_peak_gpu = plan_est.get("peak_gpu_bytes")
+    moving = (plan_est.get("activation_bytes") or 0) + (s.get("shard_size_bytes") or 0) + (s.get("preload_bytes") or 0)
     out = {
         "label": "estimate",
         "canvas": [w, h, frames],
@@ -130,9 +140,9 @@ def estimate(catalog: dict, plan: dict, measured: dict, dit_bytes: int | None) -
         "compute_seconds_per_step": compute_s,
         "stream_seconds_per_step": stream_s,
         "seconds_per_step": step_s,
-        "peak_ram_bytes": int(plan_peak_ram * ratio) if plan_peak_ram else None,
+        "peak_ram_bytes": int(plan_peak_ram + (growth - 1.0) * moving) if plan_peak_ram else None,
         "peak_gpu_bytes": plan_peak_gpu,
-        "memory_ratio": ratio,
+        "memory_growth_ratio": growth,
         "formulas": {
             "tokens": f"(w/{catalog['tokens']['spatial_tokens_px']}) x (h/{catalog['tokens']['spatial_tokens_px']})"
                       f" x ceil(frames/{catalog['tokens']['temporal_compression']}) = {tokens}",
@@ -146,7 +156,8 @@ def estimate(catalog: dict, plan: dict, measured: dict, dit_bytes: int | None) -
                                        "0: weights stay in memory and no device copy was measured",
             "seconds_per_step": ("max(compute, stream): the streamer reads the next block while this one runs"
                                  if overlapped else "compute + stream: no preload, reads are not overlapped"),
-            "peak_ram_bytes": f"planner's peak RAM x measured/predicted RSS of the scaled DiT ({_g(ratio)})",
+            "peak_ram_bytes": f"planner's peak RAM + (g - 1) x (activations + shard + preload), g = measured / "
+                              f"predicted RSS growth of the scaled DiT while streaming = {_g(growth)}",
             "peak_gpu_bytes": "planner's estimate (a GPU run with the real model measures it: --with-model)",
         },
     }
@@ -213,6 +224,11 @@ def decide_preload(settings: dict, budget_ram: int | None, estimated_peak_ram: i
         return decision("preload_bytes", preload, preload,
                         f"estimated peak RAM {report.human_bytes(estimated_peak_ram)} is within the "
                         f"{report.human_bytes(budget_ram)} budget; kept {report.human_bytes(preload)}")
+    if preload == 0:
+        return decision("preload_bytes", 0, 0,
+                        f"estimated peak RAM {report.human_bytes(estimated_peak_ram)} overshoots the "
+                        f"{report.human_bytes(budget_ram)} budget by {report.human_bytes(over)}, but the preload is "
+                        "already 0; a smaller canvas or fewer frames would help (h3kit plan)")
     value = max(0, preload - math.ceil(over / shard) * shard)
     return decision("preload_bytes", value, preload,
                     f"estimated peak RAM {report.human_bytes(estimated_peak_ram)} overshoots the "
@@ -513,7 +529,7 @@ def run(ctx: Context, *, comfyui_dir: str | None = None, quick: bool = True, wit
     rates = {"native_gflops": _rate_for(native, dit["quantization"]) or native_gflops,
              "device_tflops": device.get("bf16_tflops") or device.get("fp16_tflops"),
              "h2d_gbps": device.get("h2d_gb_per_s"), "disk_gbps": disk.get("gb_per_s"),
-             "memory_ratio": inference.get("memory_ratio")}
+             "memory_growth_ratio": inference.get("memory_growth_ratio")}
     est = estimate(catalog, plan, rates, dit_weight.bytes if dit_weight else None)
     est["check"] = check_scaled(dit, inference, _rate_for(native, dit["quantization"]) or native_gflops)
     decisions = decide(plan, measured, est)

@@ -464,7 +464,7 @@ def run_scaled_dit(nat, job: dict, quick: bool, progress: Progress) -> dict:
         "peak_rss_bytes": sampler.peak,
         "baseline_rss_bytes": base_rss,
         "predicted_peak_rss_bytes": predicted,
-        "memory_ratio": sampler.peak / predicted if predicted else None,
+        "memory_growth_ratio": (sampler.peak - base_rss) / (predicted - base_rss) if predicted > base_rss else None,
         "relative_error": _rel_err(streamed, ref),
         "kernel_relative_error": _rel_err(streamed, deq),
         "error_note": "relative_error compares with fp32 weights (quantization included); "

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import inspect
 import json
 import math
 import os
@@ -136,23 +135,13 @@ def load_bridge(bridge_path: str, lib_path: str | None):
         raise ImportError(f"cannot import the bridge {bridge_path}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    loader = getattr(module, "load", None)
-    if callable(loader):
-        loader(path=lib_path) if lib_path else loader()
-    return module
-
-
-def _accepts(fn, name: str) -> bool:
-    try:
-        return name in inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
+    # The bridge's load() gives a Library object with the kernels as methods; bind to it.
+    return module.load(lib_path) if lib_path else module.load()
 
 
 def native_matmul(nat, data, kind: str, rows: int, cols: int, x, batch: int, threads: int | None = None):
     """Y[batch][rows] = X[batch][cols] W^T through the native kernel, as a numpy array when numpy exists."""
-    kwargs = {"threads": threads} if threads and _accepts(nat.matmul, "threads") else {}
-    y = nat.matmul(data, kind, rows, cols, x, batch, **kwargs)
+    y = nat.matmul(data, kind, rows, cols, x, batch, threads=threads or 0)
     return as_f32(y).reshape(batch, rows) if np is not None else y
 
 
@@ -162,8 +151,7 @@ def as_f32(buf):
 
 
 def native_matvec(nat, data, kind: str, rows: int, cols: int, x, threads: int | None = None):
-    kwargs = {"threads": threads} if threads and _accepts(nat.matvec, "threads") else {}
-    return nat.matvec(data, kind, rows, cols, x, **kwargs)
+    return nat.matvec(data, kind, rows, cols, x, threads=threads or 0)
 
 
 def _floats(n: int, seed: int, scale: float = 1.0):
@@ -368,11 +356,8 @@ def write_model(nat, cfg: dict, path: str, progress: Progress) -> list[dict]:
 
 
 def open_streamer(nat, path: str, shard: int, preload: int):
-    """The bridge's Streamer for `path` at the plan's shard and preload sizes."""
-    streamer = nat.Streamer
-    if _accepts(streamer, "shard_size_bytes"):
-        return streamer(path, shard_size_bytes=shard, preload_bytes=preload)
-    return streamer(path, shard, preload)
+    """The bridge's Streamer for `path`; the library derives read size and depth from shard and preload."""
+    return nat.streamer(path, shard_size_bytes=shard, preload_bytes=preload)
 
 
 def stream_blocks(st, layout: list[dict]):
@@ -388,9 +373,10 @@ def stream_blocks(st, layout: list[dict]):
             t0 = time.perf_counter()
             chunk = st.next()
             waited += time.perf_counter() - t0
-            data, offset = (chunk[0], chunk[-1]) if isinstance(chunk, tuple) else (chunk, None)
-            pos = (offset - blk["start"]) if offset is not None else got
-            mv = memoryview(data)
+            if chunk is None:
+                raise RuntimeError(f"the streamer ended {need - got} bytes short of block {blk['block']}")
+            offset, mv = chunk  # the view is valid until the next call: copy it out now
+            pos = offset - blk["start"]
             buf[pos:pos + len(mv)] = mv
             got += len(mv)
         yield blk, buf, waited
@@ -496,14 +482,8 @@ def _streamer_stats(st) -> dict:
 
 def _ring_bytes(nat, shard: int, preload: int, file_bytes: int) -> int:
     """The streamer's buffer bytes (read size x depth) as the library plans them, capped at the file."""
-    plan = getattr(nat, "streamer_plan", None)
-    if callable(plan):
-        try:
-            read_size, depth = plan(shard, preload)
-            return min(read_size * depth, file_bytes)
-        except Exception:
-            pass
-    return min(shard + preload, file_bytes)
+    read_size, depth = nat.streamer_plan(shard, preload)
+    return min(read_size * depth, file_bytes)
 
 
 # -- device (torch) ------------------------------------------------------------------------

@@ -455,7 +455,14 @@ def _plan(ctx: Context, fp: dict, profile: str | None):
 
 
 def _library(ctx: Context) -> tuple[Path | None, str | None]:
-    """The native library: cached, else built now. (path, None) or (None, why not)."""
+    """The native library: H3KIT_NATIVE_LIB (the bridge's own override), the cache, else built now.
+
+    Returns (path, None) or (None, why not).
+    """
+    override = os.environ.get("H3KIT_NATIVE_LIB")
+    if override:
+        return (Path(override), None) if Path(override).is_file() else \
+            (None, f"H3KIT_NATIVE_LIB names {override}, which does not exist")
     try:
         from h3kit import build
     except ImportError:
@@ -496,7 +503,7 @@ def run(ctx: Context, *, comfyui_dir: str | None = None, quick: bool = True, wit
     cat = catalog_mod.load()
     catalog = cat.data
     dit_weight = cat.weight((plan.get("settings") or {}).get("dit_weights") or "")
-    lib, why_no_lib = _library(ctx)
+    lib, why_no_lib = _library(ctx) if BRIDGE.is_file() else (None, "this h3kit has no native bridge (native.py)")
     if why_no_lib:
         skipped.append(f"native kernels and the scaled DiT: {why_no_lib}")
     install, comfy_info, why_no_comfy = _comfyui(ctx, comfyui_dir, cfg)

@@ -12,7 +12,7 @@ import pytest
 
 from h3kit import report
 
-CHART_IDS = ("native", "threads", "measured_vs_estimated", "tiles", "timeline")
+CHART_IDS = ("native", "threads", "measured_vs_estimated", "memory", "tiles", "timeline")
 
 
 def sample_doc(with_tiles: bool = True) -> dict:
@@ -46,6 +46,7 @@ def sample_doc(with_tiles: bool = True) -> dict:
         "inference": {"status": "measured", "config": {"blocks": 4, "hidden": 512, "tokens": 384, "quantization": "q4_0"},
                       "blocks": blocks, "timeline": timeline, "seconds_per_block": 0.3, "relative_error": 0.11,
                       "kernel_relative_error": 4e-7, "wait_fraction": 0.02, "peak_rss_bytes": 61 * 10**6,
+                      "baseline_rss_bytes": 42 * 10**6, "predicted_peak_rss_bytes": 62 * 10**6,
                       "bytes_streamed": 7 * 10**6},
         "device": {"status": "skipped", "reason": "torch sees no cuda, mps or xpu device"},
         "disk": {"status": "measured", "path": "/tmp", "gb_per_s": 1.8, "bytes": 128 << 20},

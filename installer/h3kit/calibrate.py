@@ -240,11 +240,11 @@ def decide_threads(scaling: list[dict], cores: int) -> dict:
     """The fewest threads within 5% of the best measured rate (the rest stay free for ComfyUI)."""
     ok = [s for s in scaling if s.get("gflop_per_s")]
     if not ok:
-        return decision("native_threads", cores, None, "no thread scaling measured; all cores")
+        return decision("native_threads", cores, cores, "no thread scaling measured; all cores")
     best = max(s["gflop_per_s"] for s in ok)
     pick = min((s for s in ok if s["gflop_per_s"] >= 0.95 * best), key=lambda s: s["threads"])
-    return decision("native_threads", pick["threads"], None,
-                    f"{pick['threads']} threads reach {pick['gflop_per_s']:.3g} GFLOP/s, within 5% of the best "
+    return decision("native_threads", pick["threads"], cores,
+                    f"{pick['threads']} thread{'s' if pick['threads'] > 1 else ''} reach {pick['gflop_per_s']:.3g} GFLOP/s, within 5% of the best "
                     f"{best:.3g} GFLOP/s measured from 1 to {max(s['threads'] for s in ok)} threads")
 
 

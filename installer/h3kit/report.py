@@ -195,17 +195,16 @@ def to_markdown(doc: dict) -> str:
         parts.append(f"Not run: {inf.get('reason', '-')}")
     parts += ["", "## Device", ""]
     if device.get("status") == "measured":
-        parts.append(_md_table(["item", "value"], [[k, v] for k, v in device.items() if not isinstance(v, (dict, list))]))
+        parts.append(_md_table(["item", "value"], _kv_rows(device)))
     else:
         parts.append(f"Skipped: {device.get('reason', '-')}")
-    parts += ["", "## Disk", "", _md_table(["item", "value"], [[k, v] for k, v in disk.items()]), ""]
+    parts += ["", "## Disk", "", _md_table(["item", "value"], _kv_rows(disk)), ""]
     parts += ["## Measured vs estimated", ""]
     if est:
         parts.append("These are **estimates** from the formulas below, not measurements of the real model.")
         parts.append("")
         parts.append(_md_table(["quantity", "value", "formula"],
-                               [[k, v, est.get("formulas", {}).get(k, "")] for k, v in est.items()
-                                if not isinstance(v, (dict, list))]))
+                               [[k, v, est.get("formulas", {}).get(k, "")] for k, v in _kv_rows(est)]))
     parts += ["", "## Tile sweep", ""]
     if doc.get("tiles"):
         parts.append(_md_table(["tile", "seconds", "peak bytes", "within budget"],
@@ -269,8 +268,18 @@ def _svg(title: str, body: str, height: int = _H) -> str:
 
 
 def _empty_chart(title: str, reason: str) -> str:
-    body = (f'<text x="{_W / 2}" y="{_H / 2}" text-anchor="middle" font-size="14" fill="#666">'
-            f'{_e(reason)}</text>')
+    """A chart box that says, in a few centred lines, why there is nothing to draw."""
+    lines, line = [], ""
+    for word in str(reason).split():
+        if line and len(line) + 1 + len(word) > 64:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}".strip()
+    lines.append(line)
+    top = _H / 2 - 9 * (len(lines) - 1)
+    body = "".join(f'<text x="{_W / 2}" y="{top + 18 * i:.1f}" text-anchor="middle" font-size="13" fill="#666">'
+                   f'{_e(text)}</text>' for i, text in enumerate(lines))
     return _svg(title, body)
 
 
@@ -417,6 +426,14 @@ def charts(doc: dict) -> dict[str, str]:
             "seconds")
     else:
         out["measured_vs_estimated"] = _empty_chart("Measured vs estimated", inf.get("reason", "nothing to compare"))
+    base = inf.get("baseline_rss_bytes")
+    if inf.get("peak_rss_bytes") and inf.get("predicted_peak_rss_bytes") and base is not None:
+        out["memory"] = bar_chart(
+            "Scaled DiT: measured vs predicted memory growth while streaming (MB)", ["RSS growth"],
+            {"measured": [(inf["peak_rss_bytes"] - base) / 1e6],
+             "predicted": [(inf["predicted_peak_rss_bytes"] - base) / 1e6]}, "MB")
+    else:
+        out["memory"] = _empty_chart("Measured vs predicted memory", inf.get("reason", "nothing to compare"))
     tiles = doc.get("tiles") or []
     budget = (doc.get("plan") or {}).get("budget") or {}
     if tiles:
@@ -440,6 +457,12 @@ th{background:#f0f0f0}.grid{display:flex;flex-wrap:wrap;gap:1rem}.note{color:#55
 .estimate{background:#fff7e6;border-left:4px solid #e08a2c;padding:.4rem .8rem}
 .changed{font-weight:bold;color:#1a5d1a}code{font-size:12px}
 """
+
+
+def _kv_rows(mapping: dict) -> list[list]:
+    """[key, value] rows of a flat mapping; byte counts shown with units, nested values left out."""
+    return [[k, human_bytes(v) if k.endswith("bytes") and isinstance(v, (int, float)) and not isinstance(v, bool) else v]
+            for k, v in mapping.items() if not isinstance(v, (dict, list))]
 
 
 def _html_table(headers: list[str], rows: list[list], row_class=None) -> str:
@@ -470,11 +493,10 @@ def to_html(doc: dict) -> str:
     sections.append("<h2>Measured vs estimated</h2>")
     sections.append("<p class='estimate'>Numbers for the real model below are <b>estimates</b> computed from the "
                     "measured rates with the formulas shown; they are not measurements.</p>")
-    sections.append("<div class='grid'>" + ch["measured_vs_estimated"] + "</div>")
+    sections.append("<div class='grid'>" + ch["measured_vs_estimated"] + ch["memory"] + "</div>")
     if est:
         sections.append(_html_table(["quantity", "value", "formula"],
-                                    [[k, v, est.get("formulas", {}).get(k, "")] for k, v in est.items()
-                                     if not isinstance(v, (dict, list))]))
+                                    [[k, v, est.get("formulas", {}).get(k, "")] for k, v in _kv_rows(est)]))
     sections.append("<h2>Tile sweep</h2><div class='grid'>" + ch["tiles"] + "</div>")
     sections.append("<h2>Stream/compute timeline</h2>")
     if inf.get("status") == "measured":
@@ -482,10 +504,9 @@ def to_html(doc: dict) -> str:
                         f"fp32 forward: {_e(fmt(inf.get('relative_error')))}; peak RSS "
                         f"{_e(human_bytes(inf.get('peak_rss_bytes')))}.</p>")
     sections.append("<div class='grid'>" + ch["timeline"] + "</div>")
-    sections.append("<h2>Disk</h2>" + _html_table(["item", "value"], [[k, v] for k, v in (doc.get("disk") or {}).items()]))
+    sections.append("<h2>Disk</h2>" + _html_table(["item", "value"], _kv_rows(doc.get("disk") or {})))
     device = doc.get("device") or {}
-    sections.append("<h2>Device</h2>" + (_html_table(["item", "value"], [[k, v] for k, v in device.items()
-                                                                          if not isinstance(v, (dict, list))])))
+    sections.append("<h2>Device</h2>" + _html_table(["item", "value"], _kv_rows(device)))
     sections.append(f"<h2>Real model</h2><p>{_e((doc.get('real_model') or {}).get('reason', 'not run'))}</p>")
     sections.append("<h2>Decisions</h2>" + _html_table(
         ["setting", "value", "previous", "changed", "evidence"],

@@ -26,7 +26,7 @@ class ProfileStore:
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
-        self._stamp = None
+        self._stamp: object = "never read"
         self._doc: dict = {}
         self.error: str | None = None
 

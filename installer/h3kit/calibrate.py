@@ -21,6 +21,7 @@ under profiles/models/, never from this file.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import math
@@ -485,7 +486,7 @@ def _comfyui(ctx: Context, explicit: str | None, cfg) -> tuple[object | None, di
         from h3kit import comfyui
     except ImportError:
         return None, None, "this h3kit cannot inspect a ComfyUI yet (issue #6)"
-    install = comfyui.find(explicit, cfg, ctx)  # raises NotReady with the fix when the path is wrong
+    install = comfyui.find(str(explicit) if explicit else None, cfg, ctx, need_write=False)  # NotReady names the fix
     return install, comfyui.inspect(install), None
 
 
@@ -571,6 +572,7 @@ def run(ctx: Context, *, comfyui_dir: str | None = None, quick: bool = True, wit
         doc["config_written"] = _write_config(ctx, cfg, doc["calibrated"])
         doc["applied"] = _apply(ctx, install)
     report.write(doc, ctx.locations.reports_dir)
+    doc["pack_summary"] = write_pack_summary(ctx, install, doc)
     return doc
 
 
@@ -609,17 +611,48 @@ def _write_config(ctx: Context, cfg, values: dict) -> str | None:
 
 
 def _apply(ctx: Context, install) -> dict:
-    """Re-apply the profile to an installed pack (issue #6's apply), when both exist."""
+    """Re-apply the config (now with its calibrated values) to an installed pack: `h3kit apply`'s own code."""
     if install is None:
         return {"status": "skipped", "reason": "no ComfyUI known"}
     try:
-        from h3kit import deploy
+        from h3kit.commands import apply as apply_command
     except ImportError:
         return {"status": "skipped", "reason": "this h3kit cannot apply to a pack yet (issue #6)"}
-    apply = getattr(deploy, "apply", None)
-    if apply is None:
-        return {"status": "skipped", "reason": "h3kit.deploy has no apply()"}
+    args = argparse.Namespace(comfyui=str(install.path), profile=None,
+                              comfyui_python=str(install.python) if getattr(install, "python", None) else None)
     try:
-        return {"status": "applied", "result": apply(ctx, install)}
+        outcome = apply_command.run(args, ctx)
     except NotReady as exc:
         return {"status": "skipped", "reason": exc.message}
+    return {"status": "applied", "profile_file": (outcome.doc or {}).get("profile_file"), "message": outcome.text}
+
+
+SUMMARY_FILE = "h3kit_calibration.json"  # read by the pack's H3kitCalibrationReport node
+SUMMARY_SCHEMA = "h3kit.calibration-summary/1"
+
+
+def summary_document(doc: dict) -> dict:
+    """What the ComfyUI node shows: the summary sentences, the decisions and where the full report is."""
+    return {"schema": SUMMARY_SCHEMA, "created": doc.get("created"), "profile": doc.get("profile"),
+            "lines": report.summary_lines(doc),
+            "decisions": [{k: d[k] for k in ("setting", "value", "previous", "changed", "evidence")}
+                          for d in doc.get("decisions", [])],
+            "report_html": (doc.get("report_files") or {}).get("html")}
+
+
+def write_pack_summary(ctx: Context, install, doc: dict) -> str | None:
+    """Put the summary into an installed node pack (recorded in its install record), or None."""
+    if install is None or not getattr(install, "node_dir", None) or not install.node_dir.is_dir():
+        return None
+    from h3kit import manifest as mf
+
+    record = mf.load_or_new(ctx.locations.state_dir, install.path)
+    if record.find(install.node_dir) is None:
+        return None  # a pack h3kit did not install: leave it alone
+    path = install.node_dir / SUMMARY_FILE
+    tmp = path.with_name(f".{SUMMARY_FILE}.tmp")
+    tmp.write_text(json.dumps(summary_document(doc), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    record.record_file(path, "node-pack")
+    record.save()
+    return str(path)

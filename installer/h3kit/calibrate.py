@@ -35,6 +35,7 @@ from pathlib import Path
 
 from h3kit import __version__, report
 from h3kit import catalog as catalog_mod
+from h3kit.calibration_runner import drop_page_cache, no_cache
 from h3kit.command import Context
 from h3kit.errors import NotReady
 from h3kit.subproc import run as run_process
@@ -245,7 +246,7 @@ def decide_threads(scaling: list[dict], cores: int) -> dict:
     best = max(s["gflop_per_s"] for s in ok)
     pick = min((s for s in ok if s["gflop_per_s"] >= 0.95 * best), key=lambda s: s["threads"])
     return decision("native_threads", pick["threads"], cores,
-                    f"{pick['threads']} thread{'s' if pick['threads'] > 1 else ''} reach {pick['gflop_per_s']:.3g} GFLOP/s, within 5% of the best "
+                    f"{pick['threads']} thread{'s reach' if pick['threads'] > 1 else ' reaches'} {pick['gflop_per_s']:.3g} GFLOP/s, within 5% of the best "
                     f"{best:.3g} GFLOP/s measured from 1 to {max(s['threads'] for s in ok)} threads")
 
 
@@ -313,11 +314,11 @@ def measure_disk(folder: Path, nbytes: int, scratch: Path | None = None) -> dict
             f.flush()
             os.fsync(f.fileno())
         write_s = time.perf_counter() - t0
-        dropped = _drop_cache(tmp)
+        dropped = drop_page_cache(tmp) or sys.platform == "darwin"  # macOS: F_NOCACHE on the read handle
         t0 = time.perf_counter()
         read = 0
         with open(tmp, "rb", buffering=0) as f:
-            _no_cache(f.fileno())
+            no_cache(f.fileno())
             while True:
                 block = f.read(8 << 20)
                 if not block:
@@ -332,29 +333,6 @@ def measure_disk(folder: Path, nbytes: int, scratch: Path | None = None) -> dict
     finally:
         try:
             os.unlink(tmp)
-        except OSError:
-            pass
-
-
-def _drop_cache(path: str) -> bool:
-    if not hasattr(os, "posix_fadvise"):
-        return sys.platform == "darwin"  # F_NOCACHE on the read handle instead
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-
-
-def _no_cache(fd: int) -> None:
-    if sys.platform == "darwin":
-        import fcntl
-
-        try:
-            fcntl.fcntl(fd, 48, 1)  # F_NOCACHE (sys/fcntl.h); Python's fcntl lacks the name
         except OSError:
             pass
 

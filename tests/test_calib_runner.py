@@ -126,3 +126,23 @@ def test_runner_reports_a_broken_bridge_and_still_writes_its_result(tmp_path):
     assert doc["inference"]["status"] == "skipped"
     assert any("native" in s for s in doc["skipped"])
     assert doc["device"]["status"] in ("skipped", "measured", "error")
+
+
+def test_runner_without_numpy_measures_native_and_says_what_it_skipped(native, tmp_path):
+    """h3kit's own Python has no numpy: `-S` (no site-packages) gives the same situation here."""
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"plan": {"settings": {}, "budget": {}}, "scaled_dit": {**TINY, "quantization": "q8_0"}}))
+    out = tmp_path / "result.json"
+    python = getattr(sys, "_base_executable", sys.executable)
+    probe = subprocess.run([python, "-S", "-c", "import numpy"], capture_output=True)
+    if probe.returncode == 0:
+        pytest.skip("numpy is importable even without site-packages here")
+    proc = subprocess.run([python, "-S", str(RUNNER), "--bridge", str(BRIDGE), "--lib", str(native.path), "--plan", str(plan), "--out", str(out), "--quick"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(out.read_text())
+    assert doc["runner"]["numpy"] is None
+    assert doc["native"]["status"] == "measured", doc["native"]
+    assert all(k["gflop_per_s"] > 0 for k in doc["native"]["kernels"])
+    assert doc["inference"]["status"] == "skipped" and "numpy" in doc["inference"]["reason"]
+    assert any("numpy" in s for s in doc["skipped"])

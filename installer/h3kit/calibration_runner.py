@@ -236,7 +236,7 @@ def measure_native(nat, quick: bool, progress: Progress) -> dict:
         out["selftest"] = {"passed": False, "error": str(exc)}
     rows, cols = (1024, 2048) if quick else (4096, 5376)
     batch = 32 if quick else 128
-    repeats = 3 if quick else 5
+    repeats = 5 if quick else 7
     cores = os.cpu_count() or 1
     out["threads_max"] = cores
     w = _floats(rows * cols, 1, 1.0 / math.sqrt(cols))

@@ -105,7 +105,7 @@ def load_latest(reports_dir: Path) -> dict | None:
 # -- numbers for people ----------------------------------------------------------
 
 def human_bytes(n) -> str:
-    if not isinstance(n, (int, float)):
+    if not isinstance(n, (int, float)) or isinstance(n, bool):
         return "-"
     for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if abs(n) >= size:
@@ -247,7 +247,7 @@ def _profile_rows(plan: dict) -> list[list]:
             v = s[k]
             rows.append([k, human_bytes(v) if k.endswith("_bytes") else v])
     for k, v in b.items():
-        rows.append([f"budget {k}", human_bytes(v)])
+        rows.append([f"budget {k}", human_bytes(v) if k.endswith("bytes") else v])
     return rows
 
 

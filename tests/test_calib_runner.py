@@ -146,3 +146,33 @@ def test_runner_without_numpy_measures_native_and_says_what_it_skipped(native, t
     assert all(k["gflop_per_s"] > 0 for k in doc["native"]["kernels"])
     assert doc["inference"]["status"] == "skipped" and "numpy" in doc["inference"]["reason"]
     assert any("numpy" in s for s in doc["skipped"])
+
+
+@pytest.mark.comfyui
+def test_device_measurements_run_with_real_torch(tmp_path):
+    """The GPU code path, run by ComfyUI's real torch on its CPU device (tiny tiles): no GPU is needed
+    to catch a wrong call; the rates themselves are only meaningful on a GPU."""
+    comfy = os.environ.get("H3KIT_COMFYUI_DIR")
+    python = Path(comfy or "", "venv", "bin", "python")
+    if not comfy or not python.is_file():
+        pytest.skip("set H3KIT_COMFYUI_DIR to a ComfyUI with a venv holding torch")
+    script = (
+        "import json, sys, importlib.util\n"
+        "spec = importlib.util.spec_from_file_location('r', sys.argv[1]); r = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(r)\n"
+        "import torch\n"
+        "print(json.dumps({'real': r._torch_device()[2]}))\n"
+        "r._torch_device = lambda: (torch, 'cpu', 'cpu')\n"
+        "job = {'budget': {'gpu_bytes': 10**9}, 'tile_candidates': [64, 128], 'device_matmul_size': 128,\n"
+        "       'device_copy_bytes': 1 << 20}\n"
+        "dev, tiles = r.measure_device(job, True, r.Progress(None))\n"
+        "print(json.dumps({'device': dev, 'tiles': tiles}, default=str))\n"
+    )
+    proc = subprocess.run([str(python), "-c", script, str(RUNNER)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    first, second = [json.loads(line) for line in proc.stdout.strip().splitlines()[-2:]]
+    assert "sees no cuda, mps or xpu" in first["real"] or first["real"] in ("cuda", "rocm", "mps", "xpu")
+    dev = second["device"]
+    assert dev["status"] == "measured" and dev["bf16_tflops"] > 0 and dev["h2d_gb_per_s"] > 0
+    assert [t["tile"] for t in second["tiles"]] == [64, 128]
+    assert all(t["seconds"] > 0 for t in second["tiles"])

@@ -342,8 +342,8 @@ def measure_disk(folder: Path, nbytes: int, scratch: Path | None = None) -> dict
 def _progress_bar(ctx: Context, total: int, desc: str):
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit="step", file=sys.stderr, leave=False,
-                disable=None if not ctx.json else True)
+    # stderr only (so --json keeps stdout one document); tqdm turns itself off when stderr is no terminal.
+    return tqdm(total=total, desc=desc, unit="step", file=sys.stderr, leave=False, disable=None)
 
 
 def run_runner(ctx: Context, python: str, bridge: Path, lib: Path | None, job: dict, quick: bool,

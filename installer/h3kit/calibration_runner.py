@@ -619,7 +619,7 @@ def measure_device(job: dict, quick: bool, progress: Progress) -> tuple[dict, li
         out["name"] = dev
     free, total = _free_memory(torch, dev)
     out["free_bytes"], out["total_bytes"] = free, total
-    n = 2048 if quick else 4096
+    n = int(job.get("device_matmul_size") or (2048 if quick else 4096))
     for label, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
         try:
             a = torch.randn(n, n, device=dev, dtype=dtype)
@@ -630,7 +630,7 @@ def measure_device(job: dict, quick: bool, progress: Progress) -> tuple[dict, li
             out[f"{label}_tflops"] = None
             out[f"{label}_error"] = str(exc)[:200]
     progress("device", 1, 3)
-    size = (64 if quick else 256) << 20
+    size = int(job.get("device_copy_bytes") or ((64 if quick else 256) << 20))
     host = torch.empty(size, dtype=torch.uint8)
     try:
         host = host.pin_memory()

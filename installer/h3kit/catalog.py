@@ -21,7 +21,8 @@ from h3kit import validate_settings
 CATALOG_SCHEMA = "h3kit.catalog/1"
 PROFILE_SCHEMA = "h3kit.profile/1"
 BACKENDS = ("cuda", "rocm", "xpu", "mps", "directml", "cpu")
-REQUIREMENT_KEYS = ("backends", "not_backends", "min_compute_capability", "min_cuda_driver", "blackwell", "loader_pack")
+REQUIREMENT_KEYS = ("backends", "not_backends", "min_compute_capability", "min_cuda_driver", "compute_capability_major",
+                    "loader_pack")
 
 
 @dataclass(frozen=True)
@@ -108,8 +109,10 @@ class Catalog:
             if machine.compute_capability is None or machine.compute_capability < need:
                 have = ".".join(map(str, machine.compute_capability)) if machine.compute_capability else "unknown"
                 return False, f"{fmt} needs compute capability >= {req['min_compute_capability']} (this GPU: {have})"
-        if req.get("blackwell") and (machine.compute_capability is None or machine.compute_capability[0] not in (10, 12)):
-            return False, f"{fmt} runs only on Blackwell GPUs (compute capability 10.x or 12.x)"
+        majors = req.get("compute_capability_major")
+        if majors and (machine.compute_capability is None or machine.compute_capability[0] not in majors):
+            listed = " or ".join(f"{m}.x" for m in majors)
+            return False, f"{fmt} runs only on GPUs with compute capability {listed} ({self.formats[fmt].get('note', '')})"
         if "min_cuda_driver" in req:
             need = _version(str(req["min_cuda_driver"]))
             if machine.cuda_driver is None or machine.cuda_driver < need:
@@ -153,15 +156,21 @@ def _weights(doc: YamlDoc, problems: Problems, key: str, part: str, formats: dic
     return out
 
 
-def check_catalog(doc: YamlDoc) -> Catalog:
+def _begin(doc: YamlDoc, schema: str, layout: str, fix: str) -> tuple[Problems, dict]:
+    """A collector for `doc`, stopping at once when the file is not a mapping; the schema key checked."""
     problems = Problems(doc)
-    data = doc.data
-    if not isinstance(data, dict):
-        problems.add((), "must be a mapping (schema, model, architecture, formats, dit, ...)")
-        problems.raise_if_any("Restore the file from h3kit's checkout.")
-    if data.get("schema") != CATALOG_SCHEMA:
-        problems.add(("schema",), f"is {data.get('schema')!r}; allowed: {CATALOG_SCHEMA}")
-    for section in ("model", "architecture", "canvas", "frames", "tokens", "memory", "comfyui", "formats"):
+    if not isinstance(doc.data, dict):
+        problems.add((), f"must be a mapping ({layout})")
+        problems.raise_if_any(fix)
+    if doc.data.get("schema") != schema:
+        problems.add(("schema",), f"is {doc.data.get('schema')!r}; allowed: {schema}")
+    return problems, doc.data
+
+
+def check_catalog(doc: YamlDoc) -> Catalog:
+    problems, data = _begin(doc, CATALOG_SCHEMA, "schema, model, architecture, formats, dit, ...",
+                            "Restore the file from h3kit's checkout.")
+    for section in ("model", "architecture", "canvas", "frames", "tokens", "memory", "comfyui", "formats", "limits"):
         if not isinstance(data.get(section), dict):
             problems.add((section,), "must be a mapping")
     problems.raise_if_any("Restore the file from h3kit's checkout.")
@@ -197,13 +206,25 @@ def check_catalog(doc: YamlDoc) -> Catalog:
     return Catalog(doc, formats, dit, te, vae, avae)
 
 
+# Parsed files by (path, mtime, size): plans are made many times per process
+# (install, tests) but an edited file is always read again.
+_parsed: dict = {}
+
+
+def _stamp(paths: list[Path]) -> tuple:
+    return tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in paths)
+
+
 def load(models_dir: Path | None = None, model: str = "minimax-h3") -> Catalog:
     """Read and check the catalog of `model` (profiles/models/<model>.yaml)."""
     folder = models_dir or asset_dir("profiles") / "models"
     path = folder / f"{model}.yaml"
     if not path.is_file():
         raise BadInput(f"The model catalog {path} does not exist.", "Reinstall h3kit; the catalog ships with it.")
-    return check_catalog(load_yaml(path))
+    key = ("catalog",) + _stamp([path])
+    if key not in _parsed:
+        _parsed[key] = check_catalog(load_yaml(path))
+    return _parsed[key]
 
 
 # --- profiles ----------------------------------------------------------------
@@ -237,13 +258,8 @@ def _range(doc: YamlDoc, problems: Problems, kp: tuple, value: Any) -> tuple | N
 
 
 def check_profile(doc: YamlDoc, catalog: Catalog) -> Profile:
-    problems = Problems(doc)
-    data = doc.data
-    if not isinstance(data, dict):
-        problems.add((), "must be a mapping with schema, name, description, match and settings")
-        problems.raise_if_any("See the other files in profiles/ for the layout.")
-    if data.get("schema") != PROFILE_SCHEMA:
-        problems.add(("schema",), f"is {data.get('schema')!r}; allowed: {PROFILE_SCHEMA}")
+    problems, data = _begin(doc, PROFILE_SCHEMA, "schema, name, description, match and settings",
+                            "See the other files in profiles/ for the layout.")
     name = data.get("name")
     if name != doc.path.stem:
         problems.add(("name",), f"is {name!r}; it must equal the file name without .yaml ({doc.path.stem!r})")
@@ -291,13 +307,15 @@ def check_profile(doc: YamlDoc, catalog: Catalog) -> Profile:
 def load_profiles(catalog: Catalog, folder: Path | None = None) -> dict[str, Profile]:
     """All named profiles, by name (sorted)."""
     folder = folder or asset_dir("profiles")
-    out: dict[str, Profile] = {}
-    for path in sorted(folder.glob("*.yaml")):
-        if path.name == "torch_builds.yaml":  # issue #9's data, not a profile
-            continue
-        profile = check_profile(load_yaml(path), catalog)
-        out[profile.name] = profile
-    return out
+    paths = [p for p in sorted(folder.glob("*.yaml")) if p.name != "torch_builds.yaml"]  # #9's data, not a profile
+    key = ("profiles", id(catalog)) + _stamp(paths)
+    if key not in _parsed:
+        out: dict[str, Profile] = {}
+        for path in paths:
+            profile = check_profile(load_yaml(path), catalog)
+            out[profile.name] = profile
+        _parsed[key] = out
+    return dict(_parsed[key])
 
 
 def matches(profile: Profile, fp: dict, machine: Machine) -> tuple[bool, str]:

@@ -185,4 +185,11 @@ def write_section(path: Any, section: str, mapping: dict) -> None:
     """Replace one top-level mapping (e.g. calibrated) in config.yaml, keeping every other line."""
     if not isinstance(mapping, dict):
         raise TypeError("write_section needs a mapping")
+    if section in ("calibrated", "overrides"):  # never write a config the next plan would refuse
+        from h3kit import catalog as catalog_mod
+
+        text = yaml.safe_dump({section: mapping}, sort_keys=False)
+        problems = Problems(parse_yaml(text, Path(f"<{section} to write>")))
+        validate_settings.check(mapping, (section,), problems, catalog_mod.load(), complete=False, source=section)
+        problems.raise_if_any(f"Only valid settings can be written to '{section}'.")
     _rewrite(_config_path(path), section, _dump_value(section, mapping) if mapping else [f"{section}: {{}}"])

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 from h3kit import catalog as catalog_mod
 from h3kit.catalog import Catalog, Machine, Profile, Weight
@@ -148,69 +147,78 @@ def tokens_for(cat: Catalog, canvas: tuple, frames: int) -> int:
     return (canvas[0] // px) * (canvas[1] // px) * latent_frames
 
 
+def _encode_phase(cat: Catalog, budget: Budget, choice: Choice, process: int) -> tuple:
+    """Text encoder, once per prompt: (gpu bytes | None, ram bytes)."""
+    te_act = parse_size(cat.data["memory"]["text_encoder_activation"])
+    te_need = choice.te.bytes + te_act
+    if budget.gpu_bytes is None:
+        return None, process + te_need
+    if budget.unified:
+        return te_need, process + te_need
+    # ComfyUI keeps weights under its cap; the rest of the encoder waits in RAM.
+    on_gpu = min(te_need, budget.weights_cap + te_act, budget.gpu_bytes)
+    return on_gpu, process + (te_need - on_gpu)
+
+
+def _shard_blocks(settings: dict, block: int) -> int:
+    if settings.get("shard_size_bytes", "auto") != "auto":
+        return max(1, parse_size(settings["shard_size_bytes"]) // block)
+    return int(settings.get("max_shard_blocks") or 1)
+
+
+def _preload(cat: Catalog, budget: Budget, settings: dict, dit: int, block: int, act: int, shard: int) -> int:
+    """DiT bytes kept on the GPU: all of it when it fits with room to spare, else whole blocks that leave
+    room for activations, ComfyUI's inference minimum and two shard buffers."""
+    if settings.get("preload_bytes", "auto") != "auto":
+        preload = min(parse_size(settings["preload_bytes"]), dit)
+    else:
+        resident_need = dit + parse_size(cat.data["memory"]["gpu_resident_overhead"])
+        room = budget.gpu_bytes - act - parse_size(cat.data["comfyui"]["inference_minimum"])
+        if resident_need <= budget.gpu_bytes and dit <= room and dit <= budget.weights_cap:
+            return dit
+        preload = max(0, min(room - 2 * shard, budget.weights_cap, dit))
+    return dit if preload >= dit else (preload // block) * block
+
+
 def estimate(cat: Catalog, budget: Budget, settings: dict, choice: Choice) -> Estimate:
+    """Per-phase GPU and RAM needs of `choice` under `settings`, and what is short of `budget`."""
     mem = cat.data["memory"]
     process = parse_size(mem["comfyui_process_ram"])
     inference_min = parse_size(cat.data["comfyui"]["inference_minimum"])
     tokens = tokens_for(cat, choice.canvas, choice.frames)
     act = tokens * int(mem["activation_bytes_per_token"]) + parse_size(mem["activation_fixed"])
-    dit = choice.dit.bytes
-    block = cat.block_bytes(choice.dit)
+    dit, block = choice.dit.bytes, cat.block_bytes(choice.dit)
     from_disk = settings["stream_from"] == "disk"
     gpu = budget.gpu_bytes
+    enc_gpu, enc_ram = _encode_phase(cat, budget, choice, process)
 
-    # encode: the text encoder, once per prompt
-    te_need = choice.te.bytes + parse_size(mem["text_encoder_activation"])
-    if gpu is None:
-        enc_gpu, enc_ram = None, process + te_need
-    elif budget.unified:
-        enc_gpu, enc_ram = te_need, process + te_need
-    else:
-        # ComfyUI keeps weights under its cap; the rest of the encoder waits in RAM.
-        enc_gpu = min(te_need, budget.weights_cap + parse_size(mem["text_encoder_activation"]), gpu)
-        enc_ram = process + (te_need - enc_gpu)
-
-    # sample: the DiT, resident or streamed in whole blocks
-    max_blocks = int(settings.get("max_shard_blocks") or 1)
-    shard_blocks = max_blocks
-    if settings.get("shard_size_bytes", "auto") != "auto":
-        shard_blocks = max(1, parse_size(settings["shard_size_bytes"]) // block)
+    # sample: the DiT, resident or streamed in shards of whole blocks
+    shard_blocks = _shard_blocks(settings, block)
     shard = shard_blocks * block
     if gpu is None:
         preload, resident, buffers = 0, False, 0
         smp_gpu, smp_ram = None, process + dit + act
     else:
-        resident_need = dit + parse_size(mem["gpu_resident_overhead"])
-        room = gpu - act - inference_min
-        if settings.get("preload_bytes", "auto") != "auto":
-            preload = min(parse_size(settings["preload_bytes"]), dit)
-        elif resident_need <= gpu and dit <= room and dit <= budget.weights_cap:
-            preload = dit
-        else:
-            preload = max(0, min(room - 2 * shard, budget.weights_cap, dit))
-        if preload < dit:
-            preload = (preload // block) * block  # whole blocks only
+        preload = _preload(cat, budget, settings, dit, block, act, shard)
         resident = preload >= dit
         buffers = 0 if resident else 2 * shard
         smp_gpu = preload + buffers + act
-        streamed = dit - preload
-        if budget.unified:
-            smp_ram = process + smp_gpu  # one pool; streamed blocks come from the SSD page cache
+        if budget.unified:  # one pool; streamed blocks come from the SSD page cache
+            smp_ram = process + smp_gpu
         else:
-            smp_ram = process + (0 if from_disk else streamed)
+            smp_ram = process + (0 if from_disk else dit - preload)
 
-    # decode: VAE tile; the DiT has left the GPU
+    # decode: VAE + one tile; the DiT has left the GPU (and waits in RAM when it streams from there)
     tile = settings["vae_tile_size"] + 2 * settings["vae_tile_overlap"]
     tile_ws = tile * tile * settings["vae_temporal_tile"] * int(mem["vae_decode_bytes_per_voxel"])
     video = choice.canvas[0] * choice.canvas[1] * choice.frames * int(mem["decoded_video_bytes_per_pixel_frame"])
     vae_need = choice.vae.bytes + choice.audio_vae.bytes + tile_ws
-    dit_parked = 0 if (from_disk or budget.unified) else dit
     if gpu is None:
         dec_gpu, dec_ram = None, process + dit + vae_need + video
     elif budget.unified:
         dec_gpu, dec_ram = vae_need, process + vae_need + video
     else:
-        dec_gpu, dec_ram = vae_need, process + dit_parked + video
+        dec_gpu, dec_ram = vae_need, process + (0 if from_disk else dit) + video
 
     phases = {"encode": {"gpu_bytes": enc_gpu, "ram_bytes": enc_ram},
               "sample": {"gpu_bytes": smp_gpu, "ram_bytes": smp_ram},
@@ -222,7 +230,7 @@ def estimate(cat: Catalog, budget: Budget, settings: dict, choice: Choice) -> Es
     if gpu is not None:
         if peak_gpu > gpu:
             est.short.append(("GPU", peak_gpu, gpu, max(phases, key=lambda p: phases[p]["gpu_bytes"])))
-        if not resident and preload == 0 and act + buffers + inference_min > gpu:
+        elif not resident and preload == 0 and act + buffers + inference_min > gpu:
             est.short.append(("GPU", act + buffers + inference_min, gpu, "sample"))
     if peak_ram > budget.ram_bytes:
         est.short.append(("RAM", peak_ram, budget.ram_bytes, max(phases, key=lambda p: phases[p]["ram_bytes"])))
@@ -244,8 +252,6 @@ def merge_settings(profile: Profile, config) -> tuple[dict, dict]:
                 settings[k] = v
                 line = config.line_of(section, k)
                 source[k] = f"{label} ({config.raw}:{line})" if config.raw else label
-    settings.setdefault("min_canvas", [512, 288])
-    settings.setdefault("max_shard_blocks", 1)
     return settings, source
 
 
@@ -254,11 +260,11 @@ def merge_settings(profile: Profile, config) -> tuple[dict, dict]:
 
 def _ladder(cat: Catalog, settings: dict) -> tuple[list, list]:
     max_w, max_h = settings["max_canvas"]
-    min_w, min_h = settings["min_canvas"]
+    min_w, min_h = settings.get("min_canvas") or cat.data["canvas"]["ladder"][-1]
     canvases = [tuple(c) for c in cat.data["canvas"]["ladder"]
                 if c[0] * c[1] <= max_w * max_h and c[0] <= max_w and c[0] * c[1] >= min_w * min_h]
     if not canvases:
-        canvases = [tuple(settings["min_canvas"])]
+        canvases = [(min_w, min_h)]
     frames = [f for f in cat.data["frames"]["ladder"] if settings["min_frames"] <= f <= settings["max_frames"]]
     return canvases, frames or [settings["min_frames"]]
 
@@ -376,12 +382,16 @@ def _rationale(cat: Catalog, c: Candidate, why_profile: str) -> list[str]:
         out.append(f"{b.gpu_count} GPUs found; ComfyUI runs a workflow on one, so the plan uses the largest.")
     for why in c.skipped:
         out.append(f"Left out: {why}.")
-    where = "GPU" if b.gpu_bytes is not None else "RAM"
-    have = b.gpu_bytes if b.gpu_bytes is not None else b.ram_bytes
-    left = have - (e.preload if b.gpu_bytes is not None else ch.dit.bytes)
-    out.append(f"DiT {ch.dit.variant} {ch.dit.format}: {gb(ch.dit.bytes)} ({c.source.get('quantization', 'profile') if s.get('quantization', 'auto') != 'auto' else 'highest-quality format that fits'}); "
-               f"{gb(e.preload)} of it stays on the {where}, leaving {gb(left)} of the {gb(have)} {where} budget "
-               f"for activations ({gb(e.activations)}) at {ch.canvas[0]}x{ch.canvas[1]}x{ch.frames}.")
+    why_format = (c.source.get("quantization", "profile") if s.get("quantization", "auto") != "auto"
+                  else "highest-quality format that fits")
+    if b.gpu_bytes is None:
+        out.append(f"DiT {ch.dit.variant} {ch.dit.format}: {gb(ch.dit.bytes)} ({why_format}), held whole in RAM with "
+                   f"activations ({gb(e.activations)}) at {ch.canvas[0]}x{ch.canvas[1]}x{ch.frames}: sample phase "
+                   f"{gb(e.phases['sample']['ram_bytes'])} of the {gb(b.ram_bytes)} RAM budget.")
+    else:
+        out.append(f"DiT {ch.dit.variant} {ch.dit.format}: {gb(ch.dit.bytes)} ({why_format}); {gb(e.preload)} of it "
+                   f"stays on the GPU, leaving {gb(b.gpu_bytes - e.preload)} of the {gb(b.gpu_bytes)} GPU budget for "
+                   f"activations ({gb(e.activations)}) at {ch.canvas[0]}x{ch.canvas[1]}x{ch.frames}.")
     if b.gpu_bytes is not None:
         if e.resident:
             out.append(f"Streaming off: all {cat.blocks} blocks ({gb(e.block)} each) stay resident "
@@ -392,16 +402,23 @@ def _rationale(cat: Catalog, c: Candidate, why_profile: str) -> list[str]:
             out.append(f"Streaming on: {resident_blocks} of {cat.blocks} blocks ({gb(e.block)} each) resident "
                        f"(preload {gb(e.preload)}), the other {cat.blocks - resident_blocks} stream from {src} "
                        f"{e.shard_blocks} block(s) ({gb(e.shard)}) per transfer, two buffers on the GPU.")
+        asked = s.get("shard_size_bytes", "auto")
+        if asked != "auto" and parse_size(asked) != e.shard:
+            out.append(f"shard_size_bytes {asked} was rounded to {e.shard_blocks} whole block(s) = {e.shard} bytes: "
+                       "a transfer never splits a block.")
             if s["stream_from"] == "disk" and b.disk_kind == "hdd":
                 out.append("The model disk is a spinning disk: streaming from it starves the GPU; move models to an SSD.")
-    out.append(f"Text encoder {ch.te.format}: {gb(ch.te.bytes)}, runs once per prompt and is dropped before "
-               f"sampling (peak GPU {gb(e.phases['encode']['gpu_bytes'])}, RAM {gb(e.phases['encode']['ram_bytes'])}).")
+    enc = e.phases["encode"]
+    out.append(f"Text encoder {ch.te.format}: {gb(ch.te.bytes)}, runs once per prompt and is dropped before sampling "
+               f"(peak {'' if enc['gpu_bytes'] is None else 'GPU ' + gb(enc['gpu_bytes']) + ', '}RAM {gb(enc['ram_bytes'])}).")
     out.append(f"Video VAE {ch.vae.format} {gb(ch.vae.bytes)} + audio VAE {gb(ch.audio_vae.bytes)}; decode tiles "
                f"{s['vae_tile_size']} px, overlap {s['vae_tile_overlap']}, {s['vae_temporal_tile']} frames: decode peak "
-               f"{gb(e.phases['decode']['gpu_bytes'] if b.gpu_bytes is not None else e.phases['decode']['ram_bytes'])}.")
+               + (f"{gb(e.phases['decode']['gpu_bytes'])} on the GPU." if b.gpu_bytes is not None else
+                  f"{gb(e.phases['decode']['ram_bytes'])} of RAM (the DiT is still loaded)."))
     out.append(f"Canvas {ch.canvas[0]}x{ch.canvas[1]} at {ch.frames} frames ({e.tokens} tokens): "
                + ("the largest that fits within the profile's limit "
-                  f"{s['max_canvas'][0]}x{s['max_canvas'][1]}x{s['max_frames']}." if c.searched
+                  f"{s['max_canvas'][0]}x{s['max_canvas'][1]}x{s['max_frames']}." if c.searched and e.fits
+                  else "the smallest the profile allows, and even that does not fit (see warnings)." if not e.fits
                   else "set by the user."))
     out.append(f"Disk: {gb(e.disk)} of weight files against {gb(b.disk_bytes)} free.")
     args, env = s.get("comfyui_args") or [], s.get("env") or {}

@@ -76,6 +76,7 @@ def _auto_or(inner):
 
 def _checks(catalog) -> dict:
     dit_formats = sorted({w.format for w in catalog.dit})
+    limits = catalog.data["limits"]
     return {
         "dit_weights": _auto_or(is_one_of([w.id for w in catalog.dit])),
         "quantization": _auto_or(is_one_of(dit_formats)),
@@ -83,9 +84,9 @@ def _checks(catalog) -> dict:
         "vae_weights": _auto_or(is_one_of([w.id for w in catalog.vae])),
         "shard_size_bytes": _auto_or(is_size),
         "preload_bytes": _auto_or(is_size),
-        "vae_tile_size": is_int_range(128, 2048, 32),
-        "vae_tile_overlap": is_int_range(0, 512),
-        "vae_temporal_tile": is_int_range(5, 129),
+        "vae_tile_size": is_int_range(*limits["vae_tile_size"]),
+        "vae_tile_overlap": is_int_range(*limits["vae_tile_overlap"]),
+        "vae_temporal_tile": is_int_range(*limits["vae_temporal_tile"]),
         "max_canvas": lambda v: _canvas_check(catalog, v),
         "min_canvas": lambda v: _canvas_check(catalog, v),
         "max_frames": lambda v: _frames_check(catalog, v),

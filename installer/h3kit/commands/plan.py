@@ -38,7 +38,8 @@ def render(plan: dict) -> str:
         f"profile   {plan['profile']}   fits: {'yes' if plan['fits'] else 'NO'}",
         f"DiT       {s['dit_weights']}   text encoder {s['text_encoder_weights']}   VAE {s['vae_weights']}",
         f"canvas    {s['max_canvas'][0]}x{s['max_canvas'][1]}, up to {s['max_frames']} frames",
-        f"streaming preload {gib(s['preload_bytes'])}, shard {gib(s['shard_size_bytes'])} from {s['stream_from']}",
+        (f"streaming preload {gib(s['preload_bytes'])}, shard {gib(s['shard_size_bytes'])} from {s['stream_from']}"
+         if b["gpu_bytes"] is not None else "streaming none: no GPU, the DiT is held in RAM"),
         f"VAE tiles {s['vae_tile_size']} px, overlap {s['vae_tile_overlap']}, {s['vae_temporal_tile']} frames",
         f"peaks     GPU {gib(e['peak_gpu_bytes'])} of {gib(b['gpu_bytes'])}, RAM {gib(e['peak_ram_bytes'])} of "
         f"{gib(b['ram_bytes'])}, disk {gib(e['disk_bytes'])} of {gib(b['disk_bytes'])}",

@@ -61,11 +61,17 @@ def resolve_timeout(timeout: float | None = None) -> tuple[float, str]:
 
 def collect(timeout: float | None = None, extra_disk_paths: Iterable[str | os.PathLike] = ()) -> dict:
     """Probe this machine; return an `h3kit.fingerprint/1` document. Never raises."""
+    return collect_with(_backend, timeout, extra_disk_paths)
+
+
+def collect_with(backend, timeout: float | None = None, extra_disk_paths: Iterable[str | os.PathLike] = ()) -> dict:
+    """`collect` through a given back end module; tests run every back end on every
+    machine this way, to check that foreign probes fail softly into a valid document."""
     started = time.monotonic()
     seconds, source = resolve_timeout(timeout)
     disk_paths = _unique([str(Path.home())] + [str(Path(p).expanduser()) for p in extra_disk_paths or ()])
     try:
-        probes: list[Probe] = [Probe("memory", _common.memory), *_backend.probes(disk_paths)]
+        probes: list[Probe] = [Probe("memory", _common.memory), *backend.probes(disk_paths)]
     except Exception as exc:  # a bug in probe set-up must still leave a document
         probes = [Probe("memory", _common.memory)]
         setup_error = {"name": "setup", "status": "error", "seconds": 0.0, "detail": f"{type(exc).__name__}: {exc}"}
@@ -75,14 +81,14 @@ def collect(timeout: float | None = None, extra_disk_paths: Iterable[str | os.Pa
     if setup_error:
         records.append(setup_error)
     try:
-        described = _backend.describe(values)
+        described = backend.describe(values)
     except Exception as exc:
         described = {}
         records.append({"name": "describe", "status": "error", "seconds": 0.0, "detail": f"{type(exc).__name__}: {exc}"})
     gpus = sorted(described.get("gpus") or [], key=lambda g: -g["memory_total_bytes"])
     return {
         "schema": SCHEMA,
-        "os": described.get("os") or {"system": _backend.SYSTEM, "release": platform.release(), "wsl": False},
+        "os": described.get("os") or {"system": backend.SYSTEM, "release": platform.release(), "wsl": False},
         "arch": described.get("arch") or _python_arch(),
         "rosetta": bool(described.get("rosetta", False)),
         "python_arch": _python_arch(),
@@ -92,6 +98,7 @@ def collect(timeout: float | None = None, extra_disk_paths: Iterable[str | os.Pa
         "gpus": gpus,
         "compilers": _common.compilers(values),
         "probes": records,
+        "notes": list(described.get("notes") or []),
         "probe_timeout_seconds": seconds,
         "probe_timeout_source": source,
         "seconds": round(time.monotonic() - started, 3),
@@ -165,4 +172,6 @@ def render_text(doc: dict) -> str:
                  f"{len(problems)} failed, {doc['seconds']:.1f} s")
     for p in problems:
         lines.append(f"{''.ljust(width)}  {p['name']}: {p['status']} ({p['detail']})")
+    for note in doc.get("notes") or []:
+        lines.append(f"{'Note'.ljust(width)}  {note}")
     return "\n".join(lines)

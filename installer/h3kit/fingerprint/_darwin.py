@@ -124,10 +124,11 @@ def probes(disk_paths) -> list[Probe]:
     sysctl = _common.resolve("sysctl", first=("/usr/sbin/sysctl",))
     profiler = _common.resolve("system_profiler", first=("/usr/sbin/system_profiler",))
     return [
-        # Names without -n, so each value keeps its name; an unknown name (FEAT_*
-        # on Intel, proc_translated before Big Sur) makes sysctl exit 1 after
-        # printing the rest, hence accept_error_output.
-        Probe("sysctl", lambda t: tool(sysctl, list(SYSCTL_NAMES), t, parsers.parse_sysctl, name="sysctl",
+        # Names without -n, so each value keeps its name; -i skips names this
+        # macOS does not know (FEAT_* on Intel, proc_translated before Big Sur),
+        # as archspec does (archspec/archspec#233). Should a sysctl lack -i and
+        # exit 1 after printing the known names, accept_error_output keeps them.
+        Probe("sysctl", lambda t: tool(sysctl, ["-i", *SYSCTL_NAMES], t, parsers.parse_sysctl, name="sysctl",
                                        accept_error_output=True)),
         Probe("system_profiler", lambda t: tool(profiler, ["SPDisplaysDataType", "-json"], t,
                                                 parsers.parse_system_profiler_displays, name="system_profiler")),
@@ -139,10 +140,15 @@ def probes(disk_paths) -> list[Probe]:
 def describe(values: dict) -> dict:
     s = values.get("sysctl") or {}
     arm = s.get("hw.optional.arm64") == "1" or platform.machine() == "arm64"
+    rosetta = s.get("sysctl.proc_translated") == "1"
+    notes = ["This Python is an x86_64 build running under Rosetta on an arm64 Mac: PyTorch cannot use the GPU "
+             "(MPS) from it. Use an arm64 Python (python.org universal2 installer or Homebrew in /opt/homebrew)."
+             ] if rosetta else []
     return {
         "os": {"system": SYSTEM, "release": platform.mac_ver()[0] or platform.release(), "wsl": False},
         "arch": "arm64" if arm else "x86_64",
-        "rosetta": s.get("sysctl.proc_translated") == "1",
+        "rosetta": rosetta,
         "cpu": cpu_from_sysctl(s) if s else None,
         "gpus": gpus_from(s, values.get("system_profiler") or []),
+        "notes": notes,
     }

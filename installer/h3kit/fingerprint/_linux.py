@@ -198,6 +198,14 @@ def disk_kind(path: str, _timeout: float) -> str:
     return "unknown"
 
 
+def _distribution() -> str | None:
+    """PRETTY_NAME from os-release ("Debian GNU/Linux 12 (bookworm)"), when there is one."""
+    try:
+        return platform.freedesktop_os_release().get("PRETTY_NAME")
+    except OSError:
+        return None
+
+
 def _arch() -> str:
     machine = platform.machine().lower()
     return "arm64" if machine in ("aarch64", "arm64") else "x86_64" if machine in ("x86_64", "amd64") else machine
@@ -223,12 +231,29 @@ def probes(disk_paths) -> list[Probe]:
     ]
 
 
+def notes_for(values: dict, gpus: list[dict]) -> list[str]:
+    """Sentences for things a person should know that the GPU list cannot say."""
+    notes = []
+    pci_vendors = {d["vendor_id"] for d in values.get("lspci") or []}
+    pci_vendors |= {c["vendor_id"] for c in (values.get("sysfs drm") or {}).get("cards", [])}
+    if "0x10de" in pci_vendors and not any(g["vendor"] == "nvidia" for g in gpus):
+        notes.append("An NVIDIA GPU is on the PCI bus but nvidia-smi did not report it: "
+                     "install or repair the NVIDIA driver, then run 'h3kit fingerprint' again.")
+    for g in gpus:
+        if g.get("memory_source") == "pci-bar":
+            notes.append(f"{g['name']}: memory is the PCI BAR size ({g['memory_total_bytes'] / parsers.GIB:.1f} GiB); "
+                         "without resizable BAR the card's real VRAM is larger.")
+    return notes
+
+
 def describe(values: dict) -> dict:
     wsl = (values.get("wsl") or {}).get("wsl", False)
+    gpus = _common.nvidia_gpus(values) + amd_and_intel_gpus(values)
     return {
-        "os": {"system": SYSTEM, "release": platform.release(), "wsl": bool(wsl)},
+        "os": {"system": SYSTEM, "release": platform.release(), "wsl": bool(wsl), "distribution": _distribution()},
         "arch": _arch(),
         "rosetta": False,
         "cpu": values.get("cpu"),
-        "gpus": _common.nvidia_gpus(values) + amd_and_intel_gpus(values),
+        "gpus": gpus,
+        "notes": notes_for(values, gpus),
     }

@@ -149,16 +149,30 @@ def msvc_probe(timeout: float) -> dict:
     raise Missing(f"no cl.exe under {install}")
 
 
-def probes(disk_paths) -> list[Probe]:
-    powershell = _common.resolve("powershell", first=(
+def _powershell() -> str | None:
+    return _common.resolve("powershell", first=(
         _system_root() / "System32" / "WindowsPowerShell" / "v1.0" / "powershell.exe",))
+
+
+def disk_kind(path: str, timeout: float) -> str:
+    """SSD or HDD of the physical disk holding a drive letter's partition."""
+    drive = os.path.splitdrive(os.path.abspath(path))[0].rstrip(":")
+    if len(drive) != 1 or not drive.isalpha():
+        return "unknown"  # UNC paths: a network share has no media type
+    script = f"(Get-Partition -DriveLetter {drive} | Get-Disk | Get-PhysicalDisk).MediaType"
+    return tool(_powershell(), ["-NoProfile", "-NonInteractive", "-Command", script], timeout,
+                parsers.parse_media_type, name="powershell")
+
+
+def probes(disk_paths) -> list[Probe]:
+    powershell = _powershell()
     return [
         *_common.nvidia_probes(nvidia_smi_path(), (str(_system_root() / "System32" / "nvcuda.dll"), "nvcuda.dll")),
         Probe("video controllers", lambda t: tool(powershell, ["-NoProfile", "-NonInteractive", "-Command", VIDEO_QUERY],
                                                    t, parsers.parse_powershell_list, name="powershell")),
         Probe("display registry", lambda t: read_display_registry()),
         Probe("cpu", cpu_probe),
-        *_common.disk_probes(disk_paths, lambda path, timeout: "unknown"),
+        *_common.disk_probes(disk_paths, disk_kind),
         Probe("compiler cl", msvc_probe),
         *[_common.compiler_probe(n, _common.resolve(n)) for n in ("gcc", "clang")],
         _common.compiler_probe("zig", _common.zig_path(), ("version",)),
@@ -167,12 +181,16 @@ def probes(disk_paths) -> list[Probe]:
 
 def describe(values: dict) -> dict:
     machine = platform.machine().lower()
+    gpus = _common.nvidia_gpus(values) + controller_gpus(
+        values.get("video controllers") or [], values.get("display registry") or [],
+        have_nvidia_smi=bool(values.get("nvidia-smi")))
+    notes = [f"{g['name']}: memory comes from Win32_VideoController.AdapterRAM, which stops at 4 GiB; "
+             "the card may have more." for g in gpus if g.get("memory_source") == "adapter-ram-capped-4gib"]
     return {
         "os": {"system": SYSTEM, "release": platform.version() or platform.release(), "wsl": False},
         "arch": "arm64" if machine == "arm64" else "x86_64",
         "rosetta": False,
         "cpu": values.get("cpu"),
-        "gpus": _common.nvidia_gpus(values) + controller_gpus(
-            values.get("video controllers") or [], values.get("display registry") or [],
-            have_nvidia_smi=bool(values.get("nvidia-smi"))),
+        "gpus": gpus,
+        "notes": notes,
     }

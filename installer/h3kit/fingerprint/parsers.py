@@ -59,8 +59,10 @@ def parse_nvidia_smi_query(text: str) -> list[dict]:
     return gpus
 
 
+# Drivers up to 5xx print "Driver Version: X  CUDA Version: Y"; 610-series drivers
+# print "KMD Version: X  CUDA UMD Version: Y" (club-3090 issue #1229).
 _SMI_HEADER = re.compile(
-    r"Driver Version:\s*(?P<driver>[0-9][0-9.]*)(?:.*?CUDA Version:\s*(?P<cuda>[0-9][0-9.]*|N/A))?",
+    r"(?:Driver|KMD) Version:\s*(?P<driver>[0-9][0-9.]*)(?:.*?CUDA (?:UMD )?Version:\s*(?P<cuda>[0-9][0-9.]*|N/A))?",
 )
 
 
@@ -73,7 +75,7 @@ def parse_nvidia_smi_header(text: str) -> dict:
         if m:
             cuda = m.group("cuda")
             return {"driver_version": m.group("driver"), "cuda_driver_version": None if cuda in (None, "N/A") else cuda}
-    raise ParseError("no 'Driver Version:' banner")
+    raise ParseError("no 'Driver Version:' or 'KMD Version:' banner")
 
 
 def cuda_version_from_int(value: int) -> str | None:
@@ -142,35 +144,39 @@ def parse_kfd_properties(text: str) -> dict:
 
 
 _LSPCI_LINE = re.compile(
-    r"^(?P<slot>[0-9a-fA-F:.]+)\s+(?P<cls>.+?)\s+\[(?P<classid>[0-9a-fA-F]{4})\]:\s+"
-    r"(?P<desc>.*?)\s+\[(?P<vendor>[0-9a-fA-F]{4}):(?P<device>[0-9a-fA-F]{4})\](?:\s+\(rev [0-9a-fA-F]+\))?\s*$"
+    r"^(?P<slot>(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+(?P<cls>[^:\[]+?)(?:\s+\[(?P<classid>[0-9a-fA-F]{4})\])?:\s+"
+    r"(?P<desc>.*?)(?:\s+\[(?P<vendor>[0-9a-fA-F]{4}):(?P<device>[0-9a-fA-F]{4})\])?"
+    r"(?:\s+\(rev [0-9a-fA-F]+\))?(?:\s+\(prog-if [^)]*\]\))?\s*$"
 )
+_DISPLAY_CLASSES = ("vga compatible controller", "3d controller", "display controller")
+_VENDOR_PREFIXES = {"0x10de": ("NVIDIA",), "0x1002": ("Advanced Micro Devices", "AMD", "ATI"), "0x8086": ("Intel",)}
 
 
 def parse_lspci(text: str) -> list[dict]:
-    """`lspci -D -nn`: display controllers (PCI class 03xx) with slot, vendor id and name."""
+    """`lspci -D -nn` (plain `lspci` and `lspci -v` read too): display controllers
+    (PCI class 03xx) with slot, vendor id and name. Indented detail lines are skipped."""
     devices = []
     seen_any = False
     for line in text.splitlines():
-        if not line.strip():
+        if not line.strip() or line[0].isspace():
             continue
         m = _LSPCI_LINE.match(line.strip())
         if not m:
             continue
         seen_any = True
-        if not m.group("classid").startswith("03"):
+        classid, cls = m.group("classid"), m.group("cls").strip().lower()
+        if not (classid.startswith("03") if classid else cls in _DISPLAY_CLASSES):
             continue
         slot = m.group("slot").lower()
         if slot.count(":") == 1:
             slot = "0000:" + slot  # lspci without -D leaves the domain out
-        devices.append({
-            "slot": slot,
-            "vendor_id": "0x" + m.group("vendor").lower(),
-            "device_id": "0x" + m.group("device").lower(),
-            "name": m.group("desc").strip(),
-        })
+        desc = m.group("desc").strip()
+        vendor_id = "0x" + m.group("vendor").lower() if m.group("vendor") else next(
+            (vid for vid, prefixes in _VENDOR_PREFIXES.items() if desc.startswith(prefixes)), None)
+        devices.append({"slot": slot, "vendor_id": vendor_id,
+                        "device_id": "0x" + m.group("device").lower() if m.group("device") else None, "name": desc})
     if not seen_any and text.strip():
-        raise ParseError("no 'slot class [id]: name [vendor:device]' lines (was lspci run with -nn?)")
+        raise ParseError("no 'slot class: name' lines")
     return devices
 
 
@@ -293,7 +299,7 @@ def parse_system_profiler_displays(text: str) -> list[dict]:
             continue
         name = item.get("sppci_model") or item.get("_name") or "unknown GPU"
         if name.startswith("kHW_") and name.endswith("Item"):  # early M1 builds: kHW_AppleM1Item
-            name = re.sub(r"(?<=[a-z])(?=[A-Z0-9])", " ", name[4:-4])
+            name = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[a-z])(?=[0-9])", " ", name[4:-4])
         vendor_raw = str(item.get("spdisplays_vendor") or item.get("sppci_vendor") or "").lower()
         if "apple" in vendor_raw or name.startswith("Apple"):
             vendor = "apple"
@@ -380,6 +386,18 @@ def qword_memory_size(value) -> int | None:
         except ValueError:
             return None
     return None
+
+
+def parse_media_type(text: str) -> str:
+    """`Get-PhysicalDisk`'s MediaType for the disk under a drive letter: SSD, HDD, or
+    Unspecified (virtual disks, some NVMe enclosures, Storage Spaces)."""
+    words = text.split()
+    if not words:
+        raise ParseError("empty")
+    kinds = {"ssd": "ssd", "hdd": "hdd", "unspecified": "unknown", "scm": "ssd"}
+    if words[0].lower() not in kinds:
+        raise ParseError(f"unknown media type {words[0][:30]!r}")
+    return kinds[words[0].lower()]
 
 
 def vendor_from_pnp(pnp_device_id: str, compatibility: str = "") -> str | None:

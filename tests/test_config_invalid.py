@@ -1,0 +1,110 @@
+"""Invalid config.yaml files and profiles: each is exit 2 with one sentence naming file:line and the key."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from h3kit import catalog as catalog_mod
+from h3kit.errors import BadInput
+from h3kit.paths import asset_dir
+
+FP = str(Path(__file__).parent / "fixtures" / "fingerprints" / "nvidia-rtx4090-24gb-64gb.json")
+
+# (config text, line the error must name, words the message must contain)
+BAD_CONFIGS = [
+    ("profile: nvidia-13gb\n", 1, "allowed: auto"),
+    ("# comment\nprofile: [a, b]\n", 2, "profile"),
+    ("profile: auto\noverrides:\n  vae_tile_sise: 384\n", 3, "not a settings key"),
+    ("overrides:\n  vae_tile_size: -384\n", 2, "128 to 2048"),
+    ("overrides:\n  vae_tile_size: 300\n", 2, "multiple of 32"),
+    ("overrides:\n  vae_tile_size: \"big\"\n", 2, "whole number"),
+    ("overrides:\n  shard_size_bytes: -5\n", 2, "negative"),
+    ("overrides:\n  preload_bytes: \"lots\"\n", 2, "not a size"),
+    ("overrides:\n  quantization: q9_k\n", 2, "allowed:"),
+    ("overrides:\n  dit_weights: h3-dit-huge\n", 2, "h3-dit-pruned-bf16"),
+    ("overrides:\n  max_canvas: [1920, 1080]\n", 2, "multiples of 32"),
+    ("overrides:\n  max_canvas: 1344\n", 2, "[WIDTH, HEIGHT]"),
+    ("overrides:\n  max_frames: 100\n", 2, "5 + 17n"),
+    ("overrides:\n  comfyui_args: --lowvram\n", 2, "list of strings"),
+    ("overrides:\n  env: [A=1]\n", 2, "mapping"),
+    ("overrides:\n  vae_tile_size: 256\n  vae_tile_overlap: 200\n", 3, "less than half"),
+    ("overrides: [vae_tile_size]\n", 1, "mapping of settings"),
+    ("calibrated:\n  max_shard_blocks: 0\n", 2, "1 to 50"),
+    ("comfyui_path: 42\n", 1, "folder path"),
+    ("profile: auto\noverrides:\n\tvae_tile_size: 384\n", 3, "not valid YAML"),
+    ("profile: auto\n  overrides: 1\n", 2, "not valid YAML"),
+    ("- profile\n- auto\n", 1, "must be a mapping"),
+]
+
+
+@pytest.mark.parametrize("text,line,words", BAD_CONFIGS, ids=[f"config{i}" for i in range(len(BAD_CONFIGS))])
+def test_bad_config_is_exit_2_naming_its_line(run_cli, h3kit_home, text, line, words):
+    cfg = h3kit_home / "config.yaml"
+    cfg.write_text(text)
+    code, out, err = run_cli("plan", "--fingerprint", FP)
+    assert code == 2
+    assert "Traceback" not in err
+    first = err.splitlines()[0]
+    assert first.startswith(f"error: {cfg}:{line}:"), first
+    assert words in first, first
+
+
+def _profiles_with(tmp_path: Path, name: str, text: str) -> Path:
+    folder = tmp_path / "profiles"
+    shutil.copytree(asset_dir("profiles"), folder)
+    (folder / f"{name}.yaml").write_text(text)
+    return folder
+
+
+GOOD = (asset_dir("profiles") / "nvidia-12gb.yaml").read_text()
+
+
+def _line_of(text: str, needle: str) -> int:
+    return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
+
+
+BAD_PROFILES = [
+    ("schema: h3kit.profile/1", "schema: h3kit.profile/9", "allowed: h3kit.profile/1"),
+    ("name: nvidia-12gb", "name: nvidia-twelve", "file name"),
+    ("  backend: cuda", "  backend: opencl", "allowed: cuda"),
+    ("  gpu_memory: [\"9 GiB\", \"13 GiB\"]", "  gpu_memory: [\"13 GiB\", \"9 GiB\"]", "MIN <= MAX"),
+    ("  formats: [", "  formats: [fp4, ", "allowed:"),
+    ("  stream_from: ram", "  stream_from: cloud", "allowed: ram, disk"),
+    ("  comfyui_args: []", "  comfyui_args: [\"--fast\"]", "harms H3"),
+    ("  vae_temporal_tile: 17", "  vae_temporal_tile: 0", "5 to 129"),
+    ("  os_ram_headroom: \"4 GB\"", "  os_ram_headroom: \"four\"", "not a size"),
+    ("  max_frames: 243", "  max_frames: 244", "5 + 17n"),
+]
+
+
+@pytest.mark.parametrize("old,new,words", BAD_PROFILES, ids=[f"profile{i}" for i in range(len(BAD_PROFILES))])
+def test_bad_profile_names_file_line_and_key(tmp_path, old, new, words):
+    assert old in GOOD, old
+    text = GOOD.replace(old, new, 1)
+    folder = _profiles_with(tmp_path, "nvidia-12gb", text)
+    with pytest.raises(BadInput) as exc:
+        catalog_mod.load_profiles(catalog_mod.load(), folder)
+    assert exc.value.exit_code == 2
+    expected_line = _line_of(text, new.strip().split(",")[0].split("[")[0].strip() or new.strip())
+    assert str(exc.value.message).startswith(f"{folder / 'nvidia-12gb.yaml'}:{expected_line}:"), exc.value.message
+    assert words in exc.value.message
+
+
+def test_profile_missing_a_required_setting(tmp_path):
+    text = GOOD.replace("  stream_from: ram\n", "")
+    folder = _profiles_with(tmp_path, "nvidia-12gb", text)
+    with pytest.raises(BadInput) as exc:
+        catalog_mod.load_profiles(catalog_mod.load(), folder)
+    assert f"nvidia-12gb.yaml:{_line_of(text, 'settings:')}:" in exc.value.message and "stream_from" in exc.value.message
+
+
+def test_broken_catalog_names_its_line(tmp_path):
+    text = (asset_dir("profiles") / "models" / "minimax-h3.yaml").read_text()
+    text = text.replace('size: "11.4 GB"', 'size: "eleven GB"', 1)
+    (tmp_path / "minimax-h3.yaml").write_text(text)
+    with pytest.raises(BadInput) as exc:
+        catalog_mod.load(tmp_path)
+    assert f"minimax-h3.yaml:{_line_of(text, 'eleven GB')}:" in exc.value.message and "size" in exc.value.message

@@ -1,0 +1,97 @@
+"""Golden plans for the synthetic fingerprints, and the plan's contract shape.
+
+Regenerate after a deliberate change: see scripts/regen_golden_plans.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from h3kit.fpschema import validate
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FINGERPRINTS = sorted((FIXTURES / "fingerprints").glob("*.json"))
+SETTINGS_KEYS = {"dit_weights", "quantization", "text_encoder_weights", "vae_weights", "shard_size_bytes",
+                 "preload_bytes", "vae_tile_size", "vae_tile_overlap", "vae_temporal_tile", "max_canvas",
+                 "max_frames", "comfyui_args", "env"}
+
+
+def test_at_least_twelve_synthetic_fingerprints_all_valid():
+    assert len(FINGERPRINTS) >= 12
+    for path in FINGERPRINTS:
+        assert validate(json.loads(path.read_text())) == [], path.name
+
+
+@pytest.mark.parametrize("fp_path", FINGERPRINTS, ids=lambda p: p.stem)
+def test_plan_command_gives_the_golden_plan(run_cli, fp_path):
+    code, out, err = run_cli("plan", "--fingerprint", str(fp_path), "--json")
+    assert code == 0, err
+    plan = json.loads(out)
+    golden = json.loads((FIXTURES / "plans" / fp_path.name).read_text())
+    assert plan == golden, "plan changed: review it and run scripts/regen_golden_plans.py"
+    assert plan["schema"] == "h3kit.plan/1"
+    assert SETTINGS_KEYS <= set(plan["settings"])
+    assert set(plan["budget"]) >= {"gpu_bytes", "ram_bytes", "disk_bytes"}
+    assert set(plan["estimates"]) >= {"peak_gpu_bytes", "peak_ram_bytes", "disk_bytes"}
+    assert len(plan["rationale"]) >= 6 and all(any(ch.isdigit() for ch in r) for r in plan["rationale"]
+                                              if not r.startswith(("Profile", "ComfyUI flags", "Left out")))
+    for flag in ("--fast", "--fp16-unet", "--force-fp16"):
+        assert flag not in plan["settings"]["comfyui_args"]
+    if not plan["fits"]:
+        assert any("short by" in w for w in plan["warnings"])
+
+
+def _golden(name):
+    return json.loads((FIXTURES / "plans" / f"{name}.json").read_text())
+
+
+def test_golden_plans_make_sense():
+    """Reviewed expectations, written down so a regeneration cannot silently flip them."""
+    mac16, cpu16 = _golden("apple-m1-16gb"), _golden("cpu-only-16gb")
+    assert not mac16["fits"] and not cpu16["fits"]  # below the 28-32 GB RAM floor of FACTS.md
+    ultra = _golden("apple-m3ultra-192gb")
+    assert ultra["settings"]["quantization"] == "bf16" and ultra["settings"]["streaming"]["resident"]
+    mps_formats = {_golden(n)["settings"]["quantization"] for n in ("apple-m2pro-32gb", "apple-m2max-64gb")}
+    assert not mps_formats & {"int8_convrot", "fp8_scaled", "w4a8", "nvfp4"}
+    assert _golden("apple-m2pro-32gb")["settings"]["stream_from"] == "disk"
+    r4060 = _golden("nvidia-rtx4060-8gb-16gb")
+    assert r4060["settings"]["quantization"] not in ("int8_convrot", "w4a8")  # driver 566 reports CUDA 12.7
+    assert "--disable-pinned-memory" in r4060["settings"]["comfyui_args"]
+    assert _golden("amd-rx7900xtx-24gb-64gb")["settings"]["quantization"] in ("bf16", "q8_0", "q6_k", "q5_k_m", "q4_k_m")
+    for name in ("nvidia-rtx3060-12gb-32gb", "nvidia-rtx4090-24gb-64gb", "nvidia-rtx5090-32gb-96gb"):
+        plan = _golden(name)
+        assert plan["fits"]
+        assert plan["settings"]["shard_size_bytes"] % plan["settings"]["streaming"]["block_bytes"] == 0
+        assert plan["settings"]["preload_bytes"] % plan["settings"]["streaming"]["block_bytes"] == 0
+    two = _golden("nvidia-2x-rtx3090-24gb-128gb")
+    assert any("2 GPUs" in r for r in two["rationale"])
+
+
+def test_plan_on_this_machine_is_a_valid_plan(run_cli):
+    code, out, err = run_cli("plan", "--json")
+    assert code == 0, err
+    plan = json.loads(out)
+    assert plan["schema"] == "h3kit.plan/1" and plan["profile"] and plan["rationale"]
+    assert plan["budget"]["ram_bytes"] > 0
+
+
+def test_estimator_within_20_percent_of_the_reports():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("validate_estimator", FIXTURES.parent.parent / "scripts" / "validate_estimator.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    table = module.rows()
+    assert len(table) == 3
+    for row in table:
+        assert abs(row["error_pct"]) <= 20, row
+
+
+def test_bad_fingerprint_file_is_exit_2(run_cli, tmp_path):
+    bad = tmp_path / "fp.json"
+    bad.write_text('{"schema": "h3kit.fingerprint/1"}')
+    code, _, err = run_cli("plan", "--fingerprint", str(bad))
+    assert code == 2 and "is missing" in err

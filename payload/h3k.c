@@ -620,16 +620,18 @@ static float dot_row(int kind, const uint8_t *row, act16 x, size_t nb) {
 typedef struct {
     int kind, reference;
     const uint8_t *w;
-    size_t row_bytes, cols, rows, row0, row1, batch;
+    size_t row_bytes, cols, rows, batch, grain;
     const int16_t *xq;
     const float *xs;
     float *y;
+    h3k_mutex lock; /* guards next_row */
+    size_t next_row;
 } product_job;
 
-/* Rows row0..row1 of Y = X W^T; each weight row is read once for the whole batch. */
-static void product_rows(const product_job *j) {
+/* Rows r0..r1 of Y = X W^T; each weight row is read once for the whole batch. */
+static void product_rows(const product_job *j, size_t r0, size_t r1) {
     size_t nb = j->cols / H3K_BLOCK;
-    for (size_t r = j->row0; r < j->row1; r++) {
+    for (size_t r = r0; r < r1; r++) {
         const uint8_t *row = j->w + r * j->row_bytes;
         for (size_t b = 0; b < j->batch; b++) {
             act16 x = {j->xq + b * j->cols, j->xs + b * nb};
@@ -639,31 +641,35 @@ static void product_rows(const product_job *j) {
     }
 }
 
-H3K_THREAD_FUNC(product_thread) {
-    product_rows((const product_job *)arg);
+/* Take chunks of `grain` rows until none are left. Chunks instead of one
+ * fixed share per thread: on a busy machine a thread that loses its core
+ * for a while no longer holds up the whole product. Each row is computed
+ * the same way whichever thread takes it, so results do not depend on the
+ * thread count. */
+H3K_THREAD_FUNC(product_worker) {
+    product_job *j = (product_job *)arg;
+    for (;;) {
+        mutex_lock(&j->lock);
+        size_t r0 = j->next_row, r1 = r0 + j->grain < j->rows ? r0 + j->grain : j->rows;
+        j->next_row = r1;
+        mutex_unlock(&j->lock);
+        if (r0 >= r1) break;
+        product_rows(j, r0, r1);
+    }
     H3K_THREAD_END;
 }
 
-/* Split the rows into one contiguous range per thread; the calling thread
- * takes the first. A thread that cannot start has its rows done inline, so
- * a product never fails half-way. */
-static void run_jobs(product_job *proto, int nt) {
-    product_job jobs[H3K_MAX_THREADS];
+/* The calling thread works too; a thread that cannot start is simply not
+ * there, so a product never fails half-way. */
+static void run_workers(product_job *j, int nt) {
     h3k_thread tids[H3K_MAX_THREADS];
     int started[H3K_MAX_THREADS];
-    for (int t = 0; t < nt; t++) {
-        jobs[t] = *proto;
-        jobs[t].row0 = proto->rows * (size_t)t / (size_t)nt;
-        jobs[t].row1 = proto->rows * (size_t)(t + 1) / (size_t)nt;
-    }
-    for (int t = 1; t < nt; t++) started[t] = thread_start(&tids[t], product_thread, &jobs[t]);
-    product_rows(&jobs[0]);
-    for (int t = 1; t < nt; t++) {
-        if (started[t])
-            thread_join(tids[t]);
-        else
-            product_rows(&jobs[t]);
-    }
+    mutex_init(&j->lock);
+    for (int t = 1; t < nt; t++) started[t] = thread_start(&tids[t], product_worker, j);
+    product_worker(j);
+    for (int t = 1; t < nt; t++)
+        if (started[t]) thread_join(tids[t]);
+    mutex_destroy(&j->lock);
 }
 
 /* Check every size, convert the activations, then run the row ranges. */
@@ -686,9 +692,21 @@ static int product(int kind, const void *w, size_t w_size, size_t rows, size_t c
     int nt = threads > 0 ? threads : h3k_cpu_count();
     if (nt > H3K_MAX_THREADS) nt = H3K_MAX_THREADS;
     if ((size_t)nt > rows) nt = (int)rows;
-    product_job proto = {kind, reference, (const uint8_t *)w, row_bytes, cols, rows, 0, rows,
-                         batch, xq, xs, y};
-    run_jobs(&proto, nt);
+    product_job job;
+    memset(&job, 0, sizeof job);
+    job.kind = kind;
+    job.reference = reference;
+    job.w = (const uint8_t *)w;
+    job.row_bytes = row_bytes;
+    job.cols = cols;
+    job.rows = rows;
+    job.batch = batch;
+    job.xq = xq;
+    job.xs = xs;
+    job.y = y;
+    job.grain = rows / ((size_t)nt * 16); /* ~16 chunks per thread, 8..1024 rows each */
+    job.grain = job.grain < 8 ? 8 : job.grain > 1024 ? 1024 : job.grain;
+    run_workers(&job, nt);
     H3K_ALIGNED_FREE(mem);
     return H3K_OK;
 }
@@ -1053,6 +1071,7 @@ int h3k_streamer_open(h3k_streamer **out, const char *path, size_t read_size, in
     for (int i = 0; ok && i < depth; i++) {
         s->slots[i].buf = (unsigned char *)H3K_ALIGNED_ALLOC(H3K_PAGE, read_size);
         ok = s->slots[i].buf != NULL;
+        if (ok) memset(s->slots[i].buf, 0, read_size); /* fault the pages in now, not mid-stream */
     }
     if (!ok) {
         streamer_free(s);

@@ -474,8 +474,41 @@ def _new_floats(n: int, like=None, shape=None):
 # ---------------------------------------------------------------- handles
 
 
-class Arena:
+class _Handle:
+    """An opaque C handle: closed by close(), `with`, or garbage collection."""
+
+    _kind = "handle"
+    _closer = ""  # name of the C function that frees it
+
+    _h = None
+
+    def _handle(self):
+        if not self._h:
+            raise NativeError(f"the {self._kind} is closed.")
+        return self._h
+
+    def close(self) -> None:
+        if self._h:
+            getattr(self._lib.c, self._closer)(self._h)
+            self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the library may be gone already
+            pass
+
+
+class Arena(_Handle):
     """A preload region: reserved, touched and (where allowed) locked in RAM at once."""
+
+    _kind, _closer = "arena", "h3k_arena_close"
 
     def __init__(self, capacity: int, lock: bool = True, library: Library | None = None):
         self._lib = library or load()
@@ -485,11 +518,6 @@ class Arena:
                         f"reserving an arena of {capacity} bytes")
         self._h = handle
         self.lock_requested = lock
-
-    def _handle(self):
-        if not self._h:
-            raise NativeError("the arena is closed.")
-        return self._h
 
     def alloc(self, size: int, align: int = 64) -> memoryview:
         """A writable view of `size` bytes inside the arena, aligned to `align`."""
@@ -525,31 +553,16 @@ class Arena:
         return {"capacity": self.capacity, "used": self.used, "peak": self.peak, "locked": self.locked,
                 "lock_error": None if self.locked or not self.lock_requested else self.last_error()}
 
-    def close(self) -> None:
-        if self._h:
-            self._lib.c.h3k_arena_close(self._h)
-            self._h = None
 
-    def __enter__(self) -> "Arena":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown: the library may be gone already
-            pass
-
-
-class Streamer:
+class Streamer(_Handle):
     """Ranges of a file read ahead by a background thread into a ring of buffers.
 
     Either give read_size and depth, or shard_size_bytes and preload_bytes
     from the plan (the library derives both). Iterate to get (offset, view)
     pairs; a view is valid until the next step of the iteration.
     """
+
+    _kind, _closer = "streamer", "h3k_streamer_close"
 
     def __init__(self, path, read_size: int | None = None, depth: int | None = None, *,
                  shard_size_bytes: int | None = None, preload_bytes: int | None = None,
@@ -567,11 +580,6 @@ class Streamer:
         if status != OK:
             raise NativeError(f"cannot stream {self.path}: {self._lib.error_text(status)}")
         self._h = handle
-
-    def _handle(self):
-        if not self._h:
-            raise NativeError("the streamer is closed.")
-        return self._h
 
     @property
     def file_size(self) -> int:
@@ -611,23 +619,6 @@ class Streamer:
 
     def last_error(self) -> str:
         return self._lib.c.h3k_streamer_last_error(self._handle()).decode(errors="replace")
-
-    def close(self) -> None:
-        if self._h:
-            self._lib.c.h3k_streamer_close(self._h)
-            self._h = None
-
-    def __enter__(self) -> "Streamer":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown: the library may be gone already
-            pass
 
 
 # ---------------------------------------------------------------- loading
@@ -716,3 +707,53 @@ def version() -> str:
 
 def features() -> dict:
     return load().features()
+
+
+# ------------------------------------------------------------ command line
+
+
+def selftest_folder(folder: str | os.PathLike) -> dict:
+    """Self-test the baseline and the build chosen for this CPU in `folder`."""
+    folder = Path(folder)
+    chosen = _pick_in_folder(folder, "selftest")
+    if chosen is None:
+        return {"passed": False, "checks": 0, "selected": None, "message": f"no libh3kit-* in {folder}"}
+    results = {}
+    for variant in VARIANTS:
+        path = folder / library_filename(variant)
+        if not path.is_file():
+            continue
+        if variant in ("baseline", chosen.variant()):
+            results[variant] = Library(path, "selftest").selftest()
+        else:
+            results[variant] = {"skipped": "this CPU lacks features that build needs"}
+    failed = [f"{v}: {r['message']}" for v, r in results.items() if "passed" in r and not r["passed"]]
+    return {"passed": not failed, "checks": results[chosen.variant()]["checks"], "selected": chosen.variant(),
+            "library": str(chosen.path), "message": "; ".join(failed), "variants": results}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python native.py selftest --dir FOLDER | --lib FILE` or `info`: one JSON line on stdout."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="h3k_native", description="h3kit native library bridge")
+    p.add_argument("action", choices=("selftest", "info"))
+    p.add_argument("--dir", help="a folder of libh3kit-<variant> builds")
+    p.add_argument("--lib", help="one library file")
+    args = p.parse_args(argv)
+    try:
+        if args.action == "selftest" and args.dir:
+            doc = selftest_folder(args.dir)
+        elif args.action == "selftest":
+            lib = load(args.lib)
+            doc = {**lib.selftest(), "selected": lib.variant(), "library": str(lib.path)}
+        else:
+            doc = load(args.lib or args.dir).features()
+    except NativeError as exc:
+        doc = {"passed": False, "checks": 0, "selected": None, "message": str(exc)}
+    print(json.dumps(doc))
+    return 0 if doc.get("passed", True) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

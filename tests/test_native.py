@@ -1,0 +1,303 @@
+"""h3kit.native against the real library: byte-exact with gguf.quants, products
+against numpy, odd shapes, arena, streamer, tiles, and the library search order."""
+
+from __future__ import annotations
+
+import array
+import ast
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+gguf = pytest.importorskip("gguf")
+from gguf import quants as gq  # noqa: E402
+
+from h3kit import native  # noqa: E402
+
+from native_support import build_into  # noqa: E402
+
+GGML = {"q8_0": gguf.GGMLQuantizationType.Q8_0, "q4_0": gguf.GGMLQuantizationType.Q4_0}
+KINDS = tuple(GGML)
+
+
+@pytest.fixture(scope="session")
+def libdir(tmp_path_factory) -> Path:
+    return build_into(tmp_path_factory.mktemp("native-home"))
+
+
+@pytest.fixture(scope="session")
+def lib(libdir) -> native.Library:
+    return native.load(libdir)
+
+
+def _cases() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(5)
+    n = 32 * 64
+    return {
+        "random": rng.standard_normal(n).astype(np.float32),
+        "all-zero": np.zeros(n, np.float32),
+        "very-large": (rng.standard_normal(n) * 1e30).astype(np.float32),
+        "beyond-fp16": (rng.standard_normal(n) * 1e6).astype(np.float32),
+        "very-small": (rng.standard_normal(n) * 1e-30).astype(np.float32),
+        "fp16-subnormal-scale": (rng.standard_normal(n) * 1e-6).astype(np.float32),
+        "constant": np.full(n, 3.7, np.float32),
+        "negative-constant": np.full(n, -0.25, np.float32),
+        "integers-with-ties": rng.integers(-40, 40, n).astype(np.float32) / 2,
+        "one-spike-per-block": np.where(np.arange(n) % 32 == 7, -5.0, 0.01).astype(np.float32),
+    }
+
+
+def _gguf_quantize(x: np.ndarray, kind: str) -> bytes:
+    with np.errstate(all="ignore"):
+        return gq.quantize(x.reshape(-1, 32), GGML[kind]).tobytes()
+
+
+def _gguf_dequantize(data: bytes, kind: str) -> np.ndarray:
+    blocks = np.frombuffer(data, np.uint8).reshape(-1, native.BLOCK_BYTES[kind])
+    with np.errstate(all="ignore"):
+        return gq.dequantize(blocks, GGML[kind]).ravel()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("case", list(_cases()))
+def test_quantize_is_byte_exact_with_gguf(lib, kind, case):
+    x = _cases()[case]
+    assert lib.quantize(x, kind) == _gguf_quantize(x, kind)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_dequantize_round_trip_matches_gguf(lib, kind):
+    for case, x in _cases().items():
+        data = lib.quantize(x, kind)
+        ours = lib.dequantize(data, kind, x.size)
+        np.testing.assert_array_equal(ours, _gguf_dequantize(data, kind), err_msg=case)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_quantize_accepts_array_f_and_bytes_without_numpy(lib, kind):
+    x = _cases()["random"]
+    expected = _gguf_quantize(x, kind)
+    assert lib.quantize(array.array("f", x.tolist()), kind) == expected
+    assert lib.quantize(x.tobytes(), kind) == expected
+    back = lib.dequantize(expected, kind, x.size)
+    assert isinstance(back, array.array) and back.typecode == "f"
+    assert np.array_equal(np.frombuffer(back, np.float32), _gguf_dequantize(expected, kind))
+
+
+def _weights(rows: int, cols: int, seed: int = 1):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((rows, cols), dtype=np.float32), rng.standard_normal(cols, dtype=np.float32)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_matvec_matches_numpy_on_dequantized_weights(lib, kind):
+    rows, cols = 300, 512
+    w, x = _weights(rows, cols)
+    data = np.frombuffer(lib.quantize(w, kind), np.uint8)
+    y = lib.matvec(data, kind, rows, cols, x)
+    ref = lib.dequantize(data, kind, rows * cols).reshape(rows, cols).astype(np.float64) @ x.astype(np.float64)
+    assert isinstance(y, np.ndarray) and y.dtype == np.float32 and y.shape == (rows,)
+    assert np.linalg.norm(y - ref) <= 1e-3 * np.linalg.norm(ref)
+    np.testing.assert_allclose(y, ref, rtol=1e-3, atol=1e-3 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_matvec_within_quantization_error_of_fp32_weights(lib, kind):
+    """|Wq x - W x| is at most sum over blocks of max-error(d) * sum |x| (d/2 for q8_0, d for q4_0)."""
+    rows, cols = 200, 256
+    w, x = _weights(rows, cols, seed=2)
+    data = lib.quantize(w, kind)
+    y = np.asarray(lib.matvec(np.frombuffer(data, np.uint8), kind, rows, cols, x))
+    blocks = np.frombuffer(data, np.uint8).reshape(rows, cols // 32, native.BLOCK_BYTES[kind])
+    d = np.abs(blocks[:, :, :2].copy().view(np.float16)[..., 0].astype(np.float64))
+    per_value = d / 2 if kind == "q8_0" else d
+    xsum = np.abs(x.astype(np.float64)).reshape(cols // 32, 32).sum(axis=1)
+    bound = (per_value * xsum).sum(axis=1) * 1.01 + 1e-4
+    exact = w.astype(np.float64) @ x.astype(np.float64)
+    assert np.all(np.abs(y - exact) <= bound)
+
+
+def test_cols_not_a_multiple_of_32_is_a_clear_error(lib):
+    with pytest.raises(ValueError, match="multiple of 32"):
+        lib.matvec(bytes(34 * 2), "q8_0", 2, 33, np.zeros(33, np.float32))
+    with pytest.raises(ValueError, match="multiple of 32"):
+        lib.quantize(np.zeros(33, np.float32), "q8_0")
+
+
+def test_sizes_are_checked_before_c(lib):
+    x = np.zeros(64, np.float32)
+    with pytest.raises(ValueError, match="needs exactly"):
+        lib.matvec(bytes(10), "q8_0", 2, 64, x)
+    with pytest.raises(ValueError, match="were expected"):
+        lib.matvec(bytes(2 * 2 * 34), "q8_0", 2, 64, np.zeros(63, np.float32))
+    with pytest.raises(ValueError, match="float32"):
+        lib.matvec(bytes(2 * 2 * 34), "q8_0", 2, 64, np.zeros(64, np.float64))
+    with pytest.raises(ValueError, match="unknown quantization kind"):
+        lib.quantize(x, "q5_k")
+    with pytest.raises(ValueError, match="need"):
+        lib.dequantize(bytes(10), "q4_0", 64)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_rows_one_and_many_rows_and_threads(lib, kind):
+    w, x = _weights(1, 96, seed=3)
+    data = lib.quantize(w, kind)
+    one = lib.matvec(data, kind, 1, 96, x)
+    assert one.shape == (1,)
+    assert one[0] == pytest.approx(float(lib.dequantize(data, kind, 96) @ x), rel=1e-4, abs=1e-4)
+    rows = 20000
+    w, x = _weights(rows, 32, seed=4)
+    data = lib.quantize(w, kind)
+    ys = [lib.matvec(data, kind, rows, 32, x, threads=t) for t in (1, 3, 0)]
+    assert np.array_equal(ys[0], ys[1]) and np.array_equal(ys[0], ys[2])
+    ref = lib.matvec_reference(data, kind, rows, 32, x)
+    np.testing.assert_allclose(ys[0], ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_matmul_equals_matvec_per_row_of_x(lib, kind):
+    w, _ = _weights(70, 128, seed=6)
+    xs = np.random.default_rng(7).standard_normal((5, 128), dtype=np.float32)
+    data = lib.quantize(w, kind)
+    y = lib.matmul(data, kind, 70, 128, xs)
+    assert y.shape == (5, 70)
+    for b in range(5):
+        assert np.array_equal(y[b], lib.matvec(data, kind, 70, 128, xs[b]))
+    flat = lib.matmul(data, kind, 70, 128, array.array("f", xs.ravel().tolist()))
+    assert np.array_equal(np.frombuffer(flat, np.float32), y.ravel())
+
+
+def test_arena_allocates_aligned_and_reports_lock(lib):
+    with lib.arena(1 << 20, lock=True) as arena:
+        a = arena.alloc(1000, align=64)
+        b = arena.alloc(5000, align=4096)
+        a[:] = b"\x01" * 1000
+        b[0] = 7
+        stats = arena.stats()
+        assert stats["used"] >= 6000 and stats["peak"] == stats["used"] and stats["capacity"] == 1 << 20
+        assert stats["locked"] or "mlock" in stats["lock_error"] or "VirtualLock" in stats["lock_error"]
+        with pytest.raises(native.NativeError, match="arena full"):
+            arena.alloc(2 << 20)
+        arena.reset()
+        assert arena.used == 0 and arena.peak == stats["peak"]
+
+
+def test_streamer_reads_ranges_in_order(lib, tmp_path):
+    data = np.random.default_rng(8).integers(0, 256, 3 * (1 << 20) + 17, dtype=np.uint8).tobytes()
+    path = tmp_path / "shard.safetensors"
+    path.write_bytes(data)
+    with lib.streamer(path, read_size=1 << 20, depth=2) as s:
+        assert s.file_size == len(data)
+        s.submit(0, len(data))
+        s.submit(100, 50)
+        got = bytearray()
+        offsets = []
+        for offset, view in s:
+            offsets.append(offset)
+            got += view
+        stats = s.stats()
+    assert bytes(got) == data + data[100:150]
+    assert offsets == [0, 1 << 20, 2 << 20, 3 << 20, 100]
+    assert stats["bytes_read"] == len(data) + 50 and stats["chunks"] == 5 and stats["wait_seconds"] >= 0
+
+
+def test_streamer_range_past_end_of_file_is_an_error(lib, tmp_path):
+    path = tmp_path / "short.bin"
+    path.write_bytes(b"x" * 1000)
+    with lib.streamer(path, read_size=4096, depth=2) as s:
+        with pytest.raises(native.NativeError, match="past the end"):
+            s.submit(500, 501)
+        s.submit(500, 500)
+        assert [bytes(v) for _, v in s] == [b"x" * 500]
+    with pytest.raises(native.NativeError, match="cannot stream"):
+        lib.streamer(tmp_path / "missing.bin", read_size=4096, depth=2)
+
+
+def test_streamer_plan_comes_from_shard_and_preload_sizes(lib, tmp_path):
+    assert lib.streamer_plan(4 << 30, 8 << 30) == (64 << 20, 8)
+    assert lib.streamer_plan(100 << 20, 0) == (6 << 20, 2)
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"\0" * 10)
+    with lib.streamer(path, shard_size_bytes=512 << 20, preload_bytes=256 << 20) as s:
+        assert (s.read_size, s.depth) == (32 << 20, 8)
+
+
+def test_tiles_split_and_blend_back_to_the_image(lib):
+    img = np.random.default_rng(9).standard_normal((3, 50, 70)).astype(np.float32)
+    tiles = lib.split_tiles(img, 3, 50, 70, tile=32, overlap=8)
+    assert [(t.y, t.x) for t in tiles][:3] == [(0, 0), (0, 24), (0, 38)]
+    np.testing.assert_array_equal(tiles[1].data, img[:, 0:32, 24:56])
+    out = lib.blend_tiles(tiles, 3, 50, 70, overlap=8)
+    np.testing.assert_allclose(out, img, rtol=1e-5, atol=1e-6)
+
+
+def test_tiles_feather_linearly_across_the_overlap(lib):
+    """Two tiles of constant 0 and 1 overlapping by 4: the seam ramps from 0 to 1."""
+    left = native.Tile(0, 0, 1, 8, np.zeros(8, np.float32))
+    right = native.Tile(0, 4, 1, 8, np.ones(8, np.float32))
+    out = lib.blend_tiles([left, right], 1, 1, 12, overlap=4)
+    seam = out.ravel()[4:8]
+    assert np.all(np.diff(seam) > 0) and out.ravel()[0] == 0 and out.ravel()[-1] == 1
+    np.testing.assert_allclose(seam, [0.2, 0.4, 0.6, 0.8], atol=1e-6)
+
+
+def test_selftest_version_features(lib):
+    assert lib.selftest() == {"passed": True, "checks": lib.selftest()["checks"], "message": ""}
+    assert lib.selftest()["checks"] > 20
+    feats = lib.features()
+    assert feats["version"] == lib.version() and feats["variant"] in native.VARIANTS
+    assert set(feats["build"]) <= set(feats["cpu"])
+
+
+def test_bridge_imports_only_the_standard_library():
+    tree = ast.parse(Path(native.__file__).read_text(encoding="utf-8"))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module.split(".")[0])
+    assert "h3kit" not in names
+    assert names - {"numpy"} <= set(sys.stdlib_module_names) | {"__future__"}
+
+
+def _run_copied_bridge(tmp_path: Path, env: dict, code: str) -> dict:
+    pack = tmp_path / "pack"
+    pack.mkdir(exist_ok=True)
+    shutil.copy(native.__file__, pack / "h3k_native.py")
+    res = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(pack)!r}); {code}"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def test_search_order_lib_beside_the_bridge_then_env_then_cache(libdir, tmp_path):
+    """A copy of the bridge (as deploy makes it) finds lib/ beside itself; H3KIT_NATIVE_LIB wins over it."""
+    code = "import json, h3k_native as n; l = n.load(); print(json.dumps([l.source, str(l.path), l.selftest()['passed']]))"
+    base = {"PATH": "/usr/bin:/bin", "H3KIT_HOME": str(tmp_path / "empty-home")}
+    (tmp_path / "pack" / "lib").mkdir(parents=True)
+    for p in libdir.glob("libh3kit-*"):
+        shutil.copy(p, tmp_path / "pack" / "lib" / p.name)
+    source, path, ok = _run_copied_bridge(tmp_path, base, code)
+    assert source == "lib/ beside the bridge" and Path(path).parent == tmp_path / "pack" / "lib" and ok
+    one = next(libdir.glob("libh3kit-baseline*"))
+    source, path, ok = _run_copied_bridge(tmp_path, {**base, "H3KIT_NATIVE_LIB": str(one)}, code)
+    assert (source, path, ok) == ("H3KIT_NATIVE_LIB", str(one), True)
+
+
+def test_search_order_finds_the_cache_written_by_build(libdir, tmp_path):
+    home = libdir.parent.parent.parent  # <home>/cache/native/<key>
+    code = "import json, h3k_native as n; l = n.load(); print(json.dumps([l.source, str(l.path)]))"
+    source, path = _run_copied_bridge(tmp_path, {"PATH": "/usr/bin:/bin", "H3KIT_HOME": str(home)}, code)
+    assert source == "h3kit cache" and Path(path).parent == libdir
+
+
+def test_missing_library_says_how_to_build(tmp_path, monkeypatch):
+    monkeypatch.delenv("H3KIT_NATIVE_LIB", raising=False)
+    with pytest.raises(native.NativeError, match="h3kit build"):
+        native.find(tmp_path / "nothing-here")

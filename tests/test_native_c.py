@@ -1,0 +1,53 @@
+"""The C unit tests (payload/tests/test_h3k.c), compiled with the library source
+and run under AddressSanitizer + UndefinedBehaviorSanitizer, for every variant
+this machine can run. pytest runs them, so CI does too."""
+
+from __future__ import annotations
+
+import pytest
+
+from h3kit import build, compilers, subproc
+
+SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer"]
+
+
+@pytest.fixture(scope="module")
+def compiler() -> compilers.Compiler:
+    for name in ("cc", "gcc", "clang"):
+        exe = subproc.which(name)
+        if exe:
+            return compilers.Compiler(name, [exe], "", "PATH")
+    pytest.skip("no C compiler on PATH for the sanitizer build")
+
+
+def _variants_here(compiler) -> list[tuple[str, list[str]]]:
+    flags = build.variant_flags(compiler)
+    out = [("baseline", [])]
+    for variant, vflags in flags.items():
+        if variant != "baseline":
+            out.append((variant, [f for f in vflags if f not in build.GNU_FLAGS]))
+    return out
+
+
+@pytest.mark.parametrize("variant", ["baseline", "tuned"])
+def test_c_unit_tests_under_asan_and_ubsan(compiler, variant, tmp_path):
+    chosen = _variants_here(compiler)
+    if variant == "tuned" and len(chosen) == 1:
+        pytest.skip(f"no tuned variant for {build.arch()}")
+    name, extra = chosen[0] if variant == "baseline" else chosen[1]
+    src = build.source_dir()
+    exe = tmp_path / "test_h3k"
+    argv = compiler.argv + ["-std=c11", "-g", "-O1", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off",
+                            *SANITIZE, *extra, str(src / "h3k.c"), str(src / "tests" / "test_h3k.c"),
+                            "-o", str(exe), "-lm", "-lpthread"]
+    res = subproc.run(argv, timeout=180)
+    if not res.ok and "asan" in (res.stderr + res.stdout).lower():
+        pytest.skip(f"this compiler has no sanitizer runtime: {res.stderr.strip()[:200]}")
+    assert res.ok, res.stderr
+    run = subproc.run([exe, str(tmp_path)], timeout=180,
+                      env={"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0", "PATH": "/usr/bin:/bin"})
+    if variant == "tuned" and "lacks features" in run.stdout:  # the self-test checks the CPU first
+        pytest.skip(f"this CPU cannot run the {name} build")
+    assert run.ok, run.stdout + run.stderr
+    assert run.stdout.strip().splitlines()[-1].startswith("ok ")
+    assert "runtime error" not in run.stderr  # UBSan reports

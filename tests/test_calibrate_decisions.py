@@ -37,10 +37,16 @@ def test_decisions_never_raise_memory_above_the_budget(seed):
     plan = synthetic_plan(rng)
     tiles = synthetic_sweep(rng)
     budget_gpu = plan["budget"]["gpu_bytes"] or plan["budget"]["ram_bytes"]
-    peak_ram = int(plan["budget"]["ram_bytes"] * rng.uniform(0.3, 1.8))
+    gpu_plan = bool(plan["budget"]["gpu_bytes"])
+    free = rng.choice([None, rng.randint(1, 48) * GB]) if gpu_plan else None
+    device = {"status": "measured", "free_bytes": free} if free else {"status": "skipped"}
+    preload_budget = min(plan["budget"]["gpu_bytes"], free or 10**30) if gpu_plan else plan["budget"]["ram_bytes"]
+    peak = int(preload_budget * rng.uniform(0.3, 1.8))
+    estimates = {"peak_gpu_bytes": peak, "peak_ram_bytes": peak} if gpu_plan else \
+        {"peak_ram_bytes": peak, "peak_gpu_bytes": None}
     scaling = [{"threads": t, "gflop_per_s": rng.uniform(1, 100)} for t in (1, 2, 4, 8)[: rng.randint(0, 4)]]
     decisions = calibrate.decide(plan, {"tiles": tiles, "native": {"scaling": scaling, "threads_max": 8},
-                                        "inference": {}}, {"peak_ram_bytes": peak_ram})
+                                        "inference": {}, "device": device}, estimates)
     by = {d["setting"]: d for d in decisions}
     for d in decisions:
         assert d["evidence"] and isinstance(d["evidence"], str)
@@ -60,11 +66,11 @@ def test_decisions_never_raise_memory_above_the_budget(seed):
     old = plan["settings"]["preload_bytes"]
     shard = plan["settings"]["shard_size_bytes"]
     assert 0 <= preload <= old
-    if peak_ram <= plan["budget"]["ram_bytes"]:
+    if peak <= preload_budget:
         assert preload == old
     else:
         # Cut by whole shards until the overshoot is covered, or down to zero.
-        over = peak_ram - plan["budget"]["ram_bytes"]
+        over = peak - preload_budget
         assert preload == 0 or old - preload >= over
         assert (old - preload) % shard == 0 or preload == 0
 
@@ -84,7 +90,7 @@ def test_no_sweep_keeps_the_plan_tile_and_says_why():
 
 def test_preload_shrinks_by_whole_shards_when_the_peak_overshoots():
     settings = {"shard_size_bytes": 100, "preload_bytes": 800}
-    d = calibrate.decide_preload(settings, budget_ram=1000, estimated_peak_ram=1250)
+    d = calibrate.decide_preload(settings, budget=1000, estimated_peak=1250)
     assert d["value"] == 500 and d["changed"]
     assert calibrate.decide_preload(settings, 1000, 900)["value"] == 800
 
@@ -105,3 +111,13 @@ def test_native_kind_follows_bits():
     assert calibrate.native_kind("q5_0") == "q4_0"
     assert calibrate.native_kind("int8_convrot") == "q8_0"
     assert calibrate.native_kind(None) == "q8_0"
+
+
+def test_gpu_plan_preload_is_checked_against_measured_free_gpu_memory():
+    plan = {"settings": {"shard_size_bytes": GB, "preload_bytes": 6 * GB, "vae_tile_size": 256},
+            "budget": {"gpu_bytes": 20 * GB, "ram_bytes": 64 * GB}}
+    device = {"status": "measured", "free_bytes": 16 * GB}
+    memory, budget, peak = calibrate.preload_memory(plan, device, {"peak_gpu_bytes": 18 * GB, "peak_ram_bytes": GB})
+    assert (memory, budget, peak) == ("GPU memory", 16 * GB, 18 * GB)
+    d = calibrate.decide_preload(plan["settings"], budget, peak, memory)
+    assert d["value"] == 4 * GB and "GPU memory" in d["evidence"]

@@ -212,30 +212,43 @@ def decide_tile(tiles: list[dict], budget_bytes: int | None, current: int) -> di
                     f"peaked at {report.human_bytes(smallest['peak_bytes'])}); chose the smallest")
 
 
-def decide_preload(settings: dict, budget_ram: int | None, estimated_peak_ram: int | None) -> dict:
-    """Shrink the preload by what the estimated peak overshoots the RAM budget (whole shards).
+def decide_preload(settings: dict, budget: int | None, estimated_peak: int | None, memory: str = "RAM") -> dict:
+    """Shrink the preload by what the estimated peak overshoots the budget (whole shards).
 
-    Never grows it: more read-ahead is only ever the plan's call.
+    `memory` names where the preload lives: GPU memory on a GPU plan, RAM
+    otherwise. Never grows it: more read-ahead is only ever the plan's call.
     """
     preload = int(settings.get("preload_bytes") or 0)
     shard = int(settings.get("shard_size_bytes") or 0) or 1
-    if not budget_ram or not estimated_peak_ram:
-        return decision("preload_bytes", preload, preload, "no peak-memory estimate to compare with the budget; kept")
-    over = estimated_peak_ram - budget_ram
+    hb = report.human_bytes
+    if not budget or not estimated_peak:
+        return decision("preload_bytes", preload, preload, f"no {memory} peak estimate to compare with a budget; kept")
+    over = estimated_peak - budget
     if over <= 0:
         return decision("preload_bytes", preload, preload,
-                        f"estimated peak RAM {report.human_bytes(estimated_peak_ram)} is within the "
-                        f"{report.human_bytes(budget_ram)} budget; kept {report.human_bytes(preload)}")
+                        f"estimated peak {memory} {hb(estimated_peak)} is within the {hb(budget)} budget; kept {hb(preload)}")
     if preload == 0:
         return decision("preload_bytes", 0, 0,
-                        f"estimated peak RAM {report.human_bytes(estimated_peak_ram)} overshoots the "
-                        f"{report.human_bytes(budget_ram)} budget by {report.human_bytes(over)}, but the preload is "
-                        "already 0; a smaller canvas or fewer frames would help (h3kit plan)")
+                        f"estimated peak {memory} {hb(estimated_peak)} overshoots the {hb(budget)} budget by {hb(over)}, "
+                        "but the preload is already 0; a smaller canvas or fewer frames would help (h3kit plan)")
     value = max(0, preload - math.ceil(over / shard) * shard)
     return decision("preload_bytes", value, preload,
-                    f"estimated peak RAM {report.human_bytes(estimated_peak_ram)} overshoots the "
-                    f"{report.human_bytes(budget_ram)} budget by {report.human_bytes(over)}; "
-                    f"preload cut by whole {report.human_bytes(shard)} shards")
+                    f"estimated peak {memory} {hb(estimated_peak)} overshoots the {hb(budget)} budget by {hb(over)}; "
+                    f"preload cut by whole {hb(shard)} shards")
+
+
+def preload_memory(plan: dict, device: dict, estimates: dict) -> tuple[str, int | None, int | None]:
+    """Which memory the preload lives in, its budget and the estimated peak there.
+
+    On a GPU plan that is GPU memory, and the budget is the smaller of the
+    plan's and the free memory torch measured; otherwise RAM.
+    """
+    budget = plan.get("budget") or {}
+    gpu = budget.get("gpu_bytes")
+    if gpu:
+        free = device.get("free_bytes") if device.get("status") == "measured" else None
+        return "GPU memory", min(gpu, free) if free else gpu, estimates.get("peak_gpu_bytes")
+    return "RAM", budget.get("ram_bytes"), estimates.get("peak_ram_bytes")
 
 
 def decide_threads(scaling: list[dict], cores: int) -> dict:
@@ -257,7 +270,7 @@ def decide(plan: dict, measurements: dict, estimates: dict) -> list[dict]:
     tile_budget = budget.get("gpu_bytes") or budget.get("ram_bytes")
     out = [
         decide_tile(measurements.get("tiles") or [], tile_budget, int(s.get("vae_tile_size") or 512)),
-        decide_preload(s, budget.get("ram_bytes"), estimates.get("peak_ram_bytes")),
+        decide_preload(s, *_budget_and_peak(plan, measurements, estimates)),
         decide_threads((measurements.get("native") or {}).get("scaling") or [],
                        int((measurements.get("native") or {}).get("threads_max") or os.cpu_count() or 1)),
     ]
@@ -270,6 +283,11 @@ def decide(plan: dict, measurements: dict, estimates: dict) -> list[dict]:
                             "of the time; kept" if inf.get("status") == "measured" else
                             "the scaled DiT did not run; kept the plan's shard size"))
     return out
+
+
+def _budget_and_peak(plan: dict, measurements: dict, estimates: dict) -> tuple:
+    memory, budget, peak = preload_memory(plan, measurements.get("device") or {}, estimates)
+    return budget, peak, memory
 
 
 def calibrated_values(decisions: list[dict], settings_keys) -> dict:

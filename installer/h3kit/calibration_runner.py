@@ -471,7 +471,7 @@ def run_scaled_dit(nat, job: dict, quick: bool, progress: Progress) -> dict:
                 progress("scaled DiT through the streamer", i + 1, cfg["blocks"])
             stats = _streamer_stats(st)
         streamed = x
-        ring = _ring_bytes(nat, shard, preload, file_bytes)
+        ring = ring_bytes(nat, shard, preload)
         progress("fp32 reference forward", 0, 2)
         ref = reference_forward(cfg, x0.copy(), lambda b: block_weights(cfg, b))
         progress("fp32 reference forward", 1, 2)
@@ -529,10 +529,11 @@ def _streamer_stats(st) -> dict:
     return dict(s) if isinstance(s, dict) else {}
 
 
-def _ring_bytes(nat, shard: int, preload: int, file_bytes: int) -> int:
-    """The streamer's buffer bytes (read size x depth) as the library plans them, capped at the file."""
+def ring_bytes(nat, shard: int, preload: int) -> int:
+    """The streamer's buffers (read size x depth, as the library plans them): allocated whole,
+    however small the file, so they count in full."""
     read_size, depth = nat.streamer_plan(shard, preload)
-    return min(read_size * depth, file_bytes)
+    return read_size * depth
 
 
 # -- device (torch) ------------------------------------------------------------------------

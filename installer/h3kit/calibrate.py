@@ -553,7 +553,7 @@ def run(ctx: Context, *, comfyui_dir: str | None = None, quick: bool = True, wit
         "disk": disk,
         "tiles": measured.get("tiles") or [],
         "estimates": est,
-        "real_model": _real_model(with_model, comfy_info),
+        "real_model": _real_model(with_model, install, cat),
         "decisions": decisions,
         "calibrated": calibrated_values(decisions, _settings_keys()),
         "skipped": skipped,
@@ -586,13 +586,23 @@ def _rate_for(native: dict, kind: str) -> float | None:
     return max(rates) if rates else None
 
 
-def _real_model(with_model: bool, comfy_info: dict | None) -> dict:
+def _real_model(with_model: bool, install, cat) -> dict:
+    """The optional real-workflow run: says plainly why it did not run."""
     if not with_model:
         return {"status": "not run", "reason": "not run: pass --with-model to run the smallest real workflow"}
-    if not comfy_info:
+    if install is None:
         return {"status": "not run", "reason": "not run: --with-model needs a ComfyUI (pass --comfyui PATH)"}
-    return {"status": "not run", "reason": "not run: the real-workflow run through ComfyUI's API is not built yet "
-            "in this version"}
+    found = []
+    for weight in cat.dit:
+        name, folder = weight.file.get("name"), weight.file.get("folder")
+        if name and folder and (Path(install.path) / "models" / folder / name).is_file():
+            found.append(name)
+    if not found:
+        return {"status": "not run", "reason": f"not run: no H3 DiT weights in {Path(install.path) / 'models'} "
+                "(see 'h3kit models plan')"}
+    return {"status": "not run", "weights": found,
+            "reason": f"not run: weights are present ({found[0]}), but running the real workflow through "
+                      "ComfyUI's API is not built in this version of h3kit"}
 
 
 def _write_config(ctx: Context, cfg, values: dict) -> str | None:

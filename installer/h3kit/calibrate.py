@@ -111,7 +111,6 @@ def estimate(catalog: dict, plan: dict, measured: dict, dit_bytes: int | None) -
     """
     arch = catalog["architecture"]
     s = plan.get("settings") or {}
-    budget = plan.get("budget") or {}
     w, h = (s.get("max_canvas") or [CALIBRATION_CANVAS[0], CALIBRATION_CANVAS[1]])[:2]
     frames = s.get("max_frames") or CALIBRATION_CANVAS[2]
     tokens = tokens_for(catalog, w, h, frames)
@@ -120,11 +119,14 @@ def estimate(catalog: dict, plan: dict, measured: dict, dit_bytes: int | None) -
     rate = device_tflops * 1e12 if device_tflops else (measured.get("native_gflops") or 0) * 1e9
     rate_name = "device bf16 matmul" if device_tflops else "native CPU matmul"
     compute_s = flops / rate if rate else None
-    ram_budget = budget.get("ram_bytes") or 0
-    weights_from_disk = bool(dit_bytes and ram_budget and dit_bytes > ram_budget)
-    link = measured.get("disk_gbps") if weights_from_disk else measured.get("h2d_gbps")
-    link_name = "disk read" if weights_from_disk else ("host-to-device copy" if measured.get("h2d_gbps") else None)
-    stream_s = dit_bytes / (link * 1e9) if (dit_bytes and link and link_name) else 0.0
+    streamed, source = streamed_per_step(plan, dit_bytes)
+    if source == "disk":
+        link, link_name = measured.get("disk_gbps"), "disk read"
+    elif measured.get("h2d_gbps"):
+        link, link_name = measured.get("h2d_gbps"), "host-to-device copy"
+    else:  # CPU compute reads the weights where they lie: already in the measured matmul rate
+        link, link_name = None, None
+    stream_s = streamed / (link * 1e9) if (streamed and link) else 0.0
     overlapped = (s.get("preload_bytes") or 0) > 0
     step_s = None
     if compute_s is not None:
@@ -153,9 +155,9 @@ def estimate(catalog: dict, plan: dict, measured: dict, dit_bytes: int | None) -
                               "classifier-free guidance doubles it)",
             "compute_seconds_per_step": f"flops_per_pass / measured {rate_name} rate "
                                         f"({_g(rate / 1e9 if rate else None)} GFLOP/s)",
-            "stream_seconds_per_step": (f"DiT file bytes ({_g(dit_bytes / 1e9 if dit_bytes else None)} GB) / measured "
-                                        f"{link_name} GB/s ({_g(link)})") if link_name else
-                                       "0: weights stay in memory and no device copy was measured",
+            "stream_seconds_per_step": (f"streamed DiT bytes per step ({_g(streamed / 1e9)} GB from {source}) / "
+                                        f"measured {link_name} GB/s ({_g(link)})") if link_name else
+                                       "0: the CPU reads the weights in RAM (counted in the matmul rate)",
             "seconds_per_step": ("max(compute, stream): the streamer reads the next block while this one runs"
                                  if overlapped else "compute + stream: no preload, reads are not overlapped"),
             "peak_ram_bytes": f"planner's peak RAM + (g - 1) x (activations + shard + preload), g = measured / "
@@ -164,6 +166,20 @@ def estimate(catalog: dict, plan: dict, measured: dict, dit_bytes: int | None) -
         },
     }
     return out
+
+
+def streamed_per_step(plan: dict, dit_bytes: int | None) -> tuple[int, str]:
+    """DiT bytes moved per sampling step and where they come from (ram or disk), by the plan's streaming."""
+    s = plan.get("settings") or {}
+    streaming = s.get("streaming") or {}
+    ram_budget = (plan.get("budget") or {}).get("ram_bytes") or 0
+    source = "disk" if s.get("stream_from") == "disk" or (dit_bytes and ram_budget and dit_bytes > ram_budget) else "ram"
+    if streaming.get("resident"):
+        return 0, source
+    if streaming.get("block_bytes") and streaming.get("blocks"):
+        moving_blocks = streaming["blocks"] - (streaming.get("resident_blocks") or 0)
+        return int(moving_blocks * streaming["block_bytes"]), source
+    return int(dit_bytes or 0), source
 
 
 def _g(x) -> str:

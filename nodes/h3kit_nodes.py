@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import logging
 from pathlib import Path
 
 from .h3kit_logic import (DEFAULT_CHUNK_FRAMES, PROFILE_FILE, ProfileStore, chunked_decode, decode_tile_args,
@@ -108,7 +109,7 @@ class H3kitTiledVAEDecode:
         if images.ndim == 5:
             images = images.reshape(-1, images.shape[-3], images.shape[-2], images.shape[-1])
         if images.shape[0] > t["max_frames"] > 0:
-            print(f"[h3kit] decoded {images.shape[0]} frames, above this profile's max_frames {t['max_frames']}")
+            logging.getLogger("h3kit").warning("decoded %d frames, above this profile's max_frames %d", images.shape[0], t["max_frames"])
         return (images,)
 
 
@@ -150,7 +151,7 @@ class H3kitMemoryGuard:
         gc.collect()
         mm.soft_empty_cache(True)
         report = memory_report(before, free())
-        print(f"[h3kit] {report}")
+        logging.getLogger("h3kit").info(report)  # ComfyUI logs to its console and log file
         return (value, report)
 
 

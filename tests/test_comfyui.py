@@ -148,6 +148,19 @@ def test_find_python_order(tmp_path):
     assert comfyui.find_python(inst) == (None, "")
 
 
+def test_comfyui_python_from_the_config_file(tmp_path, h3kit_home):
+    from h3kit.config import load
+    from h3kit.paths import locations
+
+    comfy = comfy_tree.make_comfyui(tmp_path / "q")
+    (comfy / "venv" / "bin" / "python").unlink()
+    loc = locations()
+    loc.config_file.write_text(f"profile: auto\ncomfyui_path: {comfy}\ncomfyui_python: /opt/py ü/bin/python3\n", encoding="utf-8")
+    found = comfyui.find(None, load(loc), Context(yes=True))
+    assert (found.path, found.source) == (comfy, "config comfyui_path")
+    assert (str(found.python), found.python_source) == ("/opt/py ü/bin/python3", "config comfyui_python")
+
+
 def test_parse_inspect_recorded():
     info = comfyui.parse_inspect_output("noise from a sitecustomize\n" + (FIXTURES / "inspect-linux-cu130.txt").read_text())
     assert info["torch"] == "2.14.1+cu130" and info["torch_build"] == "cuda" and info["python_version"] == "3.11.7"

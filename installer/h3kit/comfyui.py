@@ -313,10 +313,28 @@ def find_python(install: ComfyInstall, config=None, *, explicit_python: str | No
         py = _venv_python(install.path / name)
         if py is not None:
             return py, f"{name} inside ComfyUI"
-    named = getattr(config, "comfyui_python", None) or (getattr(config, "overrides", None) or {}).get("comfyui_python")
+    named = config_value(config, "comfyui_python")
     if named:
         return Path(named).expanduser().absolute(), "config comfyui_python"
     return None, ""
+
+
+def config_value(config, key: str):
+    """A key of h3kit's config that the planner's Config does not model (it leaves unknown keys alone)."""
+    if config is None:
+        return None
+    if getattr(config, key, None):
+        return getattr(config, key)
+    raw = getattr(config, "raw", None)
+    if not raw:
+        return None
+    try:
+        import yaml
+
+        doc = yaml.safe_load(Path(raw).read_text(encoding="utf-8"))
+    except (OSError, ValueError, ImportError, yaml.YAMLError):
+        return None
+    return doc.get(key) if isinstance(doc, dict) else None
 
 
 def require_python(install: ComfyInstall) -> Path:

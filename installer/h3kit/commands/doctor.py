@@ -12,7 +12,7 @@ from h3kit import comfyui, doctor
 from h3kit import manifest as mf
 from h3kit.command import Context, Outcome
 from h3kit.commands.install import current_plan, load_config, locate, optional, saved_plan, torch_findings
-from h3kit.errors import EXIT_VERIFY_FAILED, H3kitError, NotReady
+from h3kit.errors import EXIT_NOT_READY, EXIT_VERIFY_FAILED, H3kitError, NotReady
 
 HELP = "check everything and print fixes (apply them with --fix)"
 MARK = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL"}
@@ -123,4 +123,7 @@ def _outcome(findings, notes, install) -> Outcome:
     lines = [f"[{MARK[f['status']]}] {f['check']}: {f['message']}" + (f"\n        fix: {f['fix']}" if f.get("fix") and f["status"] != "ok" else "")
              for f in findings]
     lines.append(f"{len(failed)} failed, {len(warned)} warnings, {len(findings) - len(failed) - len(warned)} ok.")
-    return Outcome(doc, "\n".join(lines), EXIT_VERIFY_FAILED if failed else 0)
+    code = 0
+    if failed:
+        code = EXIT_NOT_READY if install is None else EXIT_VERIFY_FAILED
+    return Outcome(doc, "\n".join(lines), code)

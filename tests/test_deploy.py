@@ -206,3 +206,13 @@ def test_apply_rewrites_profile_and_launcher(comfy, run_cli, monkeypatch):
 def test_apply_before_install_is_not_ready(comfy, run_cli):
     code, out, err = run_cli("apply", "--comfyui", str(comfy), "--yes")
     assert code == 3 and "not installed" in err
+
+
+def test_symlinked_pack_folder_is_refused(comfy, tmp_path, run_cli):
+    elsewhere = tmp_path / "dev checkout"
+    elsewhere.mkdir()
+    (elsewhere / "__init__.py").write_text("# a developer's own copy\n")
+    os.symlink(elsewhere, comfy / "custom_nodes" / "ComfyUI-h3kit")
+    code, out, err = run_cli("install", "--comfyui", str(comfy), "--yes", "--skip-calibrate")
+    assert code == 2 and "a symlink" in err
+    assert (elsewhere / "__init__.py").read_text() == "# a developer's own copy\n" and len(list(elsewhere.iterdir())) == 1

@@ -99,7 +99,7 @@ def test_foreign_folder_is_never_overwritten(comfy, run_cli):
     foreign = comfy / "custom_nodes" / "ComfyUI-h3kit"
     foreign.mkdir()
     (foreign / "my_notes.txt").write_text("mine")
-    code, out, err = run_cli("install", "--comfyui", str(comfy), "--yes", "--skip-calibrate")
+    code, out, err = run_cli("install", "--comfyui", str(comfy), "--yes", "--skip-calibrate", "--no-models")
     assert code == 2
     assert "was not installed by h3kit" in err and "my_notes.txt" in err and "Traceback" not in err
     assert (foreign / "my_notes.txt").read_text() == "mine" and len(list(foreign.iterdir())) == 1
@@ -134,7 +134,7 @@ def test_interrupted_install_staging_is_cleaned(comfy, h3kit_home):
 
 def test_verify_failure_is_exit_4(comfy, run_cli, monkeypatch):
     monkeypatch.setattr(deploy, "EXPECTED_NODES", deploy.EXPECTED_NODES + ("H3kitNotThere",))
-    code, out, err = run_cli("install", "--comfyui", str(comfy), "--yes", "--skip-calibrate", "--json")
+    code, out, err = run_cli("install", "--comfyui", str(comfy), "--yes", "--skip-calibrate", "--no-models", "--json")
     assert code == 4
     doc = json.loads(out)
     assert "H3kitNotThere" in doc["error"] and doc["details"]["manifest"]
@@ -149,7 +149,7 @@ def test_broken_pack_fails_verification(comfy, h3kit_home):
 
 
 def test_install_cli_json(comfy, run_cli, h3kit_home):
-    code, out, err = run_cli("install", "--comfyui", str(comfy), "--yes", "--skip-calibrate", "--json")
+    code, out, err = run_cli("install", "--comfyui", str(comfy), "--yes", "--skip-calibrate", "--no-models", "--json")
     assert code == 0, err
     doc = json.loads(out)
     assert doc["schema"] == "h3kit.install/1" and doc["verified"] is True
@@ -159,7 +159,7 @@ def test_install_cli_json(comfy, run_cli, h3kit_home):
 
 def test_install_python_that_does_not_start_is_exit_3(comfy, run_cli):
     comfy_tree.broken_python(comfy)
-    code, out, err = run_cli("install", "--comfyui", str(comfy), "--yes", "--skip-calibrate")
+    code, out, err = run_cli("install", "--comfyui", str(comfy), "--yes", "--skip-calibrate", "--no-models")
     assert code == 3 and "does not start" in err and "Traceback" not in err
 
 
@@ -168,7 +168,7 @@ def test_install_bad_paths_exit_2(tmp_path, run_cli, bad):
     path = tmp_path / "nothing here"
     if bad == "file":
         path.write_text("x")
-    code, out, err = run_cli("install", "--comfyui", str(path), "--yes", "--skip-calibrate")
+    code, out, err = run_cli("install", "--comfyui", str(path), "--yes", "--skip-calibrate", "--no-models")
     assert code == 2 and err.count("error:") == 1
 
 
@@ -176,7 +176,7 @@ def test_install_without_comfyui_exit_3_names_flag(tmp_path, run_cli, monkeypatc
     monkeypatch.delenv("COMFYUI_PATH", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.chdir(tmp_path)
-    code, out, err = run_cli("install", "--yes", "--skip-calibrate")
+    code, out, err = run_cli("install", "--yes", "--skip-calibrate", "--no-models")
     assert code == 3 and "--comfyui" in err
 
 
@@ -186,7 +186,7 @@ def test_apply_rewrites_profile_and_launcher(comfy, run_cli, monkeypatch):
     plans = {"profile": "nvidia-16gb", "settings": dict(SETTINGS)}
     monkeypatch.setattr(install_cmd, "current_plan", lambda ctx, config, profile, notes: ({}, plans))
     monkeypatch.setattr("h3kit.commands.apply.current_plan", install_cmd.current_plan)
-    assert run_cli("install", "--comfyui", str(comfy), "--yes", "--skip-calibrate")[0] == 0
+    assert run_cli("install", "--comfyui", str(comfy), "--yes", "--skip-calibrate", "--no-models")[0] == 0
     node = comfy / "custom_nodes" / "ComfyUI-h3kit"
     before_json, before_sh = (node / "h3kit_profile.json").read_text(), (comfy / "run_h3kit.sh").read_text()
     plans.update(profile="nvidia-12gb", settings=dict(SETTINGS, vae_tile_size=192, comfyui_args=["--novram"]))
@@ -213,6 +213,6 @@ def test_symlinked_pack_folder_is_refused(comfy, tmp_path, run_cli):
     elsewhere.mkdir()
     (elsewhere / "__init__.py").write_text("# a developer's own copy\n")
     os.symlink(elsewhere, comfy / "custom_nodes" / "ComfyUI-h3kit")
-    code, out, err = run_cli("install", "--comfyui", str(comfy), "--yes", "--skip-calibrate")
+    code, out, err = run_cli("install", "--comfyui", str(comfy), "--yes", "--skip-calibrate", "--no-models")
     assert code == 2 and "a symlink" in err
     assert (elsewhere / "__init__.py").read_text() == "# a developer's own copy\n" and len(list(elsewhere.iterdir())) == 1

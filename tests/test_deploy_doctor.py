@@ -19,7 +19,7 @@ _spec.loader.exec_module(comfy_tree)
 @pytest.fixture
 def installed(tmp_path, run_cli):
     comfy = comfy_tree.make_comfyui(tmp_path / "Comfy ä")
-    code, out, err = run_cli("install", "--comfyui", str(comfy), "--yes", "--skip-calibrate", "--json")
+    code, out, err = run_cli("install", "--comfyui", str(comfy), "--yes", "--skip-calibrate", "--no-models", "--json")
     assert code == 0, err
     return comfy, json.loads(out)
 

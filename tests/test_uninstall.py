@@ -19,7 +19,7 @@ _spec.loader.exec_module(comfy_tree)
 
 
 def _install(run_cli, comfy: Path):
-    code, out, err = run_cli("install", "--comfyui", str(comfy), "--yes", "--skip-calibrate", "--json")
+    code, out, err = run_cli("install", "--comfyui", str(comfy), "--yes", "--skip-calibrate", "--no-models", "--json")
     assert code == 0, err
     return json.loads(out)
 

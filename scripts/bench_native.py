@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+SETTLE_SECONDS = 0.25
 TARGETS = {"ratio_q8_0": 2.5, "ratio_q4_0": 3.5, "streamer_ratio": 0.8}
 
 
@@ -74,6 +75,10 @@ def bench_products(lib, rows: int, cols: int, repeat: int, threads: int) -> dict
     times: dict[str, list[float]] = {k: [] for k in runs}
     for _ in range(repeat):
         for name, fn in runs.items():
+            # OpenBLAS worker threads keep spinning for a while after a call;
+            # a pause lets them sleep, so no kernel is timed against
+            # another's leftover busy-waiting.
+            time.sleep(SETTLE_SECONDS)
             times[name].append(timed(fn))
     ms = {k: statistics.median(v) * 1e3 for k, v in times.items()}
     errors = {}
@@ -151,7 +156,7 @@ def main() -> int:
     p.add_argument("--json", action="store_true", help="print only the JSON result on stdout")
     p.add_argument("--rows", type=int, default=14336)
     p.add_argument("--cols", type=int, default=5376)
-    p.add_argument("--repeat", type=int, default=11, help="timed runs per kernel (median taken)")
+    p.add_argument("--repeat", type=int, default=21, help="timed runs per kernel (median taken)")
     p.add_argument("--threads", type=int, default=0, help="native threads (0 = all cores)")
     p.add_argument("--stream-mib", type=int, default=512, help="size of the streamer test file")
     p.add_argument("--no-stream", action="store_true", help="skip the streamer benchmark")

@@ -33,7 +33,8 @@ def logic():
 def test_pack_imports_without_comfyui_or_native(tmp_path):
     assert "comfy" not in sys.modules
     pack = _load_pack(NODES)
-    assert sorted(pack.NODE_CLASS_MAPPINGS) == ["H3kitMemoryGuard", "H3kitProfileInfo", "H3kitTiledVAEDecode"]
+    assert sorted(pack.NODE_CLASS_MAPPINGS) == ["H3kitCalibrationReport", "H3kitMemoryGuard", "H3kitProfileInfo",
+                                                "H3kitTiledVAEDecode"]
     for name, cls in pack.NODE_CLASS_MAPPINGS.items():
         assert name.startswith("H3kit") and cls.CATEGORY == "h3kit"
         assert pack.NODE_DISPLAY_NAME_MAPPINGS[name].startswith("h3kit")

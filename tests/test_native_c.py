@@ -4,6 +4,8 @@ this machine can run. pytest runs them, so CI does too."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from h3kit import build, compilers, subproc
@@ -51,3 +53,39 @@ def test_c_unit_tests_under_asan_and_ubsan(compiler, variant, tmp_path):
     assert run.ok, run.stdout + run.stderr
     assert run.stdout.strip().splitlines()[-1].startswith("ok ")
     assert "runtime error" not in run.stderr  # UBSan reports
+
+
+def _zig_cc() -> list[str]:
+    pytest.importorskip("ziglang")
+    return [sys.executable, "-m", "ziglang", "cc"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target, cpu", [
+    ("x86_64-windows-gnu", "baseline"), ("x86_64-windows-gnu", "x86_64_v3"),
+    ("aarch64-windows-gnu", "baseline"), ("aarch64-macos", "generic+dotprod+fullfp16"),
+    ("x86_64-macos", "x86_64_v3"),
+])
+def test_other_platforms_compile_cleanly(target, cpu, tmp_path):
+    """The #ifdef branches this machine never runs (Windows threads/ReadFile, macOS) still compile."""
+    argv = _zig_cc() + ["-target", target, f"-mcpu={cpu}", "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror",
+                        "-ffp-contract=off", "-c", str(build.source_dir() / "h3k.c"), "-o", str(tmp_path / "h3k.o")]
+    res = subproc.run(argv, timeout=300)
+    assert res.ok, res.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cpu", ["baseline", "generic+dotprod+fullfp16"])
+def test_neon_kernels_under_qemu(cpu, tmp_path):
+    """The arm64 builds (NEON kernels, dotprod detection) pass the C tests under qemu-aarch64."""
+    qemu = subproc.which("qemu-aarch64")
+    if qemu is None:
+        pytest.skip("qemu-aarch64 is not installed (apt install qemu-user)")
+    src = build.source_dir()
+    exe = tmp_path / "test_h3k_arm64"
+    res = subproc.run(_zig_cc() + ["-target", "aarch64-linux-musl", f"-mcpu={cpu}", "-std=c11", "-O2",
+                                   "-ffp-contract=off", "-static", str(src / "h3k.c"),
+                                   str(src / "tests" / "test_h3k.c"), "-o", str(exe)], timeout=300)
+    assert res.ok, res.stderr
+    run = subproc.run([qemu, "-cpu", "max", exe, str(tmp_path)], timeout=300)
+    assert run.ok and run.stdout.strip().splitlines()[-1].startswith("ok "), run.stdout + run.stderr

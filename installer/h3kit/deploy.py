@@ -30,7 +30,7 @@ PROFILE_FILE = "h3kit_profile.json"
 PROFILE_SCHEMA = "h3kit.node-profile/1"
 STAGING_SUFFIX = ".h3kit-staging.disabled"
 STAGING_MARK = ".h3kit-staging"
-EXPECTED_NODES = ("H3kitProfileInfo", "H3kitTiledVAEDecode", "H3kitMemoryGuard")
+EXPECTED_NODES = ("H3kitProfileInfo", "H3kitTiledVAEDecode", "H3kitMemoryGuard", "H3kitCalibrationReport")
 VERIFY_TIMEOUT = 120.0
 # Copied into the pack under these names (self-contained modules, see BRIEF: #5 and #7).
 BUNDLED_MODULES = {"native.py": "h3k_native.py", "calibration_runner.py": "h3k_calibration_runner.py"}

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from h3kit.command import Context, Outcome, not_built_yet
+from h3kit import calibrate, report
+from h3kit.command import Context, Outcome
 
 HELP = "run the calibration inference, tune the profile, write the report"
 
@@ -14,4 +15,16 @@ def add_arguments(p) -> None:
 
 
 def run(args, ctx: Context) -> Outcome:
-    return not_built_yet("calibrate", 7)
+    doc = calibrate.run(ctx, comfyui_dir=args.comfyui, quick=args.quick, with_model=args.with_model)
+    lines = report.summary_lines(doc)
+    for d in doc["decisions"]:
+        mark = "changed" if d["changed"] else "kept"
+        lines.append(f"  {d['setting']}: {report.fmt(d['value'])} ({mark}) -- {d['evidence']}")
+    files = doc.get("report_files") or {}
+    if files.get("html"):
+        lines.append(f"report: {files['html']} (also .md, .json; latest.* beside them)")
+    else:
+        lines.append("dry run: no report or config written")
+    if doc.get("config_written"):
+        lines.append(f"calibrated values written to {doc['config_written']}: {doc['calibrated'] or 'none changed'}")
+    return Outcome(doc, "\n".join(lines), warnings=[f"skipped {s}" for s in doc.get("skipped", [])])

@@ -1,0 +1,178 @@
+"""The self-contained calibration runner: its safetensors files, the scaled DiT, and failure reporting."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from h3kit import calibration_runner as runner
+
+RUNNER = Path(runner.__file__)
+BRIDGE = RUNNER.with_name("native.py")
+
+
+def test_runner_never_imports_h3kit():
+    import re
+
+    text = RUNNER.read_text(encoding="utf-8")
+    assert not re.search(r"^\s*(import|from)\s+h3kit\b", text, re.M)
+
+
+def test_safetensors_layout_is_the_published_format(tmp_path):
+    a = np.arange(12, dtype=np.float32)
+    raw = bytes(range(7))
+    path = tmp_path / "t.safetensors"
+    offsets = runner.write_safetensors(str(path), [("a", "F32", [3, 4], a.tobytes()), ("q", "U8", [7], raw)],
+                                       {"quantization": "q8_0"})
+    data = path.read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    assert (8 + n) % 8 == 0  # the header is padded so tensor data starts aligned
+    header, base = runner.read_safetensors_header(str(path))
+    assert base == 8 + n
+    assert header["__metadata__"] == {"quantization": "q8_0"}
+    assert header["a"] == {"dtype": "F32", "shape": [3, 4], "data_offsets": [0, 48]}
+    assert np.array_equal(np.frombuffer(data[offsets["a"][0]:offsets["a"][1]], np.float32), a)
+    assert data[offsets["q"][0]:offsets["q"][1]] == raw
+
+
+@pytest.mark.comfyui
+def test_safetensors_file_loads_with_the_safetensors_package(tmp_path):
+    """The oracle: the `safetensors` package in ComfyUI's venv reads our file back unchanged."""
+    comfy = os.environ.get("H3KIT_COMFYUI_DIR")
+    python = Path(comfy or "", "venv", "bin", "python")
+    if not comfy or not python.is_file():
+        pytest.skip("set H3KIT_COMFYUI_DIR to a ComfyUI with a venv holding safetensors")
+    a = np.linspace(-1, 1, 64, dtype=np.float32)
+    path = tmp_path / "t.safetensors"
+    runner.write_safetensors(str(path), [("w", "F32", [8, 8], a.tobytes()), ("q", "U8", [5], b"\x01\x02\x03\x04\x05")], {})
+    script = ("import sys, json; from safetensors.numpy import load_file; t = load_file(sys.argv[1]); "
+              "print(json.dumps({k: v.ravel().tolist() for k, v in t.items()}))")
+    proc = subprocess.run([str(python), "-c", script, str(path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    assert np.allclose(got["w"], a) and got["q"] == [1, 2, 3, 4, 5]
+
+
+@pytest.fixture(scope="module")
+def native():
+    """The real native library through the real bridge (built by h3kit's build step when needed)."""
+    if not BRIDGE.is_file():
+        pytest.skip("this checkout has no native bridge (issue #5)")
+    lib = os.environ.get("H3KIT_NATIVE_LIB")
+    if not lib:
+        try:
+            from h3kit import build
+        except ImportError:
+            pytest.skip("no h3kit.build and no H3KIT_NATIVE_LIB")
+        found = build.find_library()
+        lib = str(found) if found else build.build()["library"]
+    return runner.load_bridge(str(BRIDGE), lib)
+
+
+TINY = {"blocks": 2, "hidden": 256, "heads": 2, "head_dim": 128, "ffn": 672, "tokens": 48}
+
+
+@pytest.mark.parametrize("kind, limit", [("q8_0", 0.03), ("q4_0", 0.25)])
+def test_scaled_dit_through_the_streamer_matches_fp32(native, kind, limit):
+    job = {"scaled_dit": {**TINY, "quantization": kind},
+           "plan": {"settings": {"shard_size_bytes": 1 << 20, "preload_bytes": 2 << 20}}}
+    out = runner.run_scaled_dit(native, job, True, runner.Progress(None))
+    assert out["status"] == "measured"
+    # The kernels alone agree with fp32 math on the dequantized weights...
+    assert out["kernel_relative_error"] < 1e-4
+    # ...and quantization costs what its bit width allows.
+    assert 0 < out["relative_error"] < limit
+    assert len(out["blocks"]) == 2 and all(b["seconds"] > 0 for b in out["blocks"])
+    assert out["bytes_streamed"] == sum(b["bytes"] for b in out["blocks"])
+    assert out["peak_rss_bytes"] > out["baseline_rss_bytes"] > 0
+    kinds = {span["kind"] for span in out["timeline"]}
+    assert kinds == {"wait", "compute"}
+
+
+def test_the_check_catches_weights_read_from_the_wrong_place(native, monkeypatch):
+    """Negative control: stream block 1's bytes for block 0 and the error must be large."""
+    real = runner.stream_blocks
+
+    def swapped(st, layout):
+        layout = [dict(b) for b in layout]
+        layout[0]["start"], layout[0]["end"], layout[1]["start"], layout[1]["end"] = \
+            layout[1]["start"], layout[1]["end"], layout[0]["start"], layout[0]["end"]
+        yield from real(st, layout)
+
+    monkeypatch.setattr(runner, "stream_blocks", swapped)
+    job = {"scaled_dit": {**TINY, "quantization": "q8_0"}, "plan": {"settings": {"shard_size_bytes": 1 << 20}}}
+    out = runner.run_scaled_dit(native, job, True, runner.Progress(None))
+    assert out["relative_error"] > 0.3 and out["kernel_relative_error"] > 0.3
+
+
+def test_runner_reports_a_broken_bridge_and_still_writes_its_result(tmp_path):
+    bridge = tmp_path / "native.py"
+    bridge.write_text("raise ImportError('no library in this test')\n")
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"schema": "h3kit.plan/1", "settings": {}, "budget": {}}))
+    out = tmp_path / "result.json"
+    proc = subprocess.run([sys.executable, str(RUNNER), "--bridge", str(bridge), "--plan", str(plan), "--out", str(out),
+                           "--quick"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(out.read_text())
+    assert doc["native"]["status"] == "error" and "no library in this test" in doc["native"]["reason"]
+    assert doc["inference"]["status"] == "skipped"
+    assert any("native" in s for s in doc["skipped"])
+    assert doc["device"]["status"] in ("skipped", "measured", "error")
+
+
+def test_runner_without_numpy_measures_native_and_says_what_it_skipped(native, tmp_path):
+    """h3kit's own Python has no numpy: `-S` (no site-packages) gives the same situation here."""
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"plan": {"settings": {}, "budget": {}}, "scaled_dit": {**TINY, "quantization": "q8_0"}}))
+    out = tmp_path / "result.json"
+    python = getattr(sys, "_base_executable", sys.executable)
+    probe = subprocess.run([python, "-S", "-c", "import numpy"], capture_output=True)
+    if probe.returncode == 0:
+        pytest.skip("numpy is importable even without site-packages here")
+    proc = subprocess.run([python, "-S", str(RUNNER), "--bridge", str(BRIDGE), "--lib", str(native.path), "--plan", str(plan), "--out", str(out), "--quick"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(out.read_text())
+    assert doc["runner"]["numpy"] is None
+    assert doc["native"]["status"] == "measured", doc["native"]
+    assert all(k["gflop_per_s"] > 0 for k in doc["native"]["kernels"])
+    assert doc["inference"]["status"] == "skipped" and "numpy" in doc["inference"]["reason"]
+    assert any("numpy" in s for s in doc["skipped"])
+
+
+@pytest.mark.comfyui
+def test_device_measurements_run_with_real_torch(tmp_path):
+    """The GPU code path, run by ComfyUI's real torch on its CPU device (tiny tiles): no GPU is needed
+    to catch a wrong call; the rates themselves are only meaningful on a GPU."""
+    comfy = os.environ.get("H3KIT_COMFYUI_DIR")
+    python = Path(comfy or "", "venv", "bin", "python")
+    if not comfy or not python.is_file():
+        pytest.skip("set H3KIT_COMFYUI_DIR to a ComfyUI with a venv holding torch")
+    script = (
+        "import json, sys, importlib.util\n"
+        "spec = importlib.util.spec_from_file_location('r', sys.argv[1]); r = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(r)\n"
+        "import torch\n"
+        "print(json.dumps({'real': r._torch_device()[2]}))\n"
+        "r._torch_device = lambda: (torch, 'cpu', 'cpu')\n"
+        "job = {'budget': {'gpu_bytes': 10**9}, 'tile_candidates': [64, 128], 'device_matmul_size': 128,\n"
+        "       'device_copy_bytes': 1 << 20}\n"
+        "dev, tiles = r.measure_device(job, True, r.Progress(None))\n"
+        "print(json.dumps({'device': dev, 'tiles': tiles}, default=str))\n"
+    )
+    proc = subprocess.run([str(python), "-c", script, str(RUNNER)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    first, second = [json.loads(line) for line in proc.stdout.strip().splitlines()[-2:]]
+    assert "sees no cuda, mps or xpu" in first["real"] or first["real"] in ("cuda", "rocm", "mps", "xpu")
+    dev = second["device"]
+    assert dev["status"] == "measured" and dev["bf16_tflops"] > 0 and dev["h2d_gb_per_s"] > 0
+    assert [t["tile"] for t in second["tiles"]] == [64, 128]
+    assert all(t["seconds"] > 0 for t in second["tiles"])

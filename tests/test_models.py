@@ -1,0 +1,270 @@
+"""`h3kit models` end to end: plan totals, fetch from a local server into ComfyUI's folders, remove exactly ours.
+
+The real catalog chooses the files; a stand-in catalog maps the same weight ids
+to small files so a fetch finishes in milliseconds. URLs stay the catalog's
+Hugging Face URLs and reach the test server through the mirror setting in
+config.yaml, the way a user behind a slow link would use a mirror.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from h3kit import catalog as catalog_mod
+from h3kit import download, models
+from h3kit.command import Context
+from h3kit.fpschema import load_file
+from h3kit.manifest import load_or_new
+from h3kit.planner import make_plan
+from model_server import ModelServer
+
+FPS = Path(__file__).parent / "fixtures" / "fingerprints"
+FP_4090 = FPS / "nvidia-rtx4090-24gb-64gb.json"
+FP_M2MAX = FPS / "apple-m2max-64gb.json"
+
+
+@pytest.fixture
+def server():
+    s = ModelServer().start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def comfy(tmp_path) -> Path:
+    root = tmp_path / "ComfyUI"
+    for sub in ("models/diffusion_models", "models/unet", "models/text_encoders", "models/clip", "custom_nodes"):
+        (root / sub).mkdir(parents=True)
+    (root / "main.py").write_text("# ComfyUI stand-in\n")
+    return root
+
+
+@pytest.fixture
+def small(monkeypatch, server, h3kit_home):
+    """Every weight becomes a small file with known bytes; the server serves them; config names the mirror."""
+    real = catalog_mod.load()
+    payloads: dict[str, bytes] = {}
+    weights = []
+    for i, w in enumerate(real.dit + real.text_encoder + real.vae + real.audio_vae):
+        data = hashlib.sha256(w.id.encode()).digest() * (4000 + 100 * i)
+        payloads[w.id] = data
+        f = dict(w.file, bytes=len(data))
+        weights.append(dataclasses.replace(w, bytes=len(data), file=f))
+        for url in f.get("urls") or []:
+            server.add(urlsplit(url).path, data=data)
+    by_kind = {k: [w for w in weights if w.part == k] for k in ("dit", "text_encoder", "vae", "audio_vae")}
+    fake = catalog_mod.Catalog(real.doc, real.formats, by_kind["dit"], by_kind["text_encoder"], by_kind["vae"],
+                               by_kind["audio_vae"])
+    monkeypatch.setattr(models, "_catalog", lambda catalog=None: catalog or fake)
+    monkeypatch.setattr(models, "Downloader", functools.partial(download.Downloader, sleep=lambda s: None,
+                                                                progress=False, token=""))
+    (h3kit_home / "config.yaml").write_text(f"profile: auto\nmodels:\n  mirror: {server.base}\n")
+    return payloads
+
+
+def _plan(fp=FP_4090) -> dict:
+    return make_plan(load_file(fp))
+
+
+def _json(run_cli, *argv):
+    code, out, err = run_cli(*argv, "--json")
+    return code, json.loads(out) if out.strip() else None, err
+
+
+@pytest.mark.parametrize("fp", [FP_4090, FP_M2MAX], ids=["rtx4090", "m2max"])
+def test_models_plan_adds_up_to_the_plans_disk_bytes(run_cli, fp):
+    code, plan, _ = _json(run_cli, "plan", "--fingerprint", str(fp))
+    assert code == 0
+    code, doc, _ = _json(run_cli, "models", "plan", "--fingerprint", str(fp))
+    assert code == 0 and doc["schema"] == "h3kit.models/1"
+    assert doc["total_bytes"] == sum(f["bytes"] for f in doc["files"]) == plan["estimates"]["disk_bytes"]
+    s = plan["settings"]
+    assert [f["id"] for f in doc["files"]][:3] == [s["dit_weights"], s["text_encoder_weights"], s["vae_weights"]]
+    for f in doc["files"]:
+        assert set(f) >= {"name", "bytes", "folder", "urls", "sha256", "loader"}
+        assert f["folder"] in ("diffusion_models", "text_encoders", "vae")
+        assert f["urls"] and all(u.startswith("https://") for u in f["urls"])
+
+
+def test_models_plan_names_a_missing_loader_pack(run_cli):
+    code, doc, _ = _json(run_cli, "models", "plan", "--fingerprint", str(FP_M2MAX))
+    gguf = [f for f in doc["files"] if f["name"].endswith(".gguf")]
+    assert gguf and gguf[0]["loader"]["pack"]["git"] == "https://github.com/city96/ComfyUI-GGUF"
+    assert any("ComfyUI-GGUF" in w and "--with-loaders" in w for w in doc["warnings"])
+
+
+def test_fetch_survives_a_cut_connection_and_lands_in_the_right_folders(run_cli, server, small, comfy):
+    plan = _plan()
+    dit_url = models.files_for_plan(plan)[0].urls[0]
+    server.routes[urlsplit(dit_url).path].cut_after = 100_000
+    code, doc, err = _json(run_cli, "models", "fetch", "--fingerprint", str(FP_4090), "--comfyui", str(comfy))
+    assert code == 0, err
+    got = {Path(f["path"]).relative_to(comfy).as_posix(): f for f in doc["files"]}
+    for f in models.files_for_plan(plan):
+        rel = f"models/{f.folder}/{f.name}"
+        assert rel in got
+        assert (comfy / rel).read_bytes() == small[f.weight_id]
+        assert got[rel]["sha256"] == hashlib.sha256(small[f.weight_id]).hexdigest()
+    assert any(r.range for r in server.requests if r.path == urlsplit(dit_url).path)  # resumed
+    assert not list(comfy.rglob("*.part"))
+    code, st, _ = _json(run_cli, "models", "status", "--fingerprint", str(FP_4090), "--comfyui", str(comfy))
+    assert code == 0 and {f["state"] for f in st["files"]} == {"present"} and st["missing_bytes"] == 0
+    assert all(f["sha256_recorded"] == hashlib.sha256(small[f["id"]]).hexdigest() for f in st["files"])
+    code, ver, _ = _json(run_cli, "models", "verify", "--fingerprint", str(FP_4090), "--comfyui", str(comfy))
+    assert code == 0 and all(r["ok"] for r in ver["files"])
+    # a second fetch downloads nothing
+    n = len(server.requests)
+    code, again, _ = _json(run_cli, "models", "fetch", "--fingerprint", str(FP_4090), "--comfyui", str(comfy))
+    assert code == 0 and again["downloaded_bytes"] == 0 and len(server.requests) == n
+
+
+def test_remove_takes_only_what_h3kit_downloaded(run_cli, small, comfy):
+    files = models.files_for_plan(_plan())
+    vae = next(f for f in files if f.part == "vae")
+    user_copy = comfy / "models" / "vae" / vae.name  # the user's own copy, same name and size
+    user_copy.parent.mkdir(parents=True, exist_ok=True)
+    user_copy.write_bytes(small[vae.weight_id])
+    bystander = comfy / "models" / "vae" / "someone_elses.safetensors"
+    bystander.write_bytes(b"x")
+    code, doc, _ = _json(run_cli, "models", "fetch", "--fingerprint", str(FP_4090), "--comfyui", str(comfy))
+    assert code == 0
+    assert {f["method"] for f in doc["files"] if f["name"] == vae.name} == {"present"}  # not downloaded again
+    code, gone, _ = _json(run_cli, "models", "remove", "--fingerprint", str(FP_4090), "--comfyui", str(comfy))
+    assert code == 0
+    assert len(gone["removed"]) == len(files) - 1
+    for f in files:
+        if f is not vae:
+            assert not f.dest(comfy).exists()
+    assert user_copy.read_bytes() == small[vae.weight_id] and bystander.exists()
+    assert {"path": str(user_copy), "why": "not downloaded by h3kit"} in gone["kept"]
+    man = load_or_new(Context().locations.state_dir, comfy)
+    assert man.by_role("model") == []
+
+
+def test_remove_keeps_a_file_the_user_replaced(run_cli, small, comfy):
+    assert _json(run_cli, "models", "fetch", "--fingerprint", str(FP_4090), "--comfyui", str(comfy))[0] == 0
+    dit = models.files_for_plan(_plan())[0]
+    dit.dest(comfy).write_bytes(b"the user's own file with the same name")
+    code, gone, _ = _json(run_cli, "models", "remove", "--comfyui", str(comfy))
+    assert code == 0 and dit.dest(comfy).exists()
+    assert {"path": str(dit.dest(comfy)), "why": "changed since h3kit wrote it"} in gone["kept"]
+
+
+def test_fetch_wrong_size_exits_4_and_keeps_part(run_cli, server, small, comfy):
+    dit = models.files_for_plan(_plan())[0]
+    server.routes[urlsplit(dit.urls[0]).path].data = small[dit.weight_id][:-7]
+    code, doc, err = _json(run_cli, "models", "fetch", "--fingerprint", str(FP_4090), "--comfyui", str(comfy))
+    assert code == 4 and "wrong size" in doc["error"]
+    assert not dit.dest(comfy).exists()
+    assert dit.want(comfy).part.stat().st_size == len(small[dit.weight_id]) - 7
+
+
+def test_fetch_refuses_before_any_byte_when_disk_is_short(run_cli, server, small, comfy, monkeypatch):
+    monkeypatch.setattr(download, "free_bytes_at", lambda p: 5 * 10**8)
+    code, doc, err = _json(run_cli, "models", "fetch", "--fingerprint", str(FP_4090), "--comfyui", str(comfy))
+    assert code == 3 and "short" in doc["error"] and doc["details"]["short_bytes"] > 0
+    assert server.requests == [] and not list(comfy.rglob("*.part"))
+
+
+def test_fetch_from_a_local_folder_offline(run_cli, server, small, comfy, tmp_path):
+    usb = tmp_path / "usb"
+    files = models.files_for_plan(_plan())
+    for f in files:
+        (usb / f.folder).mkdir(parents=True, exist_ok=True)
+        (usb / f.folder / f.name).write_bytes(small[f.weight_id])
+    code, doc, err = _json(run_cli, "models", "fetch", "--fingerprint", str(FP_4090), "--comfyui", str(comfy),
+                           "--from", str(usb))
+    assert code == 0, err
+    assert server.requests == []  # nothing from the network
+    assert {f["method"] for f in doc["files"]} <= {"hardlink", "copy"}
+    for f in files:
+        assert f.dest(comfy).read_bytes() == small[f.weight_id]
+
+
+def test_a_users_different_file_is_never_overwritten(run_cli, small, comfy):
+    dit = models.files_for_plan(_plan())[0]
+    legacy = comfy / "models" / "unet" / dit.name  # ComfyUI also reads models/unet
+    legacy.write_bytes(b"some other version")
+    code, doc, _ = _json(run_cli, "models", "fetch", "--fingerprint", str(FP_4090), "--comfyui", str(comfy))
+    assert code == 4 and "will not overwrite" in doc["error"]
+    assert legacy.read_bytes() == b"some other version"
+
+
+def test_doctor_findings_report_missing_files_and_loader_pack(comfy):
+    findings = models.doctor_findings(_plan(FP_M2MAX), comfy)
+    assert all(set(f) == {"check", "status", "message", "fix"} for f in findings)
+    pack = [f for f in findings if f["check"] == "loader pack ComfyUI-GGUF"]
+    assert pack and pack[0]["status"] == "fail" and "--with-loaders" in pack[0]["fix"]
+    assert any(f["status"] == "warn" and f["fix"] == "h3kit models fetch" for f in findings)
+    assert models.doctor_findings({"settings": {"dit_weights": "nope"}}, comfy)[0]["status"] == "warn"
+
+
+def test_ensure_models_skip_ask_and_yes(small, comfy):
+    plan = _plan()
+    skipped = models.ensure_models(Context(), plan, comfy, skip=True, with_loaders=False)
+    assert skipped["skipped"] and skipped["reason"] == "--no-models" and skipped["total_bytes"] > 0
+    declined = models.ensure_models(Context(json=True), plan, comfy, skip=False, with_loaders=False)
+    assert declined["reason"] == "declined" and not models.files_for_plan(plan)[0].dest(comfy).exists()
+    done = models.ensure_models(Context(yes=True), plan, comfy, skip=False, with_loaders=False)
+    assert done["skipped"] is False and done["fetched"]["downloaded_bytes"] > 0
+
+
+def test_with_loaders_installs_the_pack_with_comfyuis_python(small, comfy, tmp_path):
+    import subprocess
+
+    pack_src = tmp_path / "ComfyUI-GGUF-src"
+    pack_src.mkdir()
+    (pack_src / "__init__.py").write_text("NODE_CLASS_MAPPINGS = {}\n")
+    (pack_src / "requirements.txt").write_text("# gguf would be here; empty keeps the test offline\n")
+    for cmd in (["init", "-q"], ["add", "-A"], ["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "x"]):
+        subprocess.run(["git", *cmd], cwd=pack_src, check=True, capture_output=True, timeout=60)
+    (comfy / "venv" / "bin").mkdir(parents=True)
+    os.symlink(sys.executable, comfy / "venv" / "bin" / "python")
+    pack = {"name": "ComfyUI-GGUF", "folder": "ComfyUI-GGUF", "requirements": "requirements.txt",
+            "git": "https://github.com/city96/ComfyUI-GGUF"}
+    ctx = Context()
+    got = models.install_loader_pack(ctx, pack, comfy, git_url=str(pack_src))
+    assert got["installed"] and (comfy / "custom_nodes" / "ComfyUI-GGUF" / "__init__.py").is_file()
+    assert got["python"].endswith("venv/bin/python")
+    man = load_or_new(ctx.locations.state_dir, comfy)
+    paths = {e.path for e in man.by_role("loader-pack")}
+    assert str((comfy / "custom_nodes" / "ComfyUI-GGUF" / "__init__.py").absolute()) in paths
+    assert models.install_loader_pack(ctx, pack, comfy)["why"] == "already there"
+
+
+def test_uninstall_keeps_models_and_models_remove_still_finds_them(run_cli, small, comfy, tmp_path):
+    """Issue #6's uninstall replays the same manifest: it removes a loader pack h3kit installed, keeps the
+    weights (by design, they are tens of GB) and leaves their records, so 'models remove' still works after."""
+    import subprocess
+
+    pytest.importorskip("h3kit.uninstall")
+    for marker in ("comfy", "comfy_extras"):
+        (comfy / marker).mkdir()
+    (comfy / "nodes.py").write_text("")
+    pack_src = tmp_path / "pack-src"
+    pack_src.mkdir()
+    (pack_src / "__init__.py").write_text("NODE_CLASS_MAPPINGS = {}\n")
+    for cmd in (["init", "-q"], ["add", "-A"], ["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "x"]):
+        subprocess.run(["git", *cmd], cwd=pack_src, check=True, capture_output=True, timeout=60)
+    pack = {"name": "ComfyUI-GGUF", "folder": "ComfyUI-GGUF", "requirements": "requirements.txt"}
+    models.install_loader_pack(Context(), pack, comfy, git_url=str(pack_src))
+    assert _json(run_cli, "models", "fetch", "--fingerprint", str(FP_4090), "--comfyui", str(comfy))[0] == 0
+    files = models.files_for_plan(_plan())
+    code, un, err = _json(run_cli, "uninstall", "--comfyui", str(comfy), "--yes")
+    assert code == 0, err
+    assert not (comfy / "custom_nodes" / "ComfyUI-GGUF").exists()
+    assert all(f.dest(comfy).exists() for f in files)
+    code, gone, _ = _json(run_cli, "models", "remove", "--comfyui", str(comfy))
+    assert code == 0 and sorted(gone["removed"]) == sorted(str(f.dest(comfy)) for f in files)
+    assert not any(f.dest(comfy).exists() for f in files)
+    assert (comfy / "models" / "diffusion_models").is_dir()  # there before h3kit: kept
+    assert not (comfy / "models" / "vae").exists()  # h3kit created it for the VAE files: removed once empty

@@ -11,7 +11,7 @@ from __future__ import annotations
 from h3kit import comfyui, doctor
 from h3kit import manifest as mf
 from h3kit.command import Context, Outcome
-from h3kit.commands.install import current_plan, load_config, locate, optional, torch_findings
+from h3kit.commands.install import current_plan, load_config, locate, optional, saved_plan, torch_findings
 from h3kit.errors import EXIT_NOT_READY, EXIT_VERIFY_FAILED, H3kitError, NotReady
 
 HELP = "check everything and print fixes (apply them with --fix)"
@@ -23,11 +23,12 @@ def add_arguments(p) -> None:
     p.add_argument("--comfyui-python", metavar="PATH", help="the Python that runs that ComfyUI")
     p.add_argument("--fix", action="store_true", help="apply the fixes")
     p.add_argument("--undo", action="store_true", help="restore what an earlier --fix replaced")
+    p.add_argument("--fingerprint", metavar="FILE", help="check against this saved fingerprint instead of probing the machine")
 
 
 def run(args, ctx: Context) -> Outcome:
     if args.undo:
-        raise NotReady("'h3kit doctor --undo' is not built yet in this version.", "Re-run 'h3kit apply' or 'h3kit install' instead.")
+        return _undo(args, ctx)
     findings: list[dict] = []
     notes: list[str] = []
     try:
@@ -35,7 +36,8 @@ def run(args, ctx: Context) -> Outcome:
     except H3kitError as exc:
         config = None
         findings.append(doctor.finding("config.valid", "fail", exc.message, exc.fix))
-    fingerprint, plan = current_plan(ctx, config, None, notes)
+    fingerprint, plan = (saved_plan(config, None, notes, args.fingerprint) if args.fingerprint
+                         else current_plan(ctx, config, None, notes))
     try:
         install = locate(args, ctx, config, need_write=False)
     except H3kitError as exc:
@@ -59,6 +61,7 @@ def run(args, ctx: Context) -> Outcome:
     if models is not None and plan is not None:
         findings += models(plan, install.path)
     if args.fix and not ctx.dry_run:
+        _fix_torch(ctx, install, fingerprint, findings, notes)
         _fix(args, ctx, findings, notes)
     return _outcome(findings, notes, install)
 
@@ -84,6 +87,32 @@ def _fix(args, ctx, findings, notes) -> None:
         notes.append(outcome.text)
         for f in stale:
             f["status"], f["message"] = "ok", f"fixed by h3kit apply: {f['message']}"
+
+
+def _fix_torch(ctx, install, fingerprint, findings, notes) -> None:
+    """A torch build that does not fit the hardware: reinstall the right one (h3kit.comfy_setup, #9)."""
+    wrong = [f for f in findings if f["check"] == "torch.build" and f["status"] == "fail" and f.get("kind") != "machine"]
+    if not wrong or install.python is None or fingerprint is None:
+        return
+    from h3kit import comfy_setup
+
+    result = comfy_setup.fix_torch(ctx, install.python, fingerprint, mf.load_or_new(ctx.locations.state_dir, install.path))
+    if result["changed"]:
+        notes.append(f"torch reinstalled: {result['before']} -> {result['after']}; 'h3kit doctor --undo' restores the old one")
+        for f in wrong:
+            f["status"], f["message"] = "ok", f"fixed: {f['message']}"
+
+
+def _undo(args, ctx) -> Outcome:
+    """Put back the torch an earlier --fix replaced (h3kit.comfy_setup, #9)."""
+    from h3kit import comfy_setup
+
+    install = locate(args, ctx, load_config(ctx), need_write=False)
+    result = comfy_setup.undo_torch(ctx, mf.load_or_new(ctx.locations.state_dir, install.path))
+    doc = {"schema": "h3kit.doctor/1", "comfyui": str(install.path), "undo": result}
+    verb = "Would restore" if ctx.dry_run else "Restored"
+    restored = result.get("restored", result.get("would_restore", {}))
+    return Outcome(doc, f"{verb} {', '.join(f'{n} {v}' for n, v in restored.items())} in {result['python']}.")
 
 
 def _outcome(findings, notes, install) -> Outcome:

@@ -29,6 +29,7 @@ def add_arguments(p) -> None:
     p.add_argument("--with-loaders", action="store_true", help="also install custom node packs the chosen weights need")
     p.add_argument("--new-comfyui", metavar="DIR", help="set up a new ComfyUI in DIR first")
     p.add_argument("--comfyui-source", metavar="SRC", help="git URL, archive or folder to take ComfyUI from (with --new-comfyui)")
+    p.add_argument("--fingerprint", metavar="FILE", help="use this saved fingerprint instead of probing the machine")
 
 
 # -- the rest of h3kit, when present (shared by apply, doctor and uninstall) -----------
@@ -63,6 +64,16 @@ def current_plan(ctx: Context, config, profile: str | None, notes: list[str]) ->
     return fingerprint, make_plan(fingerprint, profile=profile, config=config)
 
 
+def saved_plan(config, profile: str | None, notes: list[str], fingerprint_file: str) -> tuple[dict, dict | None]:
+    """(fingerprint, plan) for a saved fingerprint file (--fingerprint FILE), instead of this machine."""
+    from h3kit.fpschema import load_file
+
+    fingerprint = load_file(fingerprint_file)
+    notes.append(f"using the saved fingerprint {fingerprint_file}, not this machine's")
+    make_plan = optional("h3kit.planner", "make_plan")
+    return fingerprint, make_plan(fingerprint, profile=profile, config=config) if make_plan else None
+
+
 def locate(args, ctx: Context, config, *, need_write: bool) -> comfyui.ComfyInstall:
     install = comfyui.find(getattr(args, "comfyui", None), config, ctx, need_write=need_write,
                            python=getattr(args, "comfyui_python", None))
@@ -91,7 +102,8 @@ def run(args, ctx: Context) -> Outcome:
     config = load_config(ctx)
     if config is None:
         notes.append("config skipped: h3kit.config is not part of this build")
-    fingerprint, plan = current_plan(ctx, config, args.profile, notes)
+    fingerprint, plan = (saved_plan(config, args.profile, notes, args.fingerprint) if args.fingerprint
+                         else current_plan(ctx, config, args.profile, notes))
     settings = dict(plan["settings"]) if plan else {}
     profile = plan["profile"] if plan else (args.profile or "none")
     warnings += list(plan.get("warnings", [])) if plan else []
@@ -104,10 +116,16 @@ def run(args, ctx: Context) -> Outcome:
             raise NotReady("Setting up a new ComfyUI (--new-comfyui) is not built into this h3kit.",
                            "Install ComfyUI yourself and pass its folder with --comfyui PATH.")
         args.comfyui = str(new_comfyui(ctx, Path(args.new_comfyui), args.comfyui_source, fingerprint))
+        args.comfyui_python = None  # the new ComfyUI's own venv
     try:
         install = locate(args, ctx, config, need_write=True)
     except NotReady as missing:
-        return _without_comfyui(args, ctx, plan, profile, notes, warnings, missing)
+        offer = optional("h3kit.comfy_setup", "offer_new_comfyui") if not args.comfyui else None
+        created = offer(ctx, fingerprint, args.comfyui_source) if offer else None
+        if created is None:
+            return _without_comfyui(args, ctx, plan, profile, notes, warnings, missing)
+        args.comfyui, args.comfyui_python = str(created), None
+        install = locate(args, ctx, config, need_write=True)
 
     info = comfyui.inspect(install)
     ctx.progress(f"ComfyUI {info.get('comfyui_version') or '?'} at {install.path}; Python {info.get('python_version')}, "

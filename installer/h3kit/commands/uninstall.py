@@ -5,7 +5,7 @@ from __future__ import annotations
 from h3kit import manifest as mf
 from h3kit import uninstall as un
 from h3kit.command import Context, Outcome
-from h3kit.commands.install import load_config, locate
+from h3kit.commands.install import load_config, locate, optional
 from h3kit.errors import BadInput, H3kitError
 
 HELP = "remove exactly what h3kit installed, nothing else"
@@ -34,17 +34,27 @@ def run(args, ctx: Context) -> Outcome:
             "Run the same command with --dry-run to see what it would remove; delete those yourself if you agree."))
     if not ctx.dry_run and not ctx.confirm(f"Remove h3kit from {install.path}?", default=True):
         return Outcome({"schema": "h3kit.uninstall/1", "cancelled": True}, "Nothing removed.")
+    setup = optional("h3kit.comfy_setup", "restore_on_uninstall")
+    torch_notes = setup(ctx, record) if setup else []
     result = un.remove(record, install, ctx.locations.state_dir, dry_run=ctx.dry_run)
     purged = un.purge(ctx.locations, ctx.dry_run) if args.purge else []
     if not ctx.dry_run:
         un.forget_record(record, result)
+    purge_new = optional("h3kit.comfy_setup", "purge_on_uninstall")
+    comfyui_purge = purge_new(ctx, record) if args.purge and purge_new else None
+    if comfyui_purge and comfyui_purge.get("removed"):  # kept by the replay above, then purged
+        result.kept = [k for k in result.kept if not k["path"].startswith(comfyui_purge["removed"])]
     doc = {"schema": "h3kit.uninstall/1", "comfyui": str(install.path), "dry_run": ctx.dry_run, **result.to_json(),
-           "purged": purged}
+           "purged": purged, "torch": torch_notes, "comfyui_purge": comfyui_purge}
     verb = "Would remove" if ctx.dry_run else "Removed"
     lines = [f"{verb} {len(result.removed)} files and folders h3kit installed in {install.path}."]
     lines += [f"  moved to backup (changed or added by you): {b['path']} -> {b['backup']}" for b in result.backed_up]
     lines += [f"  kept: {k['path']} ({k['why']})" for k in result.kept]
     lines += [f"  purged: {p}" for p in purged]
+    lines += [f"  torch: {n}" for n in torch_notes]
+    if comfyui_purge and comfyui_purge.get("removed"):
+        lines.append(f"  removed the ComfyUI h3kit created: {comfyui_purge['removed']}")
+        lines += [f"  kept your files in {k}" for k in comfyui_purge.get("kept", [])]
     return Outcome(doc, "\n".join(lines))
 
 

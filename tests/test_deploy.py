@@ -216,3 +216,19 @@ def test_symlinked_pack_folder_is_refused(comfy, tmp_path, run_cli):
     code, out, err = run_cli("install", "--comfyui", str(comfy), "--yes", "--skip-calibrate", "--no-models")
     assert code == 2 and "a symlink" in err
     assert (elsewhere / "__init__.py").read_text() == "# a developer's own copy\n" and len(list(elsewhere.iterdir())) == 1
+
+
+def test_models_failure_keeps_the_install_in_the_answer(comfy, run_cli, monkeypatch):
+    from h3kit.errors import NotReady
+
+    models = pytest.importorskip("h3kit.models")
+
+    def offline(ctx, plan, comfyui_dir, *, skip, with_loaders):
+        raise NotReady("Downloading a weight file failed (cannot connect).", "Check the network, then run the same command again.")
+
+    monkeypatch.setattr(models, "ensure_models", offline)
+    code, out, err = run_cli("install", "--comfyui", str(comfy), "--yes", "--skip-calibrate", "--json")
+    assert code == 3
+    doc = json.loads(out)
+    assert doc["details"]["verified"] is True and doc["details"]["schema"] == "h3kit.install/1"
+    assert (comfy / "custom_nodes" / "ComfyUI-h3kit" / "__init__.py").is_file()

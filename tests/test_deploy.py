@@ -232,3 +232,25 @@ def test_models_failure_keeps_the_install_in_the_answer(comfy, run_cli, monkeypa
     doc = json.loads(out)
     assert doc["details"]["verified"] is True and doc["details"]["schema"] == "h3kit.install/1"
     assert (comfy / "custom_nodes" / "ComfyUI-h3kit" / "__init__.py").is_file()
+
+
+@pytest.mark.parametrize("where", ["before-rename", "after-rename"])
+def test_install_interrupted_half_way_then_reinstall(comfy, h3kit_home, monkeypatch, where):
+    inst = find(str(comfy), None, Context(yes=True))
+    real_rename = os.rename
+
+    def interrupted_rename(src, dst):
+        if where == "after-rename":
+            real_rename(src, dst)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(deploy.os, "rename", interrupted_rename)
+    with pytest.raises(KeyboardInterrupt):
+        _deploy(inst, h3kit_home)
+    monkeypatch.setattr(deploy.os, "rename", real_rename)
+    res = _deploy(inst, h3kit_home)
+    assert not list((comfy / "custom_nodes").glob("*staging*"))
+    assert not (res.node_dir / deploy.STAGING_MARK).exists()
+    record = mf.load(res.manifest.path)
+    assert all(record.still_ours(e) for e in record.entries)
+    assert deploy.verify(inst)["verified"]

@@ -160,6 +160,8 @@ def deploy(install: ComfyInstall, *, settings: dict, profile: str, library: Path
     notes = [f"removed an interrupted install's staging folder {p}" for p in clean_staging(install)]
     ours = ensure_ours(install, record)
     target = install.node_dir
+    if ours and (target / STAGING_MARK).is_file():
+        (target / STAGING_MARK).unlink()  # left by a crash right after the rename
     files = pack_contents(library, settings, profile)
     if library is None:
         notes.append("no native library was built: the pack works, nodes that need it say so")
@@ -172,8 +174,8 @@ def deploy(install: ComfyInstall, *, settings: dict, profile: str, library: Path
     if not ours:
         record.record_dir(target, "node-pack")
         record.save()  # claim the name before it exists, so a crash after the rename still leaves it ours
-        (staging / STAGING_MARK).unlink()
-        os.rename(staging, target)
+        os.rename(staging, target)  # the mark travels along, so a crash just before this still gets cleaned up
+        (target / STAGING_MARK).unlink()
         _record_tree(record, target, "node-pack")
         say(f"Installed the node pack into {target}")
     else:

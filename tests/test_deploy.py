@@ -6,6 +6,7 @@ import importlib.util
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -254,3 +255,23 @@ def test_install_interrupted_half_way_then_reinstall(comfy, h3kit_home, monkeypa
     record = mf.load(res.manifest.path)
     assert all(record.still_ours(e) for e in record.entries)
     assert deploy.verify(inst)["verified"]
+
+
+def test_desktop_base_folder_gets_the_pack_but_no_launcher(tmp_path, h3kit_home):
+    base = tmp_path / "Documents" / "ComfyUI Desktop ü"
+    (base / "custom_nodes").mkdir(parents=True)
+    (base / "models").mkdir()
+    (base / ".venv" / "bin").mkdir(parents=True)
+    os.symlink(sys.executable, base / ".venv" / "bin" / "python")
+    inst = find(str(base), None, Context(yes=True))
+    assert (inst.layout, inst.python_source) == ("desktop", ".venv inside ComfyUI")
+    res = _deploy(inst, h3kit_home, settings=SETTINGS)
+    assert res.launcher["path"] is None and "Desktop app" in res.launcher["detail"]
+    assert deploy.verify(inst)["verified"]
+
+
+def test_install_dry_run_writes_nothing(comfy, run_cli):
+    before = comfy_tree.snapshot(comfy)
+    code, out, err = run_cli("install", "--comfyui", str(comfy), "--yes", "--dry-run", "--json", "--no-models")
+    assert code == 0, err
+    assert json.loads(out)["dry_run"] is True and comfy_tree.snapshot(comfy) == before

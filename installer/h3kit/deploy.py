@@ -124,6 +124,10 @@ def move_to_backup(path: Path, base: Path, backups: Path) -> Path:
     except ValueError:
         rel = Path(path.name)
     dest = backups / rel
+    n = 0
+    while dest.exists() or dest.is_symlink():  # two backups within one second: keep both
+        n += 1
+        dest = backups / rel.with_name(f"{rel.name}.{n}")
     dest.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(str(path), str(dest))  # a symlink is moved as a link
     return dest

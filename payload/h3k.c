@@ -19,11 +19,12 @@
  * Block layouts (ggml's, so GGUF readers agree byte for byte):
  *
  *   Q8_0, 34 bytes per 32 values: fp16 d = amax/127, then 32 int8 q with
- *         q = roundf(x / d) (half away from zero).
+ *         q = roundf(x * id), id = 1/d in fp32 (half away from zero).
  *   Q4_0, 18 bytes per 32 values: fp16 d = m / -8 where m is the value of
  *         largest magnitude (sign kept), then 16 bytes of nibbles
- *         n = min(15, (int)(x / d + 8.5)); byte j holds value j in its low
+ *         n = min(15, (int)(x * id + 8.5)); byte j holds value j in its low
  *         nibble and value j+16 in its high nibble.
+ *   (x * id, not x / d: the two round differently, and ggml multiplies.)
  *   fp32 -> fp16 rounds to nearest even with subnormals, like numpy.
  *
  * Assumptions made on purpose
@@ -50,6 +51,9 @@
  *     runs hit, and direct I/O needs alignment the callers cannot promise.
  *   - A persistent thread pool: thread start-up is tens of microseconds, far
  *     below one product at the sizes that matter.
+ *   - SDOT kernels: SDOT multiplies int8 by int8 and our activations are
+ *     int16, so the arm64-dotprod build shares the NEON kernels and differs
+ *     only in what the compiler may use.
  */
 
 #if !defined(_WIN32)
@@ -106,6 +110,8 @@
 
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
+#elif defined(_MSC_VER)
+#pragma fp_contract(off)
 #endif
 
 /* ---------------------------------------------------------------- memory */
@@ -381,6 +387,10 @@ static inline float block_scale(const uint8_t *blk) {
     uint16_t h = (uint16_t)(blk[0] | (blk[1] << 8));
 #if defined(H3K_AVX2)
     return _cvtsh_ss(h);
+#elif defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
+    __fp16 v; /* every arm64 CPU converts half to single in hardware */
+    memcpy(&v, &h, sizeof v);
+    return (float)v;
 #else
     return h3k_fp16_to_fp32(h);
 #endif
@@ -1047,6 +1057,20 @@ static void streamer_free(h3k_streamer *s) {
     H3K_FREE(s);
 }
 
+/* The ring of page-aligned buffers and the range queue; 0 when out of memory. */
+static int streamer_alloc_ring(h3k_streamer *s) {
+    s->slots = (stream_slot *)H3K_CALLOC((size_t)s->depth, sizeof *s->slots);
+    s->q_cap = 16;
+    s->queue = (stream_range *)H3K_CALLOC(s->q_cap, sizeof *s->queue);
+    if (!s->slots || !s->queue) return 0;
+    for (int i = 0; i < s->depth; i++) {
+        s->slots[i].buf = (unsigned char *)H3K_ALIGNED_ALLOC(H3K_PAGE, s->read_size);
+        if (!s->slots[i].buf) return 0;
+        memset(s->slots[i].buf, 0, s->read_size); /* fault the pages in now, not mid-stream */
+    }
+    return 1;
+}
+
 int h3k_streamer_open(h3k_streamer **out, const char *path, size_t read_size, int depth) {
     if (!out) return H3K_EINVAL;
     *out = NULL;
@@ -1064,16 +1088,7 @@ int h3k_streamer_open(h3k_streamer **out, const char *path, size_t read_size, in
         streamer_free(s);
         return st;
     }
-    s->slots = (stream_slot *)H3K_CALLOC((size_t)depth, sizeof *s->slots);
-    s->q_cap = 16;
-    s->queue = (stream_range *)H3K_CALLOC(s->q_cap, sizeof *s->queue);
-    int ok = s->slots && s->queue;
-    for (int i = 0; ok && i < depth; i++) {
-        s->slots[i].buf = (unsigned char *)H3K_ALIGNED_ALLOC(H3K_PAGE, read_size);
-        ok = s->slots[i].buf != NULL;
-        if (ok) memset(s->slots[i].buf, 0, read_size); /* fault the pages in now, not mid-stream */
-    }
-    if (!ok) {
+    if (!streamer_alloc_ring(s)) {
         streamer_free(s);
         return H3K_ENOMEM;
     }

@@ -36,12 +36,14 @@ def test_build_json_twice_second_is_cached(run_cli, monkeypatch):
     second = json.loads(out)
     assert code == 0 and second["cached"] is True and second["library"] == first["library"]
     assert build.find_library() == Path(first["library"])
+    files = build.library_files()
+    assert files[0].name.startswith("libh3kit-baseline") and Path(first["library"]) in files
     code, out, _ = run_cli("build", "--json", "--force")
     assert code == 0 and json.loads(out)["cached"] is False
 
 
 def test_find_library_is_none_before_any_build():
-    assert build.find_library() is None
+    assert build.find_library() is None and build.library_files() == []
 
 
 @needs_cc
@@ -165,3 +167,23 @@ def test_first_error_lines_prefers_lines_naming_an_error():
     text = "h3k.c: In function 'f':\nh3k.c:3:1: error: expected ';'\nnote: here\n"
     assert compilers.first_error_lines(text) == ["h3k.c:3:1: error: expected ';'"]
     assert re.match("cc: warning", compilers.first_error_lines("cc: warning only\n")[0])
+
+
+def test_install_zig_runs_pip_for_the_pinned_version(monkeypatch):
+    """The real pip command; where the test extra already installed ziglang it only confirms it."""
+    pytest.importorskip("ziglang")
+    if not compilers._in_venv():
+        pytest.skip("h3kit installs ziglang only into its own venv")
+    said: list[str] = []
+    notes: list[str] = []
+    assert compilers._install_zig(notes, said.append) == compilers.ZIGLANG_PIN
+    assert notes == [] and said[0].startswith("No C compiler found; installing ziglang")
+
+
+def test_heartbeat_reports_progress_while_waiting():
+    said: list[str] = []
+    with compilers._heartbeat(said.append, "still working", every=0.05):
+        import time
+
+        time.sleep(0.2)
+    assert said and said[0].startswith("still working (")

@@ -301,3 +301,44 @@ def test_missing_library_says_how_to_build(tmp_path, monkeypatch):
     monkeypatch.delenv("H3KIT_NATIVE_LIB", raising=False)
     with pytest.raises(native.NativeError, match="h3kit build"):
         native.find(tmp_path / "nothing-here")
+
+
+def test_bridge_works_without_numpy(libdir, tmp_path):
+    """h3kit's own venv has no numpy: array('f') in, array('f') out."""
+    code = ("import sys; sys.modules['numpy'] = None; import array, json, h3k_native as n; "
+            "l = n.load(); x = array.array('f', [float(i % 7) - 3 for i in range(64)]); "
+            "q = l.quantize(x, 'q8_0'); y = l.matvec(q + q, 'q8_0', 2, 64, x); "
+            "d = l.dequantize(q, 'q8_0', 64); "
+            "print(json.dumps([type(y).__name__, y.typecode, len(y), y[0] == y[1], type(d).__name__]))")
+    one = next(libdir.glob("libh3kit-baseline*"))
+    env = {"PATH": "/usr/bin:/bin", "H3KIT_HOME": str(tmp_path / "home"), "H3KIT_NATIVE_LIB": str(one)}
+    assert _run_copied_bridge(tmp_path, env, code) == ["array", "f", 2, True, "array"]
+
+
+def test_folder_with_only_the_tuned_build_loads_when_the_cpu_allows(lib, libdir, tmp_path):
+    tuned = [p for p in libdir.glob("libh3kit-*") if "baseline" not in p.name]
+    if not tuned or not lib.runs_here() or lib.variant() == "baseline":
+        pytest.skip("no tuned build for this CPU")
+    shutil.copy(tuned[0], tmp_path / tuned[0].name)
+    assert native.find(tmp_path).variant() == lib.variant()
+
+
+def test_read_only_buffers_are_read_through_a_copy(lib, tmp_path):
+    x = _cases()["random"]
+    path = tmp_path / "w.bin"
+    path.write_bytes(x.tobytes())
+    import mmap
+
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        assert lib.quantize(m, "q4_0") == _gguf_quantize(x, "q4_0")
+        assert lib.quantize(memoryview(x.tobytes()), "q4_0") == _gguf_quantize(x, "q4_0")
+
+
+def test_arena_and_streamer_from_a_plan(lib, tmp_path):
+    plan = {"schema": "h3kit.plan/1", "settings": {"shard_size_bytes": 512 << 20, "preload_bytes": 64 << 20}}
+    path = tmp_path / "shard.bin"
+    path.write_bytes(b"\0" * 4096)
+    with native.Streamer.from_plan(path, plan, library=lib) as s:
+        assert (s.read_size, s.depth) == (32 << 20, 2)
+    with native.Arena.from_plan(plan, lock=False, library=lib) as arena:
+        assert arena.capacity == 64 << 20

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import platform
 import shutil
@@ -33,6 +34,8 @@ from pathlib import Path
 from h3kit import compilers, native, subproc
 from h3kit.errors import NotReady, VerificationFailed
 from h3kit.paths import asset_dir, locations
+
+log = logging.getLogger("h3kit.build")
 
 SCHEMA = "h3kit.build/1"
 SOURCES = ("h3k.c", "h3k.h")
@@ -108,7 +111,9 @@ def compile_command(compiler: compilers.Compiler, src: Path, out: Path, flags: l
 
 def _compile(compiler, src: Path, out: Path, flags: list[str], workdir: Path) -> None:
     argv = compile_command(compiler, src, out, flags, workdir)
+    log.info("compile: %s", argv)
     res = subproc.run(argv, timeout=COMPILE_TIMEOUT, env=compiler.env, cwd=workdir)
+    log.info("compile %s in %.1f s: %s", res.status, res.seconds, (res.stderr or res.stdout)[-2000:])
     if res.ok and out.is_file():
         return
     lines = compilers.first_error_lines(res.stderr + "\n" + res.stdout) or [res.detail or res.status]
@@ -223,3 +228,16 @@ def find_library() -> Path | None:
     except (OSError, ValueError, KeyError, TypeError, NotReady):
         return None
     return lib if lib.is_file() else None
+
+
+def library_files() -> list[Path]:
+    """Every variant of the current build, baseline first ([] when not built).
+
+    Deploy copies all of them into the pack's lib/, so the pack still loads
+    (as baseline) on a CPU that lacks the tuned build's features.
+    """
+    lib = find_library()
+    if lib is None:
+        return []
+    present = [lib.parent / native.library_filename(v) for v in native.VARIANTS]
+    return [p for p in present if p.is_file()]

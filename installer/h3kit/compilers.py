@@ -21,11 +21,14 @@ are tested on recorded outputs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import re
 import shlex
 import sys
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -200,13 +203,33 @@ def _install_zig(notes, progress) -> str | None:
         return None
     say = progress or (lambda msg: None)
     say(f"No C compiler found; installing ziglang {ZIGLANG_PIN} (about 80 MB) into h3kit's venv {sys.prefix} ...")
-    res = subproc.run([sys.executable, "-m", "pip", "install", "--disable-pip-version-check",
-                       f"ziglang=={ZIGLANG_PIN}"], timeout=ZIG_INSTALL_TIMEOUT)
+    with _heartbeat(say, "still installing ziglang"):
+        res = subproc.run([sys.executable, "-m", "pip", "install", "--disable-pip-version-check",
+                           f"ziglang=={ZIGLANG_PIN}"], timeout=ZIG_INSTALL_TIMEOUT)
     if not res.ok:
         notes.append(f"installing ziglang {ZIGLANG_PIN} failed ({res.detail or res.status})")
         return None
     say(f"Installed ziglang {ZIGLANG_PIN}.")
     return _zig_version()
+
+
+@contextlib.contextmanager
+def _heartbeat(say, what: str, every: float = 15.0):
+    """Say `what` with the seconds so far every `every` seconds until the block ends."""
+    done = threading.Event()
+    start = time.monotonic()
+
+    def beat():
+        while not done.wait(every):
+            say(f"{what} ({time.monotonic() - start:.0f} s) ...")
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
 
 
 # ------------------------------------------------------------ pure parsers

@@ -40,6 +40,7 @@ BLOCK = 32
 BLOCK_BYTES = {"q8_0": 34, "q4_0": 18}
 VARIANTS = ("baseline", "x86-64-v3", "arm64-dotprod")
 ENV_LIB = "H3KIT_NATIVE_LIB"
+ABI = 1  # H3K_ABI in payload/h3k.h: bumped when a C signature changes
 
 # Bit names of h3k_cpu_features(), in bit order (payload/h3k.h).
 FEATURE_BITS = ("sse2", "avx", "avx2", "fma", "f16c", "avx512f", "neon", "dotprod", "fp16")
@@ -180,6 +181,9 @@ class Library:
             raise NativeError(f"cannot load the h3kit native library {self.path}: {exc}. "
                               "Rebuild it with 'h3kit build --force'.") from exc
         self.c = self._dll
+        if self.c.h3k_abi() != ABI:
+            raise NativeError(f"{self.path} speaks ABI {self.c.h3k_abi()} but this bridge needs {ABI}; "
+                              "rebuild it with 'h3kit build --force' and re-apply the pack (h3kit apply).")
 
     def __repr__(self) -> str:
         return f"<h3k_native.Library {self.variant()} {self.path}>"
@@ -400,14 +404,19 @@ def _address(obj, writable: bool = False) -> int:
             raise ValueError("the output array is read-only.")
         return address
     view = memoryview(obj)
-    if view.readonly:
-        if writable:
-            raise ValueError("the output buffer is read-only.")
-        raise ValueError("read-only buffers other than bytes and numpy arrays are not accepted; "
-                         "pass bytes(buffer) instead.")
+    if view.readonly:  # the buffer classes copy such inputs to bytes first (see _readable)
+        raise ValueError("the output buffer is read-only." if writable else "internal: read-only buffer not copied")
     if view.nbytes == 0:
         return 0
     return ctypes.addressof((ctypes.c_char * view.nbytes).from_buffer(view))
+
+
+def _readable(obj):
+    """obj itself when C may read it in place, else a bytes copy (read-only mmap, memoryview of bytes)."""
+    if isinstance(obj, bytes) or hasattr(obj, "__array_interface__"):
+        return obj
+    view = memoryview(obj)
+    return view.tobytes() if view.readonly else obj
 
 
 class _FloatBuffer:
@@ -438,7 +447,8 @@ class _FloatBuffer:
             self.n = view.nbytes // 4  # raw bytes holding float32 values
         else:
             raise ValueError(f"{name} must hold float32 values; got a buffer of format {view.format!r}.")
-        self.address = _address(obj)
+        self.obj = _readable(obj)
+        self.address = _address(self.obj)
 
 
 class _ByteBuffer:
@@ -458,7 +468,8 @@ class _ByteBuffer:
             if not view.c_contiguous:
                 raise ValueError(f"{name} must be contiguous.")
             self.nbytes = view.nbytes
-        self.address = _address(obj)
+            self.obj = _readable(obj)
+        self.address = _address(self.obj)
 
 
 def _new_floats(n: int, like=None, shape=None):
@@ -519,6 +530,11 @@ class Arena(_Handle):
         self._h = handle
         self.lock_requested = lock
 
+    @classmethod
+    def from_plan(cls, plan: dict, lock: bool = True, library: Library | None = None) -> "Arena":
+        """The arena an h3kit.plan/1 document asks for (settings.preload_bytes)."""
+        return cls(int(plan["settings"]["preload_bytes"]), lock=lock, library=library)
+
     def alloc(self, size: int, align: int = 64) -> memoryview:
         """A writable view of `size` bytes inside the arena, aligned to `align`."""
         size = _count(size, "size")
@@ -569,6 +585,8 @@ class Streamer(_Handle):
                  library: Library | None = None):
         self._lib = library or load()
         self.path = Path(path)
+        if not self.path.is_file():
+            raise NativeError(f"cannot stream {self.path}: there is no such file.")
         if read_size is None or depth is None:
             planned = self._lib.streamer_plan(shard_size_bytes or self.path.stat().st_size, preload_bytes or 0)
             read_size = read_size or planned[0]
@@ -580,6 +598,13 @@ class Streamer(_Handle):
         if status != OK:
             raise NativeError(f"cannot stream {self.path}: {self._lib.error_text(status)}")
         self._h = handle
+
+    @classmethod
+    def from_plan(cls, path, plan: dict, library: Library | None = None) -> "Streamer":
+        """A streamer sized by an h3kit.plan/1 document (shard_size_bytes, preload_bytes)."""
+        settings = plan["settings"]
+        return cls(path, shard_size_bytes=int(settings["shard_size_bytes"]),
+                   preload_bytes=int(settings["preload_bytes"]), library=library)
 
     @property
     def file_size(self) -> int:
@@ -624,12 +649,31 @@ class Streamer(_Handle):
 # ---------------------------------------------------------------- loading
 
 
+_LINUX_FLAGS = {"x86-64-v3": {"avx2", "fma", "f16c"}, "arm64-dotprod": {"asimddp"}}
+
+
+def _linux_cpu_has(variant: str) -> bool:
+    """Whether /proc/cpuinfo lists the tuned build's features (True where it cannot tell)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return True
+    flags = set()
+    for line in text.splitlines():
+        if line.split(":")[0].strip() in ("flags", "Features"):
+            flags |= set(line.partition(":")[2].split())
+    return not flags or _LINUX_FLAGS.get(variant, set()) <= flags
+
+
 def _pick_in_folder(folder: Path, source: str) -> Library | None:
     """Baseline first (safe on any CPU of the arch), then the best tuned build it allows."""
     present = [v for v in VARIANTS if (folder / library_filename(v)).is_file()]
     if not present:
         return None
-    if "baseline" not in present:
+    if "baseline" not in present:  # a pack with only the tuned build: trust it unless Linux says no
+        if not _linux_cpu_has(present[0]):
+            raise NativeError(f"{folder} holds only {library_filename(present[0])}, which this CPU cannot run; "
+                              "copy libh3kit-baseline from the h3kit cache beside it.")
         return Library(folder / library_filename(present[0]), source)
     base = Library(folder / library_filename("baseline"), source)
     cpu = base.c.h3k_cpu_features()

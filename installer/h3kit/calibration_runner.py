@@ -376,12 +376,10 @@ def reference_forward(cfg: dict, x, weights_of):
 def write_model(nat, cfg: dict, path: str, progress: Progress) -> list[dict]:
     """Quantize every block's linears and write the safetensors file; returns each block's byte range."""
     kind = cfg["quantization"]
-    shapes = linear_shapes(cfg["hidden"], cfg["ffn"])
     tensors = []
     for b in range(cfg["blocks"]):
         w = block_weights(cfg, b)
         for name in LINEARS:
-            rows, cols = shapes[name]
             tensors.append((f"blocks.{b}.{name}", "U8", None, bytes(nat.quantize(np.ascontiguousarray(w[name]), kind))))
         for name in ("attn_norm", "ffn_norm"):
             tensors.append((f"blocks.{b}.{name}", "F32", [cfg["hidden"]], w[name].tobytes()))

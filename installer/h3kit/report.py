@@ -154,6 +154,19 @@ def summary_lines(doc: dict) -> list[str]:
     return lines
 
 
+def describe_scaled(cfg: dict) -> str:
+    """The scaled DiT's shape in words."""
+    canvas = "x".join(str(v) for v in cfg.get("canvas") or [])
+    text = (f"{cfg.get('blocks')} blocks, hidden {cfg.get('hidden')} ({cfg.get('heads')} heads x {cfg.get('head_dim')}), "
+            f"SwiGLU FFN {cfg.get('ffn')}, {cfg.get('tokens')} tokens" + (f" ({canvas} canvas)" if canvas else "")
+            + f", linear layers in {cfg.get('quantization')}")
+    if cfg.get("plan_quantization") and cfg.get("plan_quantization") != cfg.get("quantization"):
+        text += f" (the plan's {cfg['plan_quantization']} has no native kernel)"
+    if "shard_size_bytes" in cfg:
+        text += f", streamed in {human_bytes(cfg['shard_size_bytes'])} shards with {human_bytes(cfg.get('preload_bytes'))} preload"
+    return text
+
+
 # -- Markdown ---------------------------------------------------------------------
 
 def _md_table(headers: list[str], rows: list[list]) -> str:
@@ -187,6 +200,8 @@ def to_markdown(doc: dict) -> str:
         parts.append(_md_table(["block", "seconds", "waiting s", "computing s", "bytes"],
                                [[b["index"], b["seconds"], b["wait_seconds"], b["compute_seconds"], b["bytes"]]
                                 for b in inf.get("blocks", [])]))
+        parts.append("")
+        parts.append(f"Shape: {describe_scaled(inf.get('config') or {})}.")
         parts.append("")
         parts.append(f"Relative error vs fp32 forward: {fmt(inf.get('relative_error'))} "
                      f"(kernels alone vs dequantized weights: {fmt(inf.get('kernel_relative_error'))}); "
@@ -500,7 +515,7 @@ def to_html(doc: dict) -> str:
     sections.append("<h2>Tile sweep</h2><div class='grid'>" + ch["tiles"] + "</div>")
     sections.append("<h2>Stream/compute timeline</h2>")
     if inf.get("status") == "measured":
-        sections.append(f"<p class='note'>Scaled H3-shaped DiT: {_e(inf['config'])}. Relative error vs a plain "
+        sections.append(f"<p class='note'>Scaled H3-shaped DiT: {_e(describe_scaled(inf['config']))}. Relative error vs a plain "
                         f"fp32 forward: {_e(fmt(inf.get('relative_error')))}; peak RSS "
                         f"{_e(human_bytes(inf.get('peak_rss_bytes')))}.</p>")
     sections.append("<div class='grid'>" + ch["timeline"] + "</div>")

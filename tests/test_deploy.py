@@ -6,6 +6,7 @@ import importlib.util
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -206,3 +207,71 @@ def test_apply_rewrites_profile_and_launcher(comfy, run_cli, monkeypatch):
 def test_apply_before_install_is_not_ready(comfy, run_cli):
     code, out, err = run_cli("apply", "--comfyui", str(comfy), "--yes")
     assert code == 3 and "not installed" in err
+
+
+def test_symlinked_pack_folder_is_refused(comfy, tmp_path, run_cli):
+    elsewhere = tmp_path / "dev checkout"
+    elsewhere.mkdir()
+    (elsewhere / "__init__.py").write_text("# a developer's own copy\n")
+    os.symlink(elsewhere, comfy / "custom_nodes" / "ComfyUI-h3kit")
+    code, out, err = run_cli("install", "--comfyui", str(comfy), "--yes", "--skip-calibrate", "--no-models")
+    assert code == 2 and "a symlink" in err
+    assert (elsewhere / "__init__.py").read_text() == "# a developer's own copy\n" and len(list(elsewhere.iterdir())) == 1
+
+
+def test_models_failure_keeps_the_install_in_the_answer(comfy, run_cli, monkeypatch):
+    from h3kit.errors import NotReady
+
+    models = pytest.importorskip("h3kit.models")
+
+    def offline(ctx, plan, comfyui_dir, *, skip, with_loaders):
+        raise NotReady("Downloading a weight file failed (cannot connect).", "Check the network, then run the same command again.")
+
+    monkeypatch.setattr(models, "ensure_models", offline)
+    code, out, err = run_cli("install", "--comfyui", str(comfy), "--yes", "--skip-calibrate", "--json")
+    assert code == 3
+    doc = json.loads(out)
+    assert doc["details"]["verified"] is True and doc["details"]["schema"] == "h3kit.install/1"
+    assert (comfy / "custom_nodes" / "ComfyUI-h3kit" / "__init__.py").is_file()
+
+
+@pytest.mark.parametrize("where", ["before-rename", "after-rename"])
+def test_install_interrupted_half_way_then_reinstall(comfy, h3kit_home, monkeypatch, where):
+    inst = find(str(comfy), None, Context(yes=True))
+    real_rename = os.rename
+
+    def interrupted_rename(src, dst):
+        if where == "after-rename":
+            real_rename(src, dst)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(deploy.os, "rename", interrupted_rename)
+    with pytest.raises(KeyboardInterrupt):
+        _deploy(inst, h3kit_home)
+    monkeypatch.setattr(deploy.os, "rename", real_rename)
+    res = _deploy(inst, h3kit_home)
+    assert not list((comfy / "custom_nodes").glob("*staging*"))
+    assert not (res.node_dir / deploy.STAGING_MARK).exists()
+    record = mf.load(res.manifest.path)
+    assert all(record.still_ours(e) for e in record.entries)
+    assert deploy.verify(inst)["verified"]
+
+
+def test_desktop_base_folder_gets_the_pack_but_no_launcher(tmp_path, h3kit_home):
+    base = tmp_path / "Documents" / "ComfyUI Desktop ü"
+    (base / "custom_nodes").mkdir(parents=True)
+    (base / "models").mkdir()
+    (base / ".venv" / "bin").mkdir(parents=True)
+    os.symlink(sys.executable, base / ".venv" / "bin" / "python")
+    inst = find(str(base), None, Context(yes=True))
+    assert (inst.layout, inst.python_source) == ("desktop", ".venv inside ComfyUI")
+    res = _deploy(inst, h3kit_home, settings=SETTINGS)
+    assert res.launcher["path"] is None and "Desktop app" in res.launcher["detail"]
+    assert deploy.verify(inst)["verified"]
+
+
+def test_install_dry_run_writes_nothing(comfy, run_cli):
+    before = comfy_tree.snapshot(comfy)
+    code, out, err = run_cli("install", "--comfyui", str(comfy), "--yes", "--dry-run", "--json", "--no-models")
+    assert code == 0, err
+    assert json.loads(out)["dry_run"] is True and comfy_tree.snapshot(comfy) == before

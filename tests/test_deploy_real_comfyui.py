@@ -86,7 +86,7 @@ def test_real_comfyui_install_run_uninstall(tmp_path, h3kit_home):
     extra.write_text(f"h3kit_test:\n    base_path: {models}\n    vae: vae/\n", encoding="utf-8")
 
     before = comfy_tree.snapshot(comfy, skip=RUNTIME, skip_names=("__pycache__",))
-    code, doc, err = _h3kit("install", "--comfyui", str(comfy), "--yes", "--skip-calibrate")
+    code, doc, err = _h3kit("install", "--comfyui", str(comfy), "--yes", "--skip-calibrate", "--no-models")
     print("install:", code, json.dumps({k: doc.get(k) for k in ("verified", "nodes", "launchers", "profile")}))
     assert code == 0, err
     assert doc["verified"] is True

@@ -25,7 +25,8 @@ def _install(run_cli, comfy: Path):
 
 
 @pytest.mark.parametrize("layout", ["plain", "portable"])
-def test_install_then_uninstall_is_byte_identical(tmp_path, run_cli, layout):
+def test_install_then_uninstall_is_byte_identical(tmp_path, run_cli, layout, monkeypatch):
+    monkeypatch.setenv("H3KIT_HOME", str(tmp_path / "h3kit state ö"))  # h3kit's own paths odd too
     root = tmp_path / "Users" / "José Ñandú" / "AI stuff"
     comfy = comfy_tree.make_comfyui(root, layout=layout)
     before = comfy_tree.snapshot(root)
@@ -151,3 +152,14 @@ def test_purge_removes_h3kit_data_but_keeps_backups(tmp_path, run_cli, h3kit_hom
     assert not loc.reports_dir.exists()
     [backup] = json.loads(out)["backed_up"]
     assert Path(backup["backup"]).read_text() == "x"
+
+
+def test_backups_never_overwrite_each_other(tmp_path):
+    from h3kit.deploy import move_to_backup
+
+    base, backups = tmp_path / "pack", tmp_path / "backups"
+    base.mkdir()
+    for text in ("first", "second"):
+        (base / "f.txt").write_text(text)
+        move_to_backup(base / "f.txt", base, backups)
+    assert sorted(p.read_text() for p in backups.iterdir()) == ["first", "second"]

@@ -45,7 +45,16 @@ INSPECT_TIMEOUT = 90.0  # importing torch on a cold disk takes tens of seconds
 INSPECT_SCRIPT = r"""
 import json, platform, sys
 info = {"python": sys.executable, "python_version": platform.python_version(),
-        "machine": platform.machine(), "system": platform.system().lower()}
+        "machine": platform.machine(), "system": platform.system().lower(), "packages": {}}
+try:
+    from importlib import metadata
+    for name in ("torch", "torchvision", "torchaudio"):
+        try:
+            info["packages"][name] = metadata.version(name)
+        except Exception:
+            pass
+except Exception:
+    pass
 try:
     import torch
     info["torch"] = torch.__version__

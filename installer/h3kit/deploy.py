@@ -124,6 +124,10 @@ def move_to_backup(path: Path, base: Path, backups: Path) -> Path:
     except ValueError:
         rel = Path(path.name)
     dest = backups / rel
+    n = 0
+    while dest.exists() or dest.is_symlink():  # two backups within one second: keep both
+        n += 1
+        dest = backups / rel.with_name(f"{rel.name}.{n}")
     dest.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(str(path), str(dest))  # a symlink is moved as a link
     return dest
@@ -160,6 +164,8 @@ def deploy(install: ComfyInstall, *, settings: dict, profile: str, library: Path
     notes = [f"removed an interrupted install's staging folder {p}" for p in clean_staging(install)]
     ours = ensure_ours(install, record)
     target = install.node_dir
+    if ours and (target / STAGING_MARK).is_file():
+        (target / STAGING_MARK).unlink()  # left by a crash right after the rename
     files = pack_contents(library, settings, profile)
     if library is None:
         notes.append("no native library was built: the pack works, nodes that need it say so")
@@ -172,8 +178,8 @@ def deploy(install: ComfyInstall, *, settings: dict, profile: str, library: Path
     if not ours:
         record.record_dir(target, "node-pack")
         record.save()  # claim the name before it exists, so a crash after the rename still leaves it ours
-        (staging / STAGING_MARK).unlink()
-        os.rename(staging, target)
+        os.rename(staging, target)  # the mark travels along, so a crash just before this still gets cleaned up
+        (target / STAGING_MARK).unlink()
         _record_tree(record, target, "node-pack")
         say(f"Installed the node pack into {target}")
     else:

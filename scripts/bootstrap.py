@@ -292,6 +292,7 @@ def write_path_launcher(env: PrivateEnv, log: Log) -> Path | None:
     if os.name != "nt":
         target.chmod(0o755)
     record = state_dir() / "bootstrap-record.json"
+    record.parent.mkdir(parents=True, exist_ok=True)
     data = {"path_launchers": [{"path": str(target), "sha256": hashlib.sha256(body.encode()).hexdigest()}]}
     record.write_text(json.dumps(data, indent=2), encoding="utf-8")
     on_path = str(bindir) in os.environ.get("PATH", "").split(os.pathsep)

@@ -163,3 +163,23 @@ def test_backups_never_overwrite_each_other(tmp_path):
         (base / "f.txt").write_text(text)
         move_to_backup(base / "f.txt", base, backups)
     assert sorted(p.read_text() for p in backups.iterdir()) == ["first", "second"]
+
+
+@pytest.mark.parametrize("edited", [False, True])
+def test_purge_removes_the_bootstrap_path_launcher_only_while_unchanged(tmp_path, run_cli, h3kit_home, monkeypatch, edited):
+    """The PATH launcher is written by scripts/bootstrap.py (the real function), removed by --purge."""
+    spec = importlib.util.spec_from_file_location("bootstrap", Path(__file__).parent.parent / "scripts" / "bootstrap.py")
+    bootstrap = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bootstrap)
+    monkeypatch.setenv("HOME", str(tmp_path / "user home"))
+    env = bootstrap.PrivateEnv(locations().venv_dir, "/usr/bin/python3")
+    launcher = bootstrap.write_path_launcher(env, bootstrap.Log(tmp_path / "bootstrap.log"))
+    assert launcher is not None and launcher.is_file()
+    if edited:
+        launcher.write_text(launcher.read_text() + "# my own line\n")
+    comfy = comfy_tree.make_comfyui(tmp_path / "c")
+    _install(run_cli, comfy)
+    code, out, err = run_cli("uninstall", "--comfyui", str(comfy), "--yes", "--purge", "--json")
+    assert code == 0, err
+    assert launcher.exists() == edited
+    assert (str(launcher) in json.loads(out)["purged"]) != edited

@@ -65,7 +65,11 @@ def pack_contents(library: Path | None, settings: dict, profile: str) -> dict[st
         if (here / source).is_file():
             files[name] = (here / source).read_bytes()
     if library is not None and Path(library).is_file():
-        files[f"lib/{Path(library).name}"] = Path(library).read_bytes()
+        # Every variant of this build (baseline and tuned), so a pack copied to an
+        # older CPU still loads: the bridge picks the variant at load time.
+        library = Path(library)
+        for variant in sorted(library.parent.glob(f"libh3kit-*{library.suffix}")):
+            files[f"lib/{variant.name}"] = variant.read_bytes()
     files[PROFILE_FILE] = profile_document(settings, profile)
     return files
 

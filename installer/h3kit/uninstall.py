@@ -16,6 +16,7 @@ Rules, in the order they are applied:
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from h3kit.deploy import backup_root, clean_staging, move_to_backup
 KEEP_ROLES = {"model": "downloaded model weights are kept (remove them with 'h3kit models remove')",
               "comfyui": "the ComfyUI h3kit set up is kept (delete the folder yourself if you no longer want it)"}
 LAUNCHER_NAMES = ("run_h3kit.sh", "run_h3kit.bat")
+BOOTSTRAP_RECORD = "bootstrap-record.json"  # written by scripts/bootstrap.py when it puts h3kit on the PATH
 
 
 @dataclass
@@ -135,9 +137,25 @@ def guess(install: ComfyInstall) -> list[str]:
 
 
 def purge_targets(locations) -> list[Path]:
-    """What --purge removes besides the install: h3kit's config, cache, reports and private venv (never backups or logs)."""
-    return [p for p in (locations.config_file, locations.cache_dir, locations.reports_dir, locations.venv_dir)
-            if p.exists() or p.is_symlink()]
+    """What --purge removes besides the install: h3kit's config, cache, reports and private venv (never backups or logs),
+    and the `h3kit` PATH launcher the bootstrap wrote, while its content is still what the bootstrap recorded."""
+    own = [locations.config_file, locations.cache_dir, locations.reports_dir, locations.venv_dir]
+    return [p for p in own + path_launchers(locations.state_dir) if p.exists() or p.is_symlink()]
+
+
+def path_launchers(state_dir: Path) -> list[Path]:
+    """The bootstrap's PATH launchers that are still exactly as written (scripts/bootstrap.py records them)."""
+    record = Path(state_dir) / BOOTSTRAP_RECORD
+    try:
+        entries = json.loads(record.read_text(encoding="utf-8")).get("path_launchers", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    found = []
+    for entry in entries:
+        path = Path(entry.get("path", ""))
+        if path.is_file() and not path.is_symlink() and mf.sha256_file(path) == entry.get("sha256"):
+            found.append(path)
+    return found + [record]
 
 
 def purge(locations, dry_run: bool) -> list[str]:

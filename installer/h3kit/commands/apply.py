@@ -33,8 +33,6 @@ def run(args, ctx: Context) -> Outcome:
         raise NotReady(f"h3kit is not installed in {install.path}, so there is nothing to apply.",
                        f'Run h3kit install --comfyui "{install.path}" first.')
     _, plan = current_plan(ctx, config, getattr(args, "profile", None), notes)
-    if plan is None:
-        raise NotReady("'h3kit apply' needs the planner, which is not part of this build.", "Update h3kit (./install.sh).")
     settings, profile = dict(plan["settings"]), plan["profile"]
     before = _current_profile(install)
     doc = {"schema": "h3kit.apply/1", "comfyui": str(install.path), "profile": profile,

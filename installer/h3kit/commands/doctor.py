@@ -11,7 +11,7 @@ from __future__ import annotations
 from h3kit import comfyui, doctor
 from h3kit import manifest as mf
 from h3kit.command import Context, Outcome
-from h3kit.commands.install import current_plan, load_config, locate, optional, saved_plan, torch_findings
+from h3kit.commands.install import current_plan, load_config, locate, saved_plan, torch_findings
 from h3kit.errors import EXIT_NOT_READY, EXIT_VERIFY_FAILED, H3kitError, NotReady
 
 HELP = "check everything and print fixes (apply them with --fix)"
@@ -57,9 +57,10 @@ def run(args, ctx: Context) -> Outcome:
         findings += doctor.launcher_findings(install, record, ctx.locations.cache_dir)
         findings += doctor.native_findings(install)
     findings += doctor.profile_findings(install, plan) if install.node_dir.is_dir() else []
-    models = optional("h3kit.models", "doctor_findings")
-    if models is not None and plan is not None:
-        findings += models(plan, install.path)
+    if plan is not None:
+        from h3kit.models import doctor_findings as model_findings
+
+        findings += model_findings(plan, install.path)
     if args.fix and not ctx.dry_run:
         _fix_torch(ctx, install, fingerprint, findings, notes)
         _fix(args, ctx, findings, notes)

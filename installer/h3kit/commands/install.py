@@ -1,15 +1,14 @@
 """`h3kit install`: the whole chain: fingerprint, plan, build, deploy into ComfyUI, calibrate.
 
 Steps, in order: fingerprint -> plan -> build -> find ComfyUI -> deploy and
-verify -> models -> calibrate. A step whose module is not part of this h3kit
-is skipped with a note. No ComfyUI found: everything that does not need one
-still runs (the report says what this machine can do), then exit 3 naming
---comfyui.
+verify -> models -> calibrate. No ComfyUI found: everything that does not
+need one still runs (the report says what this machine can do), then exit 3
+naming --comfyui. The step modules are imported where they are used, so
+`h3kit --help` stays fast and an import error is loud, never a skipped step.
 """
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 from h3kit import comfyui, deploy
@@ -32,34 +31,22 @@ def add_arguments(p) -> None:
     p.add_argument("--fingerprint", metavar="FILE", help="use this saved fingerprint instead of probing the machine")
 
 
-# -- the rest of h3kit, when present (shared by apply, doctor and uninstall) -----------
-
-
-def optional(module: str, name: str):
-    """A function from another part of h3kit, or None when that part is not in this build."""
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError):
-        return None
+# -- shared by apply, doctor and uninstall -------------------------------------------
 
 
 def load_config(ctx: Context):
-    load = optional("h3kit.config", "load")
-    return load(ctx.locations) if load else None
+    from h3kit import config
+
+    return config.load(ctx.locations)
 
 
-def current_plan(ctx: Context, config, profile: str | None, notes: list[str]) -> tuple[dict | None, dict | None]:
-    """(fingerprint, plan) for this machine now; None for a step this h3kit lacks (noted)."""
-    collect = optional("h3kit.fingerprint", "collect")
-    if collect is None:
-        notes.append("fingerprint skipped: h3kit.fingerprint is not part of this build")
-        return None, None
+def current_plan(ctx: Context, config, profile: str | None, notes: list[str]) -> tuple[dict, dict]:
+    """(fingerprint, plan) for this machine now."""
+    from h3kit.fingerprint import collect
+    from h3kit.planner import make_plan
+
     ctx.progress("Fingerprinting this machine...")
     fingerprint = collect()
-    make_plan = optional("h3kit.planner", "make_plan")
-    if make_plan is None:
-        notes.append("plan skipped: h3kit.planner is not part of this build (the pack gets default settings)")
-        return fingerprint, None
     ctx.progress("Planning the profile...")
     return fingerprint, make_plan(fingerprint, profile=profile, config=config)
 
@@ -67,11 +54,11 @@ def current_plan(ctx: Context, config, profile: str | None, notes: list[str]) ->
 def saved_plan(config, profile: str | None, notes: list[str], fingerprint_file: str) -> tuple[dict, dict | None]:
     """(fingerprint, plan) for a saved fingerprint file (--fingerprint FILE), instead of this machine."""
     from h3kit.fpschema import load_file
+    from h3kit.planner import make_plan
 
     fingerprint = load_file(fingerprint_file)
     notes.append(f"using the saved fingerprint {fingerprint_file}, not this machine's")
-    make_plan = optional("h3kit.planner", "make_plan")
-    return fingerprint, make_plan(fingerprint, profile=profile, config=config) if make_plan else None
+    return fingerprint, make_plan(fingerprint, profile=profile, config=config)
 
 
 def locate(args, ctx: Context, config, *, need_write: bool) -> comfyui.ComfyInstall:
@@ -83,9 +70,12 @@ def locate(args, ctx: Context, config, *, need_write: bool) -> comfyui.ComfyInst
 
 
 def torch_findings(fingerprint: dict | None, info: dict) -> list[dict]:
-    """#9's checks when present, else the basic ones in h3kit.comfyui."""
-    theirs = optional("h3kit.torchsel", "doctor_findings")
-    return theirs(fingerprint, info) if theirs else comfyui.torch_fit_findings(fingerprint, info)
+    """Torch build against the hardware (h3kit.torchsel); the basic checks without a fingerprint."""
+    if fingerprint is None:
+        return comfyui.torch_fit_findings(fingerprint, info)
+    from h3kit.torchsel import doctor_findings
+
+    return doctor_findings(fingerprint, info)
 
 
 def loud(findings: list[dict]) -> list[str]:
@@ -100,8 +90,6 @@ def run(args, ctx: Context) -> Outcome:
     notes: list[str] = []
     warnings: list[str] = []
     config = load_config(ctx)
-    if config is None:
-        notes.append("config skipped: h3kit.config is not part of this build")
     fingerprint, plan = (saved_plan(config, args.profile, notes, args.fingerprint) if args.fingerprint
                          else current_plan(ctx, config, args.profile, notes))
     settings = dict(plan["settings"]) if plan else {}
@@ -111,17 +99,16 @@ def run(args, ctx: Context) -> Outcome:
     library = _build(ctx, notes, warnings)
 
     if args.new_comfyui and not ctx.dry_run:
-        new_comfyui = optional("h3kit.comfy_setup", "new_comfyui")
-        if new_comfyui is None:
-            raise NotReady("Setting up a new ComfyUI (--new-comfyui) is not built into this h3kit.",
-                           "Install ComfyUI yourself and pass its folder with --comfyui PATH.")
+        from h3kit.comfy_setup import new_comfyui
+
         args.comfyui = str(new_comfyui(ctx, Path(args.new_comfyui), args.comfyui_source, fingerprint))
         args.comfyui_python = None  # the new ComfyUI's own venv
     try:
         install = locate(args, ctx, config, need_write=True)
     except NotReady as missing:
-        offer = optional("h3kit.comfy_setup", "offer_new_comfyui") if not args.comfyui else None
-        created = offer(ctx, fingerprint, args.comfyui_source) if offer else None
+        from h3kit.comfy_setup import offer_new_comfyui
+
+        created = None if args.comfyui else offer_new_comfyui(ctx, fingerprint, args.comfyui_source)
         if created is None:
             return _without_comfyui(args, ctx, plan, profile, notes, warnings, missing)
         args.comfyui, args.comfyui_python = str(created), None
@@ -169,13 +156,10 @@ def run(args, ctx: Context) -> Outcome:
 
 
 def _build(ctx: Context, notes: list[str], warnings: list[str]) -> Path | None:
-    build = optional("h3kit.build", "build")
-    if build is None:
-        notes.append("build skipped: h3kit.build is not part of this build (the pack installs without the native library)")
-        return None
+    from h3kit.build import build, find_library
+
     if ctx.dry_run:
-        find_library = optional("h3kit.build", "find_library")
-        return find_library() if find_library else None
+        return find_library()
     ctx.progress("Building the native library...")
     try:
         return Path(build(progress=ctx.progress)["library"])
@@ -185,12 +169,8 @@ def _build(ctx: Context, notes: list[str], warnings: list[str]) -> Path | None:
 
 
 def _after_deploy(args, ctx: Context, plan: dict | None, install: comfyui.ComfyInstall, doc: dict, notes: list[str]) -> None:
-    ensure_models = optional("h3kit.models", "ensure_models")
-    if ensure_models is None or plan is None:
-        notes.append("models skipped: h3kit.models is not part of this build" if ensure_models is None
-                     else "models skipped: no plan")
-        doc["report"] = _calibrate(args, ctx, install.path, notes)
-        return
+    from h3kit.models import ensure_models
+
     try:
         doc["models"] = ensure_models(ctx, plan, install.path, skip=args.no_models, with_loaders=args.with_loaders)
     except H3kitError as failed:
@@ -207,10 +187,8 @@ def _calibrate(args, ctx: Context, comfyui_dir: Path | None, notes: list[str]) -
     if args.skip_calibrate or ctx.dry_run:
         notes.append("calibration skipped (--skip-calibrate)" if args.skip_calibrate else "calibration skipped (--dry-run)")
         return None
-    calibrate = optional("h3kit.calibrate", "run")
-    if calibrate is None:
-        notes.append("calibration skipped: h3kit.calibrate is not part of this build")
-        return None
+    from h3kit.calibrate import run as calibrate
+
     ctx.progress("Calibrating (quick)...")
     result = calibrate(ctx, comfyui_dir=comfyui_dir, quick=True, with_model=False) or {}
     files = result.get("report_files") or {}

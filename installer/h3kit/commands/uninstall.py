@@ -5,7 +5,7 @@ from __future__ import annotations
 from h3kit import manifest as mf
 from h3kit import uninstall as un
 from h3kit.command import Context, Outcome
-from h3kit.commands.install import load_config, locate, optional
+from h3kit.commands.install import load_config, locate
 from h3kit.errors import BadInput, H3kitError
 
 HELP = "remove exactly what h3kit installed, nothing else"
@@ -34,14 +34,14 @@ def run(args, ctx: Context) -> Outcome:
             "Run the same command with --dry-run to see what it would remove; delete those yourself if you agree."))
     if not ctx.dry_run and not ctx.confirm(f"Remove h3kit from {install.path}?", default=True):
         return Outcome({"schema": "h3kit.uninstall/1", "cancelled": True}, "Nothing removed.")
-    setup = optional("h3kit.comfy_setup", "restore_on_uninstall")
-    torch_notes = setup(ctx, record) if setup else []
+    from h3kit.comfy_setup import purge_on_uninstall, restore_on_uninstall
+
+    torch_notes = restore_on_uninstall(ctx, record)
     result = un.remove(record, install, ctx.locations.state_dir, dry_run=ctx.dry_run)
     purged = un.purge(ctx.locations, ctx.dry_run) if args.purge else []
     if not ctx.dry_run:
         un.forget_record(record, result)
-    purge_new = optional("h3kit.comfy_setup", "purge_on_uninstall")
-    comfyui_purge = purge_new(ctx, record) if args.purge and purge_new else None
+    comfyui_purge = purge_on_uninstall(ctx, record) if args.purge else None
     if comfyui_purge and comfyui_purge.get("removed"):  # kept by the replay above, then purged
         result.kept = [k for k in result.kept if not k["path"].startswith(comfyui_purge["removed"])]
     doc = {"schema": "h3kit.uninstall/1", "comfyui": str(install.path), "dry_run": ctx.dry_run, **result.to_json(),

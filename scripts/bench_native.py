@@ -31,6 +31,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 SETTLE_SECONDS = 0.25
+BURST = 5
 TARGETS = {"ratio_q8_0": 2.5, "ratio_q4_0": 3.5, "streamer_ratio": 0.8}
 
 
@@ -72,14 +73,18 @@ def bench_products(lib, rows: int, cols: int, repeat: int, threads: int) -> dict
     for fn in runs.values():  # warm caches, page in, start BLAS threads
         fn()
         fn()
+    # Kernels take turns. Before each, a pause: OpenBLAS's worker threads keep
+    # spinning for a while after a call, and no kernel should be timed against
+    # another's leftover busy-waiting. Each sample is then the mean of a short
+    # burst of back-to-back calls after one untimed call -- the steady rate a
+    # model streaming its layers sees; a lone call right after the pause mostly
+    # measured the CPU waking up (frequency, caches, idle threads).
     times: dict[str, list[float]] = {k: [] for k in runs}
     for _ in range(repeat):
         for name, fn in runs.items():
-            # OpenBLAS worker threads keep spinning for a while after a call;
-            # a pause lets them sleep, so no kernel is timed against
-            # another's leftover busy-waiting.
             time.sleep(SETTLE_SECONDS)
-            times[name].append(timed(fn))
+            fn()
+            times[name].append(timed(lambda: [fn() for _ in range(BURST)]) / BURST)
     ms = {k: statistics.median(v) * 1e3 for k, v in times.items()}
     errors = {}
     for k in ("q8_0", "q4_0"):

@@ -7,7 +7,9 @@
  *
  *   - quant kernels: Q8_0 / Q4_0 quantize and dequantize in the exact ggml
  *     (GGUF) block layout, and matrix-vector / matrix-matrix products with
- *     quantized weights and fp32 activations, threaded over rows;
+ *     quantized weights and fp32 activations, threaded over rows; and a
+ *     plain fp32 product, the reference those are checked against where
+ *     the caller has no numpy (the installer's own Python);
  *   - an arena: one region reserved, touched and (where allowed) locked up
  *     front, so the preload budget is paid once and cannot be paged out;
  *   - a block streamer: byte ranges of a big file (a safetensors shard) read
@@ -630,6 +632,7 @@ static float dot_row(int kind, const uint8_t *row, act16 x, size_t nb) {
 typedef struct {
     int kind, reference;
     const uint8_t *w;
+    const float *wf, *xf; /* set for the fp32 product (h3k_matmul_f32) instead of w/xq/xs */
     size_t row_bytes, cols, rows, batch, grain;
     const int16_t *xq;
     const float *xs;
@@ -638,8 +641,26 @@ typedef struct {
     size_t next_row;
 } product_job;
 
+/* fp32 dot product in eight interleaved partial sums: a fixed order of
+ * additions (so the result does not depend on threads or build), and one
+ * the compiler can keep in vector registers without -ffast-math. */
+static float dot_f32(const float *a, const float *b, size_t n) {
+    float acc[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) acc[k] += a[i + k] * b[i + k];
+    for (int k = 0; i < n; i++, k++) acc[k] += a[i] * b[i];
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
 /* Rows r0..r1 of Y = X W^T; each weight row is read once for the whole batch. */
 static void product_rows(const product_job *j, size_t r0, size_t r1) {
+    if (j->wf) {
+        for (size_t r = r0; r < r1; r++)
+            for (size_t b = 0; b < j->batch; b++)
+                j->y[b * j->rows + r] = dot_f32(j->wf + r * j->cols, j->xf + b * j->cols, j->cols);
+        return;
+    }
     size_t nb = j->cols / H3K_BLOCK;
     for (size_t r = r0; r < r1; r++) {
         const uint8_t *row = j->w + r * j->row_bytes;
@@ -682,6 +703,20 @@ static void run_workers(product_job *j, int nt) {
     mutex_destroy(&j->lock);
 }
 
+/* Threads for a product of `rows` rows: 0 means all cores; never more threads than rows. */
+static int product_threads(int threads, size_t rows) {
+    int nt = threads > 0 ? threads : h3k_cpu_count();
+    if (nt > H3K_MAX_THREADS) nt = H3K_MAX_THREADS;
+    if ((size_t)nt > rows) nt = (int)rows;
+    return nt;
+}
+
+/* ~16 chunks per thread, 8..1024 rows each. */
+static size_t product_grain(size_t rows, int nt) {
+    size_t grain = rows / ((size_t)nt * 16);
+    return grain < 8 ? 8 : grain > 1024 ? 1024 : grain;
+}
+
 /* Check every size, convert the activations, then run the row ranges. */
 static int product(int kind, const void *w, size_t w_size, size_t rows, size_t cols,
                    const float *x, size_t x_n, size_t batch, float *y, size_t y_n,
@@ -699,9 +734,7 @@ static int product(int kind, const void *w, size_t w_size, size_t rows, size_t c
     float *xs = (float *)(mem + need_x * sizeof(int16_t));
     for (size_t b = 0; b < batch; b++)
         quantize_act16(x + b * cols, cols, xq + b * cols, xs + b * (cols / H3K_BLOCK));
-    int nt = threads > 0 ? threads : h3k_cpu_count();
-    if (nt > H3K_MAX_THREADS) nt = H3K_MAX_THREADS;
-    if ((size_t)nt > rows) nt = (int)rows;
+    int nt = product_threads(threads, rows);
     product_job job;
     memset(&job, 0, sizeof job);
     job.kind = kind;
@@ -714,10 +747,30 @@ static int product(int kind, const void *w, size_t w_size, size_t rows, size_t c
     job.xq = xq;
     job.xs = xs;
     job.y = y;
-    job.grain = rows / ((size_t)nt * 16); /* ~16 chunks per thread, 8..1024 rows each */
-    job.grain = job.grain < 8 ? 8 : job.grain > 1024 ? 1024 : job.grain;
+    job.grain = product_grain(rows, nt);
     run_workers(&job, nt);
     H3K_ALIGNED_FREE(mem);
+    return H3K_OK;
+}
+
+int h3k_matmul_f32(const float *w, size_t w_n, size_t rows, size_t cols, const float *x,
+                   size_t x_n, size_t batch, float *y, size_t y_n, int threads) {
+    size_t need_w, need_x, need_y;
+    if (!w || !x || !y || !rows || !cols || !batch) return H3K_EINVAL;
+    if (!mul_ok(rows, cols, &need_w) || !mul_ok(cols, batch, &need_x) || !mul_ok(rows, batch, &need_y))
+        return H3K_EINVAL;
+    if (w_n < need_w || x_n < need_x || y_n < need_y) return H3K_EINVAL;
+    int nt = product_threads(threads, rows);
+    product_job job;
+    memset(&job, 0, sizeof job);
+    job.wf = w;
+    job.xf = x;
+    job.cols = cols;
+    job.rows = rows;
+    job.batch = batch;
+    job.y = y;
+    job.grain = product_grain(rows, nt);
+    run_workers(&job, nt);
     return H3K_OK;
 }
 
@@ -1387,6 +1440,20 @@ static void selftest_products(selftest_state *t) {
         check(t, same, "kind %d threaded or batched result differs from one thread", kinds[k]);
     }
     check(t, h3k_matvec(H3K_Q8_0, q, 10, R, C, x, C, y, R, 1) == H3K_EINVAL, "short weights refused");
+    /* fp32 product against a double-precision loop, cols not a multiple of 8 */
+    int st = h3k_matmul_f32(w, R * C, R, C - 3, x, B * (C - 3), B, y_mm, B * R, 3);
+    float worst = 0.0f;
+    for (int b = 0; b < B; b++)
+        for (int r = 0; r < R; r++) {
+            double ref = 0.0;
+            for (int c = 0; c < C - 3; c++) ref += (double)w[r * (C - 3) + c] * x[b * (C - 3) + c];
+            float e = fabsf(y_mm[b * R + r] - (float)ref) / (1.0f + fabsf((float)ref));
+            worst = e > worst ? e : worst;
+        }
+    check(t, st == H3K_OK && worst < 1e-5f, "fp32 product differs from double math by %g (status %d)",
+          (double)worst, st);
+    check(t, h3k_matmul_f32(w, R * C - 1, R, C, x, C, 1, y, R, 1) == H3K_EINVAL,
+          "fp32 product: short weights refused");
 }
 
 static void selftest_arena(selftest_state *t) {

@@ -75,6 +75,13 @@ H3K_API int h3k_matvec(int kind, const void *w, size_t w_size, size_t rows, size
 H3K_API int h3k_matmul(int kind, const void *w, size_t w_size, size_t rows, size_t cols,
                        const float *x, size_t x_n, size_t batch, float *y, size_t y_n,
                        int threads);
+/* Y[batch][rows] = X[batch][cols] W^T in plain fp32 (W rows x cols, row-major; any cols):
+ * the reference the quantized products are checked against, where numpy is
+ * absent. w_n, x_n, y_n are element counts; threads 0 = all cores. Results
+ * do not depend on the thread count. */
+H3K_API int h3k_matmul_f32(const float *w, size_t w_n, size_t rows, size_t cols,
+                           const float *x, size_t x_n, size_t batch, float *y, size_t y_n,
+                           int threads);
 /* The portable scalar kernel, so tests can compare the SIMD path with it. */
 H3K_API int h3k_matvec_reference(int kind, const void *w, size_t w_size, size_t rows,
                                  size_t cols, const float *x, size_t x_n, float *y,

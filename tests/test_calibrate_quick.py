@@ -84,3 +84,52 @@ def test_dry_run_writes_nothing(run_cli, h3kit_home):
     assert json.loads(out)["report_files"]["html"] is None
     assert not (h3kit_home / "reports").exists()
     assert not (h3kit_home / "config.yaml").exists()
+
+
+def _venv_without_numpy(root: Path) -> Path:
+    """A real venv like h3kit's own: this environment's packages (h3kit included, editable) minus numpy
+    and what needs it, linked in rather than installed, so no network and a second or two."""
+    import subprocess
+    import sys
+    import sysconfig
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=120)
+    python = root / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True, timeout=60).stdout.strip())
+    ours = Path(sysconfig.get_paths()["purelib"])
+    for entry in ours.iterdir():
+        if entry.name.split("-")[0].split(".")[0].lower() in ("numpy", "gguf", "__pycache__"):
+            continue
+        (site / entry.name).symlink_to(entry)
+    return python
+
+
+@pytest.mark.skipif(os.name == "nt", reason="links site-packages entries with symlinks")
+def test_quick_calibration_in_a_venv_without_numpy_measures_the_scaled_dit(tmp_path, h3kit_home):
+    """The installer's own venv has no numpy: the scaled DiT runs its native+python path and the
+    report carries its error (issue #7's acceptance, `h3kit calibrate --quick --json` with no ComfyUI)."""
+    import subprocess
+
+    from h3kit import build
+
+    python = _venv_without_numpy(tmp_path / "venv")
+    probe = subprocess.run([str(python), "-c", "import numpy"], capture_output=True, timeout=60)
+    assert probe.returncode != 0, "numpy leaked into the test venv"
+    lib = os.environ.get("H3KIT_NATIVE_LIB") or str(build.find_library() or build.build()["library"])
+    env = {**os.environ, "H3KIT_HOME": str(h3kit_home), "H3KIT_NATIVE_LIB": lib}
+    t0 = time.monotonic()
+    proc = subprocess.run([str(python), "-m", "h3kit", "calibrate", "--quick", "--json"], capture_output=True,
+                          text=True, env=env, timeout=120)
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(proc.stdout)
+    assert doc["runner"]["numpy"] is None and doc["runner"]["python"].startswith(str(tmp_path))
+    inf = doc["inference"]
+    assert inf["status"] == "measured" and inf["path"] == "native+python", inf
+    assert _positive(inf["relative_error"]) and inf["kernel_relative_error"] < 1e-4
+    assert _positive(inf["seconds_per_block"]) and _positive(inf["bytes_streamed"]) and _positive(inf["peak_rss_bytes"])
+    assert inf["config"]["hidden"] <= inf["requested_config"]["hidden"]
+    assert not any("scaled DiT" in s and "numpy" in s for s in doc["skipped"])
+    assert "native+python" in Path(doc["report_files"]["md"]).read_text()
+    assert elapsed < 60

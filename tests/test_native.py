@@ -172,6 +172,36 @@ def test_matmul_equals_matvec_per_row_of_x(lib, kind):
     assert np.array_equal(np.frombuffer(flat, np.float32), y.ravel())
 
 
+@pytest.mark.parametrize("rows, cols, batch", [(70, 128, 5), (1, 3, 1), (33, 257, 7), (600, 40, 2)])
+def test_matmul_f32_matches_numpy(lib, rows, cols, batch):
+    rng = np.random.default_rng(rows + cols)
+    w = rng.standard_normal((rows, cols), dtype=np.float32)
+    x = rng.standard_normal((batch, cols), dtype=np.float32)
+    y = lib.matmul_f32(w, rows, cols, x)
+    assert isinstance(y, np.ndarray) and y.dtype == np.float32 and y.shape == (batch, rows)
+    ref = x.astype(np.float64) @ w.astype(np.float64).T
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    ys = [lib.matmul_f32(w, rows, cols, x, threads=t) for t in (1, 3)]
+    assert np.array_equal(ys[0], y) and np.array_equal(ys[1], y)  # the same sums whatever the threads
+    # Without numpy in the call: array('f') in, array('f') out, the same numbers.
+    flat = lib.matmul_f32(array.array("f", w.ravel().tolist()), rows, cols, array.array("f", x.ravel().tolist()))
+    assert isinstance(flat, array.array) and np.array_equal(np.frombuffer(flat, np.float32), y.ravel())
+
+
+def test_matmul_f32_checks_sizes_before_c(lib):
+    w, x = np.zeros((4, 8), np.float32), np.zeros((2, 8), np.float32)
+    with pytest.raises(ValueError, match="w holds 32 values but 4 x 9"):
+        lib.matmul_f32(w, 4, 9, x)
+    with pytest.raises(ValueError, match="not a whole number of rows"):
+        lib.matmul_f32(w, 4, 8, np.zeros(17, np.float32))
+    with pytest.raises(ValueError, match="x holds 16 values but 3 x 8"):
+        lib.matmul_f32(w, 4, 8, x, batch=3)
+    with pytest.raises(ValueError, match="float32"):
+        lib.matmul_f32(w.astype(np.float64), 4, 8, x)
+    with pytest.raises(ValueError, match="positive whole number"):
+        lib.matmul_f32(w, 0, 8, x)
+
+
 def test_arena_allocates_aligned_and_reports_lock(lib):
     with lib.arena(1 << 20, lock=True) as arena:
         a = arena.alloc(1000, align=64)

@@ -23,7 +23,10 @@ What it measures:
   safetensors file (written here: 8-byte header length, JSON header, raw
   data), read back block by block through the native streamer at the plan's
   shard/preload sizes, with linear layers run by the native quantized
-  kernels; checked against a plain fp32 forward of the same weights;
+  kernels; checked against a plain fp32 forward of the same weights. With
+  numpy the rest of the block is numpy; without it (h3kit's own venv) the
+  fp32 products go through the library's h3k_matmul_f32 and the norms,
+  softmax and SwiGLU are plain Python at a smaller shape (`path` says which);
 - device (torch sees cuda, mps or xpu): bf16/fp16 matmul TFLOP/s,
   host-to-device GB/s, free memory, a tile sweep of decode-shaped
   convolutions with time and peak memory per tile.
@@ -32,6 +35,7 @@ What it measures:
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import math
@@ -45,8 +49,8 @@ import threading
 import time
 import traceback
 
-# numpy is optional (without it the scaled DiT is skipped, and the report says so) and imported only
-# when a measurement runs: h3kit's own process imports this module for its page-cache helpers.
+# numpy is optional (without it the scaled DiT runs its native+python path, at a smaller shape) and is
+# imported only when a measurement runs: h3kit's own process imports this module for its page-cache helpers.
 np = None
 
 
@@ -313,8 +317,18 @@ def read_safetensors_header(path: str) -> tuple[dict, int]:
 
 
 # -- the scaled H3-shaped DiT -----------------------------------------------------------
+#
+# Two ways to run it, the same block and the same report fields:
+# - "numpy": activations are numpy arrays; the fp32 reference is numpy matmuls;
+# - "native+python" (this Python has no numpy, e.g. h3kit's own venv): activations
+#   are flat array('f') buffers, every product (the quantized linears, the fp32
+#   reference linears, Q K^T and attention x V) goes through the native library,
+#   and RMSNorm, softmax and SwiGLU are plain Python loops, so the shape is
+#   capped (PYTHON_PATH_LIMITS) to keep those loops to seconds.
 
 LINEARS = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
+PYTHON_PATH_LIMITS = {"quick": {"blocks": 2, "hidden": 256, "tokens": 384},
+                      "full": {"blocks": 4, "hidden": 512, "tokens": 384}}
 
 
 def linear_shapes(hidden: int, ffn: int) -> dict:
@@ -323,8 +337,19 @@ def linear_shapes(hidden: int, ffn: int) -> dict:
             "w_gate": (ffn, hidden), "w_up": (ffn, hidden), "w_down": (hidden, ffn)}
 
 
+def python_path_shape(cfg: dict, quick: bool) -> dict:
+    """The scaled DiT capped for the native+python path: the same head_dim and FFN ratio, fewer
+    blocks, a narrower width, at most the limit's tokens. Shapes already within the caps stay."""
+    lim = PYTHON_PATH_LIMITS["quick" if quick else "full"]
+    hidden = max(cfg["head_dim"], min(cfg["hidden"], lim["hidden"]) // cfg["head_dim"] * cfg["head_dim"])
+    ffn = cfg["ffn"] if hidden == cfg["hidden"] else \
+        max(32, int(round(hidden * cfg["ffn"] / cfg["hidden"] / 32)) * 32)
+    return {**cfg, "blocks": min(cfg["blocks"], lim["blocks"]), "hidden": hidden, "heads": hidden // cfg["head_dim"],
+            "ffn": ffn, "tokens": min(cfg["tokens"], lim["tokens"])}
+
+
 def block_weights(cfg: dict, block: int) -> dict:
-    """The fp32 weights of one block, regenerated from seeds (so they need not stay in memory)."""
+    """The fp32 weights of one block (numpy), regenerated from seeds (so they need not stay in memory)."""
     h, ffn = cfg["hidden"], cfg["ffn"]
     out = {}
     for i, (name, (rows, cols)) in enumerate(linear_shapes(h, ffn).items()):
@@ -336,53 +361,230 @@ def block_weights(cfg: dict, block: int) -> dict:
     return out
 
 
-def rms_norm(x, g, eps: float = 1e-6):
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * g
+@functools.lru_cache(maxsize=None)
+def _gaussian_byte_table(sigma: float) -> bytes:
+    """256 int8 values (as bytes) at the quantiles of N(0, sigma): bytes.translate through it turns
+    uniform random bytes into roughly normal int8 values at C speed. |value| <= 80 < 127, so q8_0
+    re-quantizing these weights really rounds (a full int8 range would survive it unchanged)."""
+    from statistics import NormalDist
+
+    unit = NormalDist()
+    return bytes(max(-127, min(127, round(unit.inv_cdf((b + 0.5) / 256) * sigma))) & 0xFF for b in range(256))
 
 
-def attention(q, k, v, heads: int, head_dim: int):
-    """Full (non-causal) softmax attention over all tokens, per head."""
-    t = q.shape[0]
-    q = q.reshape(t, heads, head_dim).transpose(1, 0, 2)
-    k = k.reshape(t, heads, head_dim).transpose(1, 0, 2)
-    v = v.reshape(t, heads, head_dim).transpose(1, 0, 2)
-    s = q @ k.transpose(0, 2, 1) / np.float32(math.sqrt(head_dim))
-    s = np.exp(s - s.max(axis=-1, keepdims=True))
-    s /= s.sum(axis=-1, keepdims=True)
-    return (s @ v).transpose(1, 0, 2).reshape(t, heads * head_dim)
+GAUSS_SIGMA = 30.0
 
 
-def silu(x):
-    return x / (1.0 + np.exp(-x))
+def stdlib_block_weights(nat, cfg: dict, block: int) -> dict:
+    """The fp32 weights of one block as array('f') without numpy: roughly normal int8 values with
+    one fp16 scale per 32 (std 1/sqrt(cols)), laid out as q8_0 blocks and widened by the native
+    dequantize. Regenerated from seeds like block_weights."""
+    import array
+    import random
+
+    table = _gaussian_byte_table(GAUSS_SIGMA)
+    out = {}
+    for i, (name, (rows, cols)) in enumerate(linear_shapes(cfg["hidden"], cfg["ffn"]).items()):
+        raw = random.Random(1000 * (block + 1) + i).randbytes(rows * cols).translate(table)
+        scale = struct.pack("<e", 1.0 / (GAUSS_SIGMA * math.sqrt(cols)))
+        blocks = b"".join(scale + raw[j:j + QUANT_BLOCK] for j in range(0, len(raw), QUANT_BLOCK))
+        out[name] = nat.dequantize(blocks, "q8_0", rows * cols)
+    rnd = random.Random(1000 * (block + 1) + 99)
+    for name in ("attn_norm", "ffn_norm"):
+        out[name] = array.array("f", (1.0 + 0.1 * rnd.gauss(0.0, 1.0) for _ in range(cfg["hidden"])))
+    return out
 
 
-def block_forward(x, norms: dict, linear, cfg: dict):
-    """One DiT block; `linear(name, activations)` computes activations @ W^T for that layer."""
-    h1 = rms_norm(x, norms["attn_norm"])
-    a = attention(linear("wq", h1), linear("wk", h1), linear("wv", h1), cfg["heads"], cfg["head_dim"])
-    x = x + linear("wo", a)
-    h2 = rms_norm(x, norms["ffn_norm"])
-    return x + linear("w_down", silu(linear("w_gate", h2)) * linear("w_up", h2))
+def stdlib_inputs(cfg: dict):
+    """The DiT's input tokens (tokens x hidden, N(0, 1)) as array('f'), without numpy."""
+    import array
+    import random
+
+    rnd = random.Random(7)
+    return array.array("f", (rnd.gauss(0.0, 1.0) for _ in range(cfg["tokens"] * cfg["hidden"])))
 
 
-def reference_forward(cfg: dict, x, weights_of):
-    """Plain fp32 numpy forward; `weights_of(block)` gives that block's weights."""
+class NumpyOps:
+    """The block's non-linear parts over numpy arrays (tokens x width)."""
+
+    name = "numpy"
+
+    def __init__(self, nat):
+        self.nat = nat
+
+    def inputs(self, cfg: dict):
+        return np.random.default_rng(7).standard_normal((cfg["tokens"], cfg["hidden"]), dtype=np.float32)
+
+    def block_weights(self, cfg: dict, block: int) -> dict:
+        return block_weights(cfg, block)
+
+    def adopt(self, cfg: dict, buf):
+        """Any flat float32 buffer as this path's activations."""
+        return np.frombuffer(memoryview(buf).cast("B"), dtype=np.float32).reshape(cfg["tokens"], cfg["hidden"]).copy()
+
+    def adopt_weights(self, w: dict, cfg: dict) -> dict:
+        shapes = linear_shapes(cfg["hidden"], cfg["ffn"])
+        return {n: np.frombuffer(memoryview(v).cast("B"), dtype=np.float32).reshape(shapes.get(n, (-1,)))
+                for n, v in w.items()}
+
+    def floats(self, raw):
+        return np.frombuffer(raw, dtype=np.float32)
+
+    def quantized_linear(self, data, kind: str, rows: int, cols: int, a):
+        return native_matmul(self.nat, data, kind, rows, cols, np.ascontiguousarray(a, dtype=np.float32), a.shape[0])
+
+    def fp32_linear(self, w, rows: int, cols: int, a):
+        return a @ w.T
+
+    def rms_norm(self, x, g, cfg: dict, eps: float = 1e-6):
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * g
+
+    def attention(self, q, k, v, cfg: dict):
+        """Full (non-causal) softmax attention over all tokens, per head."""
+        t, heads, head_dim = q.shape[0], cfg["heads"], cfg["head_dim"]
+        q = q.reshape(t, heads, head_dim).transpose(1, 0, 2)
+        k = k.reshape(t, heads, head_dim).transpose(1, 0, 2)
+        v = v.reshape(t, heads, head_dim).transpose(1, 0, 2)
+        s = q @ k.transpose(0, 2, 1) / np.float32(math.sqrt(head_dim))
+        s = np.exp(s - s.max(axis=-1, keepdims=True))
+        s /= s.sum(axis=-1, keepdims=True)
+        return (s @ v).transpose(1, 0, 2).reshape(t, heads * head_dim)
+
+    def swiglu(self, gate, up):
+        return gate / (1.0 + np.exp(-gate)) * up
+
+    def add(self, a, b):
+        return a + b
+
+    def rel_err(self, a, b) -> float:
+        return float(np.linalg.norm(a - b) / max(float(np.linalg.norm(b)), 1e-30))
+
+
+class PythonOps:
+    """The same block over flat array('f') buffers (row-major tokens x width): products native,
+    the rest plain Python. Sums run in Python floats (double) and are stored as float32."""
+
+    name = "native+python"
+
+    def __init__(self, nat):
+        self.nat = nat
+
+    def inputs(self, cfg: dict):
+        return stdlib_inputs(cfg)
+
+    def block_weights(self, cfg: dict, block: int) -> dict:
+        return stdlib_block_weights(self.nat, cfg, block)
+
+    def adopt(self, cfg: dict, buf):
+        import array
+
+        out = array.array("f")
+        out.frombytes(memoryview(buf).cast("B"))
+        return out
+
+    def adopt_weights(self, w: dict, cfg: dict) -> dict:
+        return {n: self.adopt(cfg, v) for n, v in w.items()}
+
+    def floats(self, raw):
+        return self.adopt(None, raw)
+
+    def quantized_linear(self, data, kind: str, rows: int, cols: int, a):
+        return self.nat.matmul(data, kind, rows, cols, a, len(a) // cols)
+
+    def fp32_linear(self, w, rows: int, cols: int, a):
+        return self.nat.matmul_f32(w, rows, cols, a, len(a) // cols)
+
+    def rms_norm(self, x, g, cfg: dict, eps: float = 1e-6):
+        import array
+        from operator import mul
+
+        h = cfg["hidden"]
+        out = array.array("f")
+        for start in range(0, len(x), h):
+            row = x[start:start + h]
+            inv = 1.0 / math.sqrt(sum(map(mul, row, row)) / h + eps)
+            out.extend(map(mul, row, map(inv.__mul__, g)))
+        return out
+
+    def attention(self, q, k, v, cfg: dict):
+        """Per head: S = Q K^T and O = P V through the native fp32 product, softmax in Python."""
+        import array
+
+        t, h, hd = cfg["tokens"], cfg["hidden"], cfg["head_dim"]
+        scale = 1.0 / math.sqrt(hd)
+        heads_out = []
+        for head in range(cfg["heads"]):
+            off = head * hd
+            qh, kh, vt = array.array("f"), array.array("f"), array.array("f")
+            for row in range(off, t * h, h):
+                qh.extend(q[row:row + hd])
+                kh.extend(k[row:row + hd])
+            for d in range(hd):  # V^T: O = P (V^T)^T, the product's X W^T form
+                vt.extend(v[off + d::h])
+            s = self.nat.matmul_f32(kh, t, hd, qh, t)  # S[i][j] = q_i . k_j
+            p = array.array("f")
+            inv_sums = []
+            for i in range(0, t * t, t):
+                row = s[i:i + t]
+                shift = -max(row) * scale
+                start = len(p)
+                p.extend(map(math.exp, map(shift.__add__, map(scale.__mul__, row))))
+                inv_sums.append(1.0 / sum(p[start:]))
+            o = self.nat.matmul_f32(vt, hd, t, p, t)  # unnormalized P V, tokens x head_dim
+            heads_out.append((o, inv_sums))
+        out = array.array("f")
+        for i in range(t):
+            for o, inv_sums in heads_out:
+                out.extend(map(inv_sums[i].__mul__, o[i * hd:(i + 1) * hd]))
+        return out
+
+    def swiglu(self, gate, up):
+        import array
+
+        exp = math.exp  # below -80 silu(g) is 0 in float32, and exp(-g) would overflow a double past -709
+        return array.array("f", map(lambda g, u: g / (1.0 + exp(-g)) * u if g > -80.0 else 0.0, gate, up))
+
+    def add(self, a, b):
+        import array
+        from operator import add
+
+        return array.array("f", map(add, a, b))
+
+    def rel_err(self, a, b) -> float:
+        from operator import sub
+
+        diff = list(map(sub, a, b))
+        return math.sqrt(math.fsum(d * d for d in diff)) / max(math.sqrt(math.fsum(v * v for v in b)), 1e-30)
+
+
+def block_forward(ops, x, norms: dict, linear, cfg: dict):
+    """One DiT block; `linear(name, activations)` computes activations W^T for that layer."""
+    h1 = ops.rms_norm(x, norms["attn_norm"], cfg)
+    a = ops.attention(linear("wq", h1), linear("wk", h1), linear("wv", h1), cfg)
+    x = ops.add(x, linear("wo", a))
+    h2 = ops.rms_norm(x, norms["ffn_norm"], cfg)
+    return ops.add(x, linear("w_down", ops.swiglu(linear("w_gate", h2), linear("w_up", h2))))
+
+
+def reference_forward(ops, cfg: dict, x, weights_of):
+    """Plain fp32 forward; `weights_of(block)` gives that block's weights in the ops' format."""
+    shapes = linear_shapes(cfg["hidden"], cfg["ffn"])
     for b in range(cfg["blocks"]):
         w = weights_of(b)
-        x = block_forward(x, w, lambda name, a: a @ w[name].T, cfg)
+        x = block_forward(ops, x, w, lambda name, a: ops.fp32_linear(w[name], *shapes[name], a), cfg)
     return x
 
 
-def write_model(nat, cfg: dict, path: str, progress: Progress) -> list[dict]:
+def write_model(nat, cfg: dict, path: str, progress: Progress, weights_of) -> list[dict]:
     """Quantize every block's linears and write the safetensors file; returns each block's byte range."""
     kind = cfg["quantization"]
     tensors = []
     for b in range(cfg["blocks"]):
-        w = block_weights(cfg, b)
+        w = weights_of(b)
         for name in LINEARS:
-            tensors.append((f"blocks.{b}.{name}", "U8", None, bytes(nat.quantize(np.ascontiguousarray(w[name]), kind))))
+            tensors.append((f"blocks.{b}.{name}", "U8", None, bytes(nat.quantize(w[name], kind))))
         for name in ("attn_norm", "ffn_norm"):
-            tensors.append((f"blocks.{b}.{name}", "F32", [cfg["hidden"]], w[name].tobytes()))
+            tensors.append((f"blocks.{b}.{name}", "F32", [cfg["hidden"]], memoryview(w[name]).tobytes()))
         progress("writing the scaled model", b + 1, cfg["blocks"])
     tensors = [(n, d, s if s is not None else [len(r)], r) for n, d, s, r in tensors]
     meta = {"format": "h3kit-calibration", "quantization": kind, "hidden": cfg["hidden"], "ffn": cfg["ffn"],
@@ -425,41 +627,60 @@ def stream_blocks(st, layout: list[dict]):
         yield blk, buf, waited
 
 
-def run_scaled_dit(nat, job: dict, quick: bool, progress: Progress) -> dict:
-    """Write the scaled model, stream it through the native streamer, check it against fp32."""
-    if not need_numpy():
-        raise RuntimeError("the scaled DiT needs numpy")
+def run_scaled_dit(nat, job: dict, quick: bool, progress: Progress, path: str | None = None) -> dict:
+    """Write the scaled model, stream it through the native streamer, check it against fp32.
+
+    `path` is "numpy" or "native+python"; by default numpy when this Python has it.
+    """
+    return scaled_dit(nat, job, quick, progress, path)[0]
+
+
+def scaled_dit(nat, job: dict, quick: bool, progress: Progress, path: str | None = None,
+               weights_of=None, inputs=None) -> tuple[dict, object]:
+    """run_scaled_dit's result and the streamed output (in the path's format). `weights_of(cfg, block)`
+    and `inputs` (flat float32 buffers) replace the path's own random weights and input, so two paths
+    can be compared on the same numbers."""
+    if path is None:
+        path = "numpy" if need_numpy() else "native+python"
+    if path == "numpy" and not need_numpy():
+        raise RuntimeError("the numpy path of the scaled DiT needs numpy")
+    ops = NumpyOps(nat) if path == "numpy" else PythonOps(nat)
     cfg = dict(job["scaled_dit"])
+    if path != "numpy":
+        cfg = python_path_shape(cfg, quick)
     settings = (job.get("plan") or {}).get("settings") or {}
     shard = int(settings.get("shard_size_bytes") or (64 << 20))
     preload = int(settings.get("preload_bytes") or 0)
     kind = cfg["quantization"]
     t, h = cfg["tokens"], cfg["hidden"]
-    x0 = np.random.default_rng(7).standard_normal((t, h), dtype=np.float32)
-    fd, path = tempfile.mkstemp(prefix="h3kit-scaled-dit-", suffix=".safetensors")
+    if weights_of is None:
+        fp32_weights = lambda b: ops.block_weights(cfg, b)  # noqa: E731
+    else:
+        fp32_weights = lambda b: ops.adopt_weights(weights_of(cfg, b), cfg)  # noqa: E731
+    x0 = ops.inputs(cfg) if inputs is None else ops.adopt(cfg, inputs)
+    fd, file_path = tempfile.mkstemp(prefix="h3kit-scaled-dit-", suffix=".safetensors")
     os.close(fd)
     try:
-        layout = write_model(nat, cfg, path, progress)
-        file_bytes = os.path.getsize(path)
-        cache_dropped = drop_page_cache(path)  # so waiting on the streamer means waiting on the disk
+        layout = write_model(nat, cfg, file_path, progress, fp32_weights)
+        file_bytes = os.path.getsize(file_path)
+        cache_dropped = drop_page_cache(file_path)  # so waiting on the streamer means waiting on the disk
         shapes = linear_shapes(h, cfg["ffn"])
         blocks, timeline = [], []
-        x = x0.copy()
+        x = x0
         base_rss = current_rss() or 0
         t_start = time.perf_counter()
-        with PeakSampler() as sampler, open_streamer(nat, path, shard, preload) as st:
+        with PeakSampler() as sampler, open_streamer(nat, file_path, shard, preload) as st:
             for blk, buf, waited in stream_blocks(st, layout):
                 t_ready = time.perf_counter()
                 mv = memoryview(buf)
                 tens = blk["tensors"]
-                norms = {n: np.frombuffer(mv[tens[n][0]:tens[n][1]], dtype=np.float32) for n in ("attn_norm", "ffn_norm")}
+                norms = {n: ops.floats(mv[tens[n][0]:tens[n][1]]) for n in ("attn_norm", "ffn_norm")}
 
                 def linear(name, a, _mv=mv, _tens=tens):
-                    rows, cols = shapes[name]
                     s, e = _tens[name]
-                    return native_matmul(nat, _mv[s:e], kind, rows, cols, np.ascontiguousarray(a, dtype=np.float32), a.shape[0])
+                    return ops.quantized_linear(_mv[s:e], kind, *shapes[name], a)
 
-                x = block_forward(x, norms, linear, cfg)
+                x = block_forward(ops, x, norms, linear, cfg)
                 t_done = time.perf_counter()
                 i = blk["block"]
                 timeline.append({"block": i, "kind": "wait", "start": t_ready - waited - t_start, "end": t_ready - t_start})
@@ -471,19 +692,25 @@ def run_scaled_dit(nat, job: dict, quick: bool, progress: Progress) -> dict:
         streamed = x
         ring = ring_bytes(nat, shard, preload)
         progress("fp32 reference forward", 0, 2)
-        ref = reference_forward(cfg, x0.copy(), lambda b: block_weights(cfg, b))
+        ref = reference_forward(ops, cfg, x0, fp32_weights)
         progress("fp32 reference forward", 1, 2)
-        deq = reference_forward(cfg, x0.copy(), lambda b: _dequantized_block(nat, cfg, b))
+        deq = reference_forward(ops, cfg, x0, lambda b: _dequantized(nat, ops, cfg, fp32_weights(b)))
         progress("fp32 reference forward", 2, 2)
     finally:
-        os.unlink(path)
+        os.unlink(file_path)
     wait = sum(b["wait_seconds"] for b in blocks)
     compute = sum(b["compute_seconds"] for b in blocks)
     act = t * (4 * h + 3 * cfg["ffn"]) * 4 + cfg["heads"] * t * t * 4 * 2
     predicted = base_rss + ring + max(b["bytes"] for b in blocks) + act
-    return {
+    result = {
         "status": "measured",
+        "path": ops.name,
+        "path_note": "numpy for the norms, attention and fp32 reference" if ops.name == "numpy" else
+                     "no numpy in this Python: products in the native library (quantized linears; fp32 reference "
+                     "linears, Q K^T and attention x V through h3k_matmul_f32), RMSNorm, softmax and SwiGLU in "
+                     "plain Python, at a smaller shape",
         "config": {**cfg, "shard_size_bytes": shard, "preload_bytes": preload},
+        "requested_config": dict(job["scaled_dit"]),
         "file_bytes": file_bytes,
         "blocks": blocks,
         "timeline": timeline,
@@ -498,24 +725,21 @@ def run_scaled_dit(nat, job: dict, quick: bool, progress: Progress) -> dict:
         "baseline_rss_bytes": base_rss,
         "predicted_peak_rss_bytes": predicted,
         "memory_growth_ratio": (sampler.peak - base_rss) / (predicted - base_rss) if predicted > base_rss else None,
-        "relative_error": _rel_err(streamed, ref),
-        "kernel_relative_error": _rel_err(streamed, deq),
+        "relative_error": ops.rel_err(streamed, ref),
+        "kernel_relative_error": ops.rel_err(streamed, deq),
         "error_note": "relative_error compares with fp32 weights (quantization included); "
                       "kernel_relative_error with the dequantized weights (the kernels alone)",
     }
+    return result, streamed
 
 
-def _dequantized_block(nat, cfg: dict, block: int) -> dict:
-    w = block_weights(cfg, block)
-    for name in LINEARS:
-        rows, cols = w[name].shape
-        q = nat.quantize(np.ascontiguousarray(w[name]), cfg["quantization"])
-        w[name] = as_f32(nat.dequantize(q, cfg["quantization"], rows * cols)).reshape(rows, cols)
-    return w
-
-
-def _rel_err(a, b) -> float:
-    return float(np.linalg.norm(a - b) / max(float(np.linalg.norm(b)), 1e-30))
+def _dequantized(nat, ops, cfg: dict, w: dict) -> dict:
+    """The block's weights with every linear quantized and dequantized again (the kernels' view)."""
+    out = dict(w)
+    for name, (rows, cols) in linear_shapes(cfg["hidden"], cfg["ffn"]).items():
+        q = nat.quantize(w[name], cfg["quantization"])
+        out[name] = ops.adopt_weights({name: nat.dequantize(q, cfg["quantization"], rows * cols)}, cfg)[name]
+    return out
 
 
 def _streamer_stats(st) -> dict:
@@ -715,10 +939,6 @@ def main(argv: list[str] | None = None) -> int:
         result["native"] = _guard("native measurement", measure_native, nat, args.quick, progress)
     if nat is None:
         result["inference"] = {"status": "skipped", "reason": "no native library"}
-    elif np is None:
-        why = "numpy is not importable in this Python, so the scaled DiT (attention, norms) cannot run"
-        result["inference"] = {"status": "skipped", "reason": why}
-        result["skipped"].append(f"scaled DiT: {why}")
     elif "scaled_dit" not in job:
         result["inference"] = {"status": "skipped", "reason": "the job names no scaled DiT shape"}
     else:

@@ -121,6 +121,9 @@ class _Api:
         "h3k_matmul": (ctypes.c_int, [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_size_t,
                                       ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t,
                                       ctypes.c_int]),
+        "h3k_matmul_f32": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_size_t,
+                                          ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p,
+                                          ctypes.c_size_t, ctypes.c_int]),
         "h3k_matvec_reference": (ctypes.c_int, [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t,
                                                 ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
                                                 ctypes.c_size_t]),
@@ -260,6 +263,27 @@ class Library:
                 raise ValueError(f"x holds {n} values, not a whole number of rows of {cols}; pass batch=.")
             batch = n // cols
         return self._product(data, kind, rows, cols, x, batch, threads, like=x, shape=(batch, rows))
+
+    def matmul_f32(self, w, rows: int, cols: int, x, batch: int | None = None, threads: int = 0):
+        """Y[batch, rows] = X[batch, cols] W^T in plain fp32 (W rows x cols, any cols): the reference
+        product for callers without numpy. Result: numpy when x is numpy, else array('f')."""
+        rows, cols, threads = _count(rows, "rows"), _count(cols, "cols"), int(threads)
+        if threads < 0:
+            raise ValueError(f"threads must be 0 (all cores) or more; got {threads}.")
+        wb, xb = _FloatBuffer(w, "w"), _FloatBuffer(x, "x")
+        if wb.n != rows * cols:
+            raise ValueError(f"w holds {wb.n} values but {rows} x {cols} were expected.")
+        if batch is None:
+            if xb.n % cols:
+                raise ValueError(f"x holds {xb.n} values, not a whole number of rows of {cols}; pass batch=.")
+            batch = xb.n // cols
+        batch = _count(batch, "batch")
+        if xb.n != batch * cols:
+            raise ValueError(f"x holds {xb.n} values but {batch} x {cols} were expected.")
+        y = _new_floats(batch * rows, like=x, shape=(batch, rows))
+        self.check(self.c.h3k_matmul_f32(wb.address, wb.n, rows, cols, xb.address, xb.n, batch,
+                                         _address(y, writable=True), batch * rows, threads), "fp32 product")
+        return y
 
     def matvec_reference(self, data, kind: str, rows: int, cols: int, x):
         """The scalar kernel (for checking the SIMD one)."""
@@ -727,6 +751,10 @@ def matvec(data, kind: str, rows: int, cols: int, x, threads: int = 0):
 
 def matmul(data, kind: str, rows: int, cols: int, x, batch: int | None = None, threads: int = 0):
     return load().matmul(data, kind, rows, cols, x, batch, threads)
+
+
+def matmul_f32(w, rows: int, cols: int, x, batch: int | None = None, threads: int = 0):
+    return load().matmul_f32(w, rows, cols, x, batch, threads)
 
 
 def tile_starts(dim: int, tile: int, overlap: int) -> list[int]:

@@ -139,7 +139,7 @@ def summary_lines(doc: dict) -> list[str]:
         lines.append(f"native: {native.get('reason', 'not measured')}")
     if inf.get("status") == "measured":
         lines.append(f"scaled DiT ({inf['config']['blocks']} blocks, hidden {inf['config']['hidden']}, "
-                     f"{inf['config']['tokens']} tokens, {inf['config']['quantization']}): "
+                     f"{inf['config']['tokens']} tokens, {inf['config']['quantization']}, {inf.get('path', 'numpy')}): "
                      f"{fmt(inf.get('seconds_per_block'))} s/block, relative error {fmt(inf.get('relative_error'))}, "
                      f"waiting {fmt(100 * (inf.get('wait_fraction') or 0), 2)}% of the time")
     elif inf:
@@ -152,6 +152,14 @@ def summary_lines(doc: dict) -> list[str]:
     changed = [d for d in doc.get("decisions", []) if d.get("changed")]
     lines.append(f"{len(doc.get('decisions', []))} decisions, {len(changed)} changed a setting")
     return lines
+
+
+def describe_path(inf: dict) -> str:
+    """Which of the runner's two ways ran the scaled DiT, in words."""
+    if inf.get("path") == "native+python":
+        return ("the native+python path (no numpy in the runner's Python: products in the native library, "
+                "norms, softmax and SwiGLU in plain Python, at a smaller shape than the numpy path's)")
+    return "the numpy path"
 
 
 def describe_scaled(cfg: dict) -> str:
@@ -202,6 +210,8 @@ def to_markdown(doc: dict) -> str:
                                 for b in inf.get("blocks", [])]))
         parts.append("")
         parts.append(f"Shape: {describe_scaled(inf.get('config') or {})}.")
+        parts.append("")
+        parts.append(f"Computed by: {describe_path(inf)}.")
         parts.append("")
         parts.append(f"Relative error vs fp32 forward: {fmt(inf.get('relative_error'))} "
                      f"(kernels alone vs dequantized weights: {fmt(inf.get('kernel_relative_error'))}); "
@@ -515,7 +525,7 @@ def to_html(doc: dict) -> str:
     sections.append("<h2>Tile sweep</h2><div class='grid'>" + ch["tiles"] + "</div>")
     sections.append("<h2>Stream/compute timeline</h2>")
     if inf.get("status") == "measured":
-        sections.append(f"<p class='note'>Scaled H3-shaped DiT: {_e(describe_scaled(inf['config']))}. Relative error vs a plain "
+        sections.append(f"<p class='note'>Scaled H3-shaped DiT: {_e(describe_scaled(inf['config']))}; computed by {_e(describe_path(inf))}. Relative error vs a plain "
                         f"fp32 forward: {_e(fmt(inf.get('relative_error')))}; peak RSS "
                         f"{_e(human_bytes(inf.get('peak_rss_bytes')))}.</p>")
     sections.append("<div class='grid'>" + ch["timeline"] + "</div>")

@@ -40,6 +40,14 @@ static void test_bad_shapes(void) {
     CHECK(h3k_matvec(H3K_Q8_0, q, sizeof q, (size_t)-1, 32, x, 32, y, 4, 1) == H3K_EINVAL,
           "overflowing rows accepted");
     CHECK(h3k_matvec(H3K_Q8_0, q, sizeof q, 2, 32, x, 32, y, 4, 0) == H3K_OK, "all-cores matvec");
+    CHECK(h3k_matmul_f32(x, 6, 2, 3, x, 6, 2, y, 4, 1) == H3K_OK && y[0] == 0.0f, "fp32 2x3 product");
+    CHECK(h3k_matmul_f32(x, 5, 2, 3, x, 6, 2, y, 4, 1) == H3K_EINVAL, "fp32: short w accepted");
+    CHECK(h3k_matmul_f32(x, 6, 2, 3, x, 5, 2, y, 4, 1) == H3K_EINVAL, "fp32: short x accepted");
+    CHECK(h3k_matmul_f32(x, 6, 2, 3, x, 6, 2, y, 3, 1) == H3K_EINVAL, "fp32: short y accepted");
+    CHECK(h3k_matmul_f32(x, 6, 0, 3, x, 6, 2, y, 4, 1) == H3K_EINVAL, "fp32: 0 rows accepted");
+    CHECK(h3k_matmul_f32(x, 64, (size_t)-1, 2, x, 64, 1, y, 4, 1) == H3K_EINVAL,
+          "fp32: overflowing rows accepted");
+    CHECK(h3k_matmul_f32(NULL, 6, 2, 3, x, 6, 2, y, 4, 1) == H3K_EINVAL, "fp32: NULL w accepted");
     size_t n = 0;
     CHECK(h3k_tile_starts(100, 32, 32, NULL, 0, &n) == H3K_EINVAL, "overlap == tile accepted");
     CHECK(h3k_tile_starts(100, 32, 8, NULL, 0, &n) == H3K_OK && n == 4, "tile count %zu", n);

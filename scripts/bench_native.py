@@ -31,7 +31,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 SETTLE_SECONDS = 0.25
-BURST = 5
+WARMUP = 25
+BURST = 9
 TARGETS = {"ratio_q8_0": 2.5, "ratio_q4_0": 3.5, "streamer_ratio": 0.8}
 
 
@@ -74,17 +75,19 @@ def bench_products(lib, rows: int, cols: int, repeat: int, threads: int) -> dict
         fn()
         fn()
     # Kernels take turns. Before each, a pause: OpenBLAS's worker threads keep
-    # spinning for a while after a call, and no kernel should be timed against
-    # another's leftover busy-waiting. Each sample is then the mean of a short
-    # burst of back-to-back calls after one untimed call -- the steady rate a
-    # model streaming its layers sees; a lone call right after the pause mostly
-    # measured the CPU waking up (frequency, caches, idle threads).
+    # spinning for about 0.1 s after a call, and no kernel should be timed
+    # against another's leftover busy-waiting. Then WARMUP untimed calls and a
+    # burst of BURST timed ones; the sample is the burst's median call. Measured
+    # here: after an idle pause the second vCPU takes some 20 calls (~70 ms) to
+    # join in reliably, so a lone call after a pause timed the machine waking
+    # up, not the kernel; a streaming model calls its layers back to back.
     times: dict[str, list[float]] = {k: [] for k in runs}
     for _ in range(repeat):
         for name, fn in runs.items():
             time.sleep(SETTLE_SECONDS)
-            fn()
-            times[name].append(timed(lambda: [fn() for _ in range(BURST)]) / BURST)
+            for _ in range(WARMUP):
+                fn()
+            times[name].append(statistics.median(timed(fn) for _ in range(BURST)))
     ms = {k: statistics.median(v) * 1e3 for k, v in times.items()}
     errors = {}
     for k in ("q8_0", "q4_0"):

@@ -32,7 +32,6 @@ import sys
 import tarfile
 import tempfile
 import threading
-import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path

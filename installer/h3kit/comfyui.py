@@ -395,17 +395,29 @@ def torch_build(info: dict) -> str | None:
     return "cpu"
 
 
-def parse_inspect_output(text: str) -> dict | None:
-    """The JSON line INSPECT_SCRIPT prints (other output from site hooks is ignored)."""
+def marked_json(text: str, marker: str) -> dict | None:
+    """The JSON object on the last line starting with `marker` + space.
+
+    The small scripts h3kit runs in ComfyUI's Python print their result that
+    way, because site hooks and custom nodes may print anything else around it.
+    """
+    prefix = marker + " "
     for line in reversed(text.splitlines()):
-        if line.startswith("H3KIT-INSPECT "):
+        if line.startswith(prefix):
             try:
-                info = json.loads(line[len("H3KIT-INSPECT "):])
+                value = json.loads(line[len(prefix):])
             except ValueError:
                 return None
-            info["torch_build"] = torch_build(info)
-            return info
+            return value if isinstance(value, dict) else None
     return None
+
+
+def parse_inspect_output(text: str) -> dict | None:
+    """The JSON line INSPECT_SCRIPT prints, with the torch build worked out."""
+    info = marked_json(text, "H3KIT-INSPECT")
+    if info is not None:
+        info["torch_build"] = torch_build(info)
+    return info
 
 
 def inspect(install: ComfyInstall, timeout: float = INSPECT_TIMEOUT) -> dict:

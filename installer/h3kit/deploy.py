@@ -21,7 +21,7 @@ from pathlib import Path
 
 import h3kit
 from h3kit import manifest as mf
-from h3kit.comfyui import ComfyInstall, run_python
+from h3kit.comfyui import ComfyInstall, marked_json, run_python
 from h3kit.errors import BadInput, VerificationFailed
 from h3kit.launcher import accepted_flags, filter_args, launcher_name, render
 from h3kit.paths import asset_dir
@@ -290,13 +290,7 @@ print("H3KIT-VERIFY " + json.dumps(out))
 
 
 def parse_verify_output(text: str) -> dict | None:
-    for line in reversed(text.splitlines()):
-        if line.startswith("H3KIT-VERIFY "):
-            try:
-                return json.loads(line[len("H3KIT-VERIFY "):])
-            except ValueError:
-                return None
-    return None
+    return marked_json(text, "H3KIT-VERIFY")
 
 
 def verify(install: ComfyInstall, timeout: float = VERIFY_TIMEOUT) -> dict:

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from h3kit import manifest as mf
-from h3kit.comfyui import ComfyInstall, run_python
+from h3kit.comfyui import ComfyInstall, marked_json, run_python
 from h3kit.deploy import PROFILE_FILE, PROFILE_SCHEMA
 from h3kit.launcher import accepted_flags, filter_args
 
@@ -86,13 +86,7 @@ def launcher_findings(install: ComfyInstall, record: mf.Manifest | None, cache_d
 
 
 def parse_native_output(text: str) -> dict | None:
-    for line in reversed(text.splitlines()):
-        if line.startswith("H3KIT-NATIVE "):
-            try:
-                return json.loads(line[len("H3KIT-NATIVE "):])
-            except ValueError:
-                return None
-    return None
+    return marked_json(text, "H3KIT-NATIVE")
 
 
 def native_findings(install: ComfyInstall) -> list[dict]:

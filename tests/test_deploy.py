@@ -275,3 +275,18 @@ def test_install_dry_run_writes_nothing(comfy, run_cli):
     code, out, err = run_cli("install", "--comfyui", str(comfy), "--yes", "--dry-run", "--json", "--no-models")
     assert code == 0, err
     assert json.loads(out)["dry_run"] is True and comfy_tree.snapshot(comfy) == before
+
+
+def test_install_on_a_machine_below_the_floor_installs_then_exits_3(comfy, run_cli):
+    """A 16 GB Mac cannot run H3 even at the smallest settings: the pack is installed and
+    verified (and the report written), no weights are downloaded, and the exit is 3 with what is short."""
+    m1 = Path(__file__).parent / "fixtures" / "fingerprints" / "apple-m1-16gb.json"
+    code, out, err = run_cli("install", "--comfyui", str(comfy), "--fingerprint", str(m1), "--yes",
+                             "--skip-calibrate", "--json")
+    assert code == 3, err
+    doc = json.loads(out)
+    assert "below what the model needs" in doc["error"] and "short" in doc["error"]
+    assert doc["details"]["verified"] is True
+    assert (comfy / "custom_nodes" / "ComfyUI-h3kit" / "h3kit_profile.json").is_file()
+    assert "models skipped: the plan does not fit" in " ".join(doc["details"]["notes"])
+    assert not any((comfy / "models").rglob("*.part"))

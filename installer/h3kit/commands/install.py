@@ -149,6 +149,14 @@ def run(args, ctx: Context) -> Outcome:
         exc.details = doc
         raise
     _after_deploy(args, ctx, plan, install, doc, notes)
+    if plan is not None and not plan.get("fits", True):
+        # Installed and verified, but the contract's "machine below the floor":
+        # exit 3 with what is short, after everything that helps the user ran.
+        short = "; ".join(plan.get("warnings", [])[:2]) or "the plan does not fit"
+        raise NotReady(f"h3kit is installed in {install.node_dir}, but this machine is below what the model needs "
+                       f"even at the smallest settings: {short}.",
+                       "Read 'h3kit plan' for the shortfall; add RAM or use a GPU with more memory, or override "
+                       "settings in config.yaml at your own risk and run 'h3kit apply'.", details=doc)
     launcher = doc["launchers"][0] if doc["launchers"] else "ComfyUI as usual"
     text = (f"h3kit installed into {install.node_dir} (profile '{profile}', verified).\n"
             f"Start ComfyUI with {launcher}." + "".join(f"\nnote: {n}" for n in notes))
@@ -171,6 +179,10 @@ def _build(ctx: Context, notes: list[str], warnings: list[str]) -> Path | None:
 def _after_deploy(args, ctx: Context, plan: dict | None, install: comfyui.ComfyInstall, doc: dict, notes: list[str]) -> None:
     from h3kit.models import ensure_models
 
+    if not plan.get("fits", True):
+        notes.append("models skipped: the plan does not fit this machine, so no weights are downloaded")
+        doc["report"] = _calibrate(args, ctx, install.path, notes)
+        return
     try:
         doc["models"] = ensure_models(ctx, plan, install.path, skip=args.no_models, with_loaders=args.with_loaders)
     except H3kitError as failed:

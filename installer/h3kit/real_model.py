@@ -113,12 +113,17 @@ def run(install, plan: dict, fingerprint: dict, cat, *, cache_dir: Path, progres
         timeout: float = RUN_TIMEOUT) -> dict:
     """Start ComfyUI with the profile's flags, run the smallest H3 workflow once, measure it, stop it."""
     from h3kit.comfyui import comfy_env, require_python
+    from h3kit.errors import NotReady
     from h3kit.launcher import accepted_flags
 
     models_dir = Path(install.path) / "models"
     chosen, missing = present_weights(cat, plan, models_dir)
     if missing:
         return not_run("; ".join(missing) + " (see 'h3kit models plan')")
+    try:
+        python = require_python(install)
+    except NotReady as exc:
+        return not_run(exc.message)
     workflow = h3_workflow(chosen["dit"], chosen["text_encoder"], chosen["vae"])
     files = {part: w.file["name"] for part, w in chosen.items()}
     accepted, _detail = accepted_flags(install, cache_dir)
@@ -127,7 +132,7 @@ def run(install, plan: dict, fingerprint: dict, cat, *, cache_dir: Path, progres
     base = {"files": files, "canvas": list(CANVAS), "steps": STEPS, "comfyui_args": args, "dropped_args": dropped}
     say = progress or (lambda _msg: None)
     with tempfile.TemporaryDirectory(prefix="h3kit-real-") as tmp:
-        server = comfy_api.ComfyServer(install.path, require_python(install), args, Path(tmp), env=comfy_env(install))
+        server = comfy_api.ComfyServer(install.path, python, args, Path(tmp), env=comfy_env(install))
         try:
             with server:
                 say(f"calibrate --with-model: starting ComfyUI on {server.base} ...")

@@ -72,17 +72,3 @@ def test_pack_summary_is_written_only_into_a_pack_h3kit_installed(tmp_path, h3ki
     entry = record.find(written)
     assert entry is not None and entry.role == "node-pack" and record.still_ours(entry)
 
-
-def test_with_model_says_why_it_did_not_run(tmp_path):
-    from types import SimpleNamespace
-
-    weight = SimpleNamespace(file={"folder": "diffusion_models", "name": "h3_test.safetensors"})
-    cat = SimpleNamespace(dit=[weight])
-    install = SimpleNamespace(path=tmp_path)
-    assert "pass --with-model" in calibrate._real_model(False, install, cat)["reason"]
-    assert "needs a ComfyUI" in calibrate._real_model(True, None, cat)["reason"]
-    assert "no H3 DiT weights" in calibrate._real_model(True, install, cat)["reason"]
-    (tmp_path / "models" / "diffusion_models").mkdir(parents=True)
-    (tmp_path / "models" / "diffusion_models" / "h3_test.safetensors").write_bytes(b"x")
-    out = calibrate._real_model(True, install, cat)
-    assert out["status"] == "not run" and out["weights"] == ["h3_test.safetensors"] and "not built" in out["reason"]

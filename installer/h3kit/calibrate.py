@@ -574,7 +574,7 @@ def run(ctx: Context, *, comfyui_dir: str | None = None, quick: bool = True, wit
         "disk": disk,
         "tiles": measured.get("tiles") or [],
         "estimates": est,
-        "real_model": _real_model(with_model, install, cat),
+        "real_model": _real_model(with_model, install, cat, plan=plan, fingerprint=fp, ctx=ctx),
         "decisions": decisions,
         "calibrated": calibrated_values(decisions, _settings_keys()),
         "skipped": skipped,
@@ -607,23 +607,18 @@ def _rate_for(native: dict, kind: str) -> float | None:
     return max(rates) if rates else None
 
 
-def _real_model(with_model: bool, install, cat) -> dict:
-    """The optional real-workflow run: says plainly why it did not run."""
+def _real_model(with_model: bool, install, cat, *, plan: dict | None = None, fingerprint: dict | None = None,
+                ctx: Context | None = None) -> dict:
+    """The optional real-workflow run (h3kit.real_model), or plainly why it did not run."""
+    from h3kit import real_model
+
     if not with_model:
-        return {"status": "not run", "reason": "not run: pass --with-model to run the smallest real workflow"}
+        return real_model.not_run("pass --with-model to run the smallest real workflow")
     if install is None:
-        return {"status": "not run", "reason": "not run: --with-model needs a ComfyUI (pass --comfyui PATH)"}
-    found = []
-    for weight in cat.dit:
-        name, folder = weight.file.get("name"), weight.file.get("folder")
-        if name and folder and (Path(install.path) / "models" / folder / name).is_file():
-            found.append(name)
-    if not found:
-        return {"status": "not run", "reason": f"not run: no H3 DiT weights in {Path(install.path) / 'models'} "
-                "(see 'h3kit models plan')"}
-    return {"status": "not run", "weights": found,
-            "reason": f"not run: weights are present ({found[0]}), but running the real workflow through "
-                      "ComfyUI's API is not built in this version of h3kit"}
+        return real_model.not_run("--with-model needs a ComfyUI (pass --comfyui PATH)")
+    ctx = ctx or Context()
+    return real_model.run(install, plan or {}, fingerprint or {}, cat, cache_dir=ctx.locations.cache_dir,
+                          progress=ctx.progress)
 
 
 def _write_config(ctx: Context, cfg, values: dict) -> str | None:

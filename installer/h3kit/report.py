@@ -123,6 +123,24 @@ def fmt(x, digits: int = 3) -> str:
     return str(x)
 
 
+def real_model_rows(real: dict) -> list[list]:
+    """The measured figures of the real-workflow run (--with-model), as item/value rows; [] when it did not run."""
+    if "seconds" not in real:
+        return []
+    device = real.get("device") or {}
+    rows = [["files", ", ".join(f"{k}: {v}" for k, v in (real.get("files") or {}).items())],
+            ["canvas, steps", f"{'x'.join(str(x) for x in real.get('canvas') or [])}, {real.get('steps')}"],
+            ["ComfyUI flags", " ".join(real.get("comfyui_args") or []) or "-"],
+            ["start-up seconds", fmt(real.get("startup_seconds"))],
+            ["workflow seconds (wall)", fmt(real.get("seconds"))],
+            ["peak RSS of ComfyUI", human_bytes(real.get("peak_rss_bytes"))]]
+    if device:
+        rows += [["device", device.get("name")],
+                 ["device memory before / peak / after",
+                  " / ".join(human_bytes(device.get(k)) for k in ("used_before_bytes", "peak_used_bytes", "used_after_bytes"))]]
+    return rows
+
+
 def summary_lines(doc: dict) -> list[str]:
     """A few sentences that say what was measured and decided (terminal, Markdown, node)."""
     native = doc.get("native") or {}
@@ -149,6 +167,10 @@ def summary_lines(doc: dict) -> list[str]:
     if est.get("seconds_per_step"):
         lines.append(f"estimate for the real model: {fmt(est['seconds_per_step'])} s per step, "
                      f"peak RAM {human_bytes(est.get('peak_ram_bytes'))}")
+    real = doc.get("real_model") or {}
+    if real.get("status") == "measured":
+        lines.append(f"real model: {real.get('reason')}, peak RSS {human_bytes(real.get('peak_rss_bytes'))}"
+                     + (f", device peak {human_bytes(real['device']['peak_used_bytes'])}" if real.get("device") else ""))
     changed = [d for d in doc.get("decisions", []) if d.get("changed")]
     lines.append(f"{len(doc.get('decisions', []))} decisions, {len(changed)} changed a setting")
     return lines
@@ -237,7 +259,10 @@ def to_markdown(doc: dict) -> str:
                                 for t in doc["tiles"]]))
     else:
         parts.append(f"Not run: {device.get('reason', 'no device')}")
-    parts += ["", "## Real model", "", (doc.get("real_model") or {}).get("reason", "not run")]
+    real = doc.get("real_model") or {}
+    parts += ["", "## Real model", "", real.get("reason", "not run")]
+    if real_model_rows(real):
+        parts += ["", _md_table(["item", "value"], real_model_rows(real))]
     parts += ["", "## Decisions", "", _md_table(["setting", "value", "previous", "changed", "evidence"],
                                                   [[d["setting"], d["value"], d["previous"], d["changed"], d["evidence"]]
                                                    for d in doc.get("decisions", [])])]
@@ -532,7 +557,9 @@ def to_html(doc: dict) -> str:
     sections.append("<h2>Disk</h2>" + _html_table(["item", "value"], _kv_rows(doc.get("disk") or {})))
     device = doc.get("device") or {}
     sections.append("<h2>Device</h2>" + _html_table(["item", "value"], _kv_rows(device)))
-    sections.append(f"<h2>Real model</h2><p>{_e((doc.get('real_model') or {}).get('reason', 'not run'))}</p>")
+    real = doc.get("real_model") or {}
+    sections.append(f"<h2>Real model</h2><p>{_e(real.get('reason', 'not run'))}</p>"
+                    + (_html_table(["item", "value"], real_model_rows(real)) if real_model_rows(real) else ""))
     sections.append("<h2>Decisions</h2>" + _html_table(
         ["setting", "value", "previous", "changed", "evidence"],
         [[d["setting"], d["value"], d["previous"], d["changed"], d["evidence"]] for d in doc.get("decisions", [])],

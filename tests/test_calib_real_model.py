@@ -1,0 +1,236 @@
+"""calibrate --with-model: the ComfyUI client, the H3 workflow, and why it did not run.
+
+The client test starts the real ComfyUI in H3KIT_COMFYUI_DIR (opt-in) and
+runs a tiny workflow that needs no download: an empty latent decoded by a
+randomly initialised TAESD-shaped VAE the test writes itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import psutil
+import pytest
+
+from h3kit import calibrate, comfy_api, real_model
+from h3kit import catalog as catalog_mod
+from h3kit.command import Context
+
+COMFY = os.environ.get("H3KIT_COMFYUI_DIR")
+FIXTURES = Path(__file__).parent / "fixtures" / "comfyui"
+
+
+# -- the H3 workflow, structurally ---------------------------------------------------------
+
+def _plan_weights(cat):
+    """The first DiT / text encoder / video VAE per loader kind the catalog offers (stock and GGUF)."""
+    return [(d, t, v) for d, t, v in [(cat.dit[0], cat.text_encoder[0], cat.vae[0]),
+                                      (next(w for w in cat.dit if w.file.get("loader") == "UnetLoaderGGUF"),
+                                       next(w for w in cat.text_encoder if w.file.get("loader") == "CLIPLoaderGGUF"),
+                                       cat.vae[-1])]]
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_h3_workflow_is_wired_and_uses_catalog_files(index):
+    cat = catalog_mod.load()
+    dit, te, vae = _plan_weights(cat)[index]
+    wf = real_model.h3_workflow(dit, te, vae)
+    for node_id, node in wf.items():
+        for name, value in node["inputs"].items():
+            if isinstance(value, list):  # a link: [node id, output index]
+                assert value[0] in wf, f"{node_id}.{name} points at missing node {value[0]}"
+                assert value[0] != node_id and isinstance(value[1], int)
+    loaders = {n["class_type"]: n["inputs"] for n in wf.values() if n["class_type"] in real_model.LOADER_INPUTS}
+    assert set(loaders) == {dit.file["loader"], te.file["loader"], vae.file["loader"]}
+    names = {v for inputs in loaders.values() for k, v in inputs.items() if k.endswith("_name")}
+    assert names == {dit.file["name"], te.file["name"], vae.file["name"]}
+    latent = next(n for n in wf.values() if n["class_type"] == "MiniMaxH3ImageToVideo")["inputs"]
+    assert (latent["width"], latent["height"], latent["length"]) == (256, 256, 22)
+    assert (22 - 5) % 17 == 0  # one of H3's own frame counts (17k + 5): ComfyUI does not pad it
+    sched = next(n for n in wf.values() if n["class_type"] == "BasicScheduler")["inputs"]
+    assert sched["steps"] == 1
+    sampler = next(n for n in wf.values() if n["class_type"] == "SamplerCustomAdvanced")["inputs"]
+    assert wf[sampler["latent_image"][0]]["class_type"] == "MiniMaxH3ImageToVideo"
+    assert any(n["class_type"] in ("PreviewImage", "SaveImage") for n in wf.values())  # ComfyUI runs only graphs with an output
+
+
+def test_preflight_names_missing_nodes_and_unknown_choices():
+    cat = catalog_mod.load()
+    dit, te, vae = _plan_weights(cat)[0]
+    wf = real_model.h3_workflow(dit, te, vae)
+    info = {n["class_type"]: {"input": {"required": {}}} for n in wf.values()}
+    assert real_model.preflight(wf, info, "0.9.0") is None
+    del info["MiniMaxH3ImageToVideo"]
+    reason = real_model.preflight(wf, info, "0.9.0")
+    assert "has no node MiniMaxH3ImageToVideo" in reason and "0.9.0" in reason
+    info["MiniMaxH3ImageToVideo"] = {"input": {"required": {}}}
+    info["CLIPLoader"] = {"input": {"required": {"clip_name": [[te.file["name"]]], "type": [["wan", "ltxv"]]}}}
+    assert "CLIPLoader.type = 'minimax'" in real_model.preflight(wf, info, "0.9.0")
+
+
+# -- "not run" reasons, no server --------------------------------------------------------
+
+def test_not_run_reasons_without_a_server(tmp_path):
+    cat = catalog_mod.load()
+    dit, te, vae = _plan_weights(cat)[0]
+    plan = {"settings": {"dit_weights": dit.id, "text_encoder_weights": te.id, "vae_weights": vae.id}}
+    install = SimpleNamespace(path=tmp_path)
+    assert "pass --with-model" in calibrate._real_model(False, install, cat, plan=plan)["reason"]
+    assert "needs a ComfyUI" in calibrate._real_model(True, None, cat, plan=plan)["reason"]
+    out = calibrate._real_model(True, install, cat, plan=plan)
+    assert out["status"] == "not run" and dit.file["name"] in out["reason"] and "video VAE" in out["reason"]
+    for w in (dit, te, vae):  # all three present: the next step would start ComfyUI
+        (tmp_path / "models" / w.file["folder"]).mkdir(parents=True, exist_ok=True)
+        (tmp_path / "models" / w.file["folder"] / w.file["name"]).write_bytes(b"x")
+    chosen, missing = real_model.present_weights(cat, plan, tmp_path / "models")
+    assert not missing and chosen == {"dit": dit, "text_encoder": te, "vae": vae}
+
+
+def test_launch_args_follow_the_launcher_and_add_cpu():
+    accepted = {"--lowvram", "--cpu", "--reserve-vram", "--listen"}
+    kept, dropped = comfy_api.launch_args(["--lowvram", "--reserve-vram", "1.5", "--no-such", "x", "--listen", "0.0.0.0"],
+                                          accepted, has_gpu=False)
+    assert kept == ["--lowvram", "--reserve-vram", "1.5", "--cpu"]  # --listen is ours: loopback only
+    assert dropped == ["--no-such", "x"]
+    assert comfy_api.launch_args(["--lowvram"], accepted, has_gpu=True)[0] == ["--lowvram"]
+
+
+def test_history_and_device_memory_parsers():
+    ok = {"status": {"status_str": "success", "completed": True, "messages": []}}
+    assert comfy_api.history_outcome(ok) == (True, "the workflow ran")
+    failed = {"status": {"status_str": "error", "completed": False, "messages": [
+        ["execution_start", {}], ["execution_error", {"node_type": "VAEDecode", "exception_message": "out of memory\nmore"}]]}}
+    ran, text = comfy_api.history_outcome(failed)
+    assert not ran and "VAEDecode" in text and "out of memory" in text and "more" not in text
+    stats = {"devices": [{"name": "cpu", "type": "cpu", "vram_total": 10, "vram_free": 5}]}
+    assert comfy_api.device_memory(stats) is None
+    stats["devices"].append({"name": "cuda:0 RTX", "type": "cuda", "vram_total": 24, "vram_free": 20})
+    assert comfy_api.device_memory(stats) == {"name": "cuda:0 RTX", "total_bytes": 24, "free_bytes": 20}
+
+
+def test_report_shows_real_model_figures(tmp_path):
+    from h3kit import report
+
+    real = {"status": "measured", "reason": "ran x at 256x256, 22 frames, 1 step in 12.0 s", "seconds": 12.0,
+            "startup_seconds": 9.5, "peak_rss_bytes": 3 << 30, "files": {"dit": "x"}, "canvas": [256, 256, 22],
+            "steps": 1, "comfyui_args": ["--cpu"],
+            "device": {"name": "cuda:0", "used_before_bytes": 1 << 30, "peak_used_bytes": 9 << 30,
+                       "used_after_bytes": 2 << 30}}
+    rows = dict(report.real_model_rows(real))
+    assert rows["workflow seconds (wall)"] == report.fmt(12.0)
+    assert rows["peak RSS of ComfyUI"] == report.human_bytes(3 << 30)
+    assert report.human_bytes(9 << 30) in rows["device memory before / peak / after"]
+    assert report.real_model_rows({"status": "not run", "reason": "not run: x"}) == []
+
+
+# -- the client against a real ComfyUI ----------------------------------------------------------
+
+TINY = {
+    "1": {"class_type": "EmptyLatentImage", "inputs": {"width": 64, "height": 64, "batch_size": 1}},
+    "2": {"class_type": "VAELoader", "inputs": {"vae_name": "h3kit_test_taesd.safetensors"}},
+    "3": {"class_type": "VAEDecode", "inputs": {"samples": ["1", 0], "vae": ["2", 0]}},
+    "4": {"class_type": "PreviewImage", "inputs": {"images": ["3", 0]}},
+}
+
+
+@pytest.mark.comfyui
+@pytest.mark.slow
+@pytest.mark.skipif(not COMFY, reason="set H3KIT_COMFYUI_DIR to a real ComfyUI checkout to run")
+def test_client_runs_a_workflow_on_a_real_comfyui(tmp_path):
+    comfy = Path(COMFY).resolve()
+    python = next((p for p in (comfy / "venv/bin/python", comfy / ".venv/bin/python") if p.exists()), None)
+    assert python, f"no venv in {comfy}"
+    models = tmp_path / "models"
+    (models / "vae").mkdir(parents=True)
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    made = subprocess.run([str(python), str(FIXTURES / "make_test_vae.py"), str(models / "vae" / "h3kit_test_taesd.safetensors")],
+                          cwd=comfy, capture_output=True, text=True, timeout=300, env=env)
+    assert made.returncode == 0, made.stderr[-2000:]
+    extra = tmp_path / "extra_model_paths.yaml"
+    extra.write_text(f"h3kit_test:\n    base_path: {models}\n    vae: vae/\n", encoding="utf-8")
+    args, _ = comfy_api.launch_args(["--extra-model-paths-config", str(extra)], {"--extra-model-paths-config", "--cpu"},
+                                    has_gpu=False)
+    server = comfy_api.ComfyServer(comfy, python, args, tmp_path / "work", env=env)
+    with server:
+        startup = server.start()
+        info = server.object_info()
+        assert comfy_api.missing_nodes(TINY, info) == []
+        assert comfy_api.combo_problems(TINY, info) == []
+        wrong = json.loads(json.dumps(TINY))
+        wrong["2"]["inputs"]["vae_name"] = "no_such_vae.safetensors"
+        assert comfy_api.combo_problems(wrong, info)
+        with pytest.raises(comfy_api.ComfyError, match="HTTP 400"):
+            server.queue(wrong)  # ComfyUI's own validation, as one sentence
+        measured = comfy_api.run_workflow(server, TINY, timeout=300)
+        pid = server.proc.pid
+    print("startup", round(startup, 2), "s; workflow", json.dumps(measured))
+    assert measured["ran"], measured["message"]
+    assert measured["seconds"] > 0 and measured["peak_rss_bytes"] > 50 << 20  # torch alone is more than that
+    assert measured["outputs"] == ["4"]
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert not (tmp_path / "work" / "output").exists() or not any((tmp_path / "work" / "output").iterdir())
+    assert any((tmp_path / "work" / "temp").rglob("*.png"))  # the preview landed in our temp folder, not ComfyUI's
+
+
+@pytest.mark.comfyui
+@pytest.mark.slow
+@pytest.mark.skipif(not COMFY, reason="set H3KIT_COMFYUI_DIR to a real ComfyUI checkout to run")
+def test_with_model_on_a_comfyui_without_h3_nodes_says_so(monkeypatch):
+    """Past the weights check (stood in: nothing is written into the shared ComfyUI), the real server's
+    /object_info decides: a ComfyUI without H3 nodes (0.8.0 here) gets 'not run' naming the node."""
+    from h3kit.comfyui import find
+
+    comfy = Path(COMFY).resolve()
+    cat = catalog_mod.load()
+    dit, te, vae = _plan_weights(cat)[0]
+    plan = {"settings": {"dit_weights": dit.id, "text_encoder_weights": te.id, "vae_weights": vae.id, "comfyui_args": []}}
+    monkeypatch.setattr(real_model, "present_weights", lambda *a: ({"dit": dit, "text_encoder": te, "vae": vae}, []))
+    ctx = Context(yes=True)
+    install = find(str(comfy), None, ctx, need_write=False)
+    out = calibrate._real_model(True, install, cat, plan=plan, fingerprint={"gpus": []}, ctx=ctx)
+    print(json.dumps(out))
+    assert out["status"] == "not run"
+    # A ComfyUI with H3 nodes passes that check and stops at the absent files instead.
+    assert "has no node MiniMaxH3ImageToVideo (H3 support arrived in ComfyUI" in out["reason"] or \
+        "is not one of this ComfyUI's choices" in out["reason"]
+    assert "--cpu" in out["comfyui_args"]
+
+
+# -- the server always stops (no ComfyUI needed: a stand-in main.py that never answers) ---------------
+
+def _silent_main(tmp_path, ignore_term: bool) -> Path:
+    folder = tmp_path / "fake-comfyui"
+    folder.mkdir()
+    body = "import signal, time\n"
+    if ignore_term:
+        body += "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    body += "print('started', flush=True)\ntime.sleep(120)\n"
+    (folder / "main.py").write_text(body, encoding="utf-8")
+    return folder
+
+
+@pytest.mark.skipif(os.name != "posix", reason="process groups and SIGTERM")
+def test_a_server_that_never_answers_is_stopped_with_one_sentence(tmp_path):
+    server = comfy_api.ComfyServer(_silent_main(tmp_path, False), sys.executable, [], tmp_path / "work")
+    with pytest.raises(comfy_api.ComfyError, match=r"did not answer on http://127\.0\.0\.1:\d+ within 1 s"):
+        with server:
+            server.start(timeout=1)
+    assert server.proc.poll() is not None
+
+
+@pytest.mark.skipif(os.name != "posix", reason="process groups and SIGTERM")
+def test_a_server_ignoring_terminate_is_killed_and_ctrl_c_stops_it(tmp_path):
+    server = comfy_api.ComfyServer(_silent_main(tmp_path, True), sys.executable, [], tmp_path / "work")
+    server.stop = lambda timeout=0.5, _stop=server.stop: _stop(timeout)  # keep the test short
+    with pytest.raises(KeyboardInterrupt):
+        with server:
+            with pytest.raises(comfy_api.ComfyError):
+                server.start(timeout=1)
+            assert server.proc.poll() is None  # still running after the failed start, until the with ends
+            raise KeyboardInterrupt
+    assert server.proc.returncode == -9  # SIGTERM ignored: killed

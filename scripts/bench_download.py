@@ -23,7 +23,7 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from model_server import ModelServer  # noqa: E402
 
-from h3kit.download import Downloader, Want  # noqa: E402
+from h3kit.models.download import Downloader, Want  # noqa: E402
 
 
 def baseline(url: str, dest: Path) -> None:

@@ -43,7 +43,8 @@ def log(msg: str) -> None:
 def load_library():
     os.environ.setdefault("H3KIT_HOME", str(Path(tempfile.gettempdir()) / "h3kit-bench-home"))
     sys.path.insert(0, str(REPO / "installer"))
-    from h3kit import build, native
+    from h3kit import native
+    from h3kit.native import build
 
     lib_path = build.find_library()
     if lib_path is None:

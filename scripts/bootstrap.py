@@ -53,7 +53,7 @@ SOURCE_PARTS = ("pyproject.toml", "installer", "profiles", "payload", "nodes")
 
 # ---------------------------------------------------------------- locations
 def state_dir(environ=None, platform: str | None = None, home: Path | None = None) -> Path:
-    """h3kit's state folder; must agree with h3kit.paths.locations() (a test checks)."""
+    """h3kit's state folder; must agree with h3kit.core.paths.locations() (a test checks)."""
     env = os.environ if environ is None else environ
     platform = platform or sys.platform
     home = home or Path.home()

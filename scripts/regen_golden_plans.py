@@ -22,8 +22,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 def main() -> int:
     os.environ.setdefault("H3KIT_HOME", tempfile.mkdtemp(prefix="h3kit-golden-"))
-    from h3kit.fpschema import load_file
-    from h3kit.planner import make_plan
+    from h3kit.fingerprint.schema import load_file
+    from h3kit.plan import make_plan
 
     out_dir = REPO / "tests" / "fixtures" / "plans"
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,7 @@ GIB = 2**30
 
 
 def machine_fingerprint(m: dict) -> dict:
-    from h3kit.validate import parse_size
+    from h3kit.data.yamlio import parse_size
 
     return {
         "schema": "h3kit.fingerprint/1",
@@ -36,10 +36,10 @@ def machine_fingerprint(m: dict) -> dict:
 
 
 def rows() -> list[dict]:
-    from h3kit import catalog as catalog_mod
-    from h3kit.config import Config
-    from h3kit.planner import make_plan
-    from h3kit.validate import parse_size
+    from h3kit.data import catalog as catalog_mod
+    from h3kit.data.config import Config
+    from h3kit.plan import make_plan
+    from h3kit.data.yamlio import parse_size
 
     cat = catalog_mod.load()
     out = []

@@ -7,8 +7,8 @@ from pathlib import Path
 
 
 def build_into(home: Path) -> Path:
-    """Run h3kit.build.build with H3KIT_HOME=home; returns the folder of libraries."""
-    from h3kit import build
+    """Run h3kit.native.build.build with H3KIT_HOME=home; returns the folder of libraries."""
+    from h3kit.native import build
 
     old = os.environ.get("H3KIT_HOME")
     os.environ["H3KIT_HOME"] = str(home)

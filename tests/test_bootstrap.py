@@ -68,7 +68,7 @@ def _env(home: Path, **extra) -> dict:
 
 
 def test_state_dir_agrees_with_h3kit_paths(monkeypatch, tmp_path):
-    from h3kit.paths import locations
+    from h3kit.core.paths import locations
 
     for env in ({"H3KIT_HOME": str(tmp_path / "h")}, {}, {"XDG_STATE_HOME": str(tmp_path / "xdg"),
                                                          "XDG_CONFIG_HOME": str(tmp_path / "xdgc")}):
@@ -116,7 +116,7 @@ def test_offline_install_odd_path_then_fast_rerun(wheelhouse, odd_checkout, tmp_
     assert python.exists()
 
     # The installed wheel (not the checkout) must carry profiles, payload and nodes.
-    probe = _run([python, "-c", "from h3kit.paths import asset_dir; import h3kit;"
+    probe = _run([python, "-c", "from h3kit.core.paths import asset_dir; import h3kit;"
                   "print(h3kit.__file__); [print(asset_dir(n)) for n in ('profiles', 'payload', 'nodes')]"],
                  env=env, cwd=tmp_path, timeout=60)
     assert probe.returncode == 0, probe.stderr

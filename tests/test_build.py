@@ -12,7 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from h3kit import build, compilers, subproc
+from h3kit.native import build
+
+from h3kit.native import compilers
+
+from h3kit.core import subproc
 
 FIXTURES = Path(__file__).parent / "fixtures" / "build"
 REQUIRED = {"schema", "library", "variant", "compiler", "flags", "cached", "seconds", "selftest"}

@@ -17,9 +17,13 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from h3kit import calibrate, comfy_api, real_model
-from h3kit import catalog as catalog_mod
-from h3kit.command import Context
+from h3kit import calibrate
+
+from h3kit.comfy import client as comfy_api
+
+from h3kit.calibrate import with_model as real_model
+from h3kit.data import catalog as catalog_mod
+from h3kit.cli.context import Context
 
 COMFY = os.environ.get("H3KIT_COMFYUI_DIR")
 FIXTURES = Path(__file__).parent / "fixtures" / "comfyui"
@@ -114,7 +118,7 @@ def test_history_and_device_memory_parsers():
 
 
 def test_report_shows_real_model_figures(tmp_path):
-    from h3kit import report
+    from h3kit.calibrate import report
 
     real = {"status": "measured", "reason": "ran x at 256x256, 22 frames, 1 step in 12.0 s", "seconds": 12.0,
             "startup_seconds": 9.5, "peak_rss_bytes": 3 << 30, "files": {"dit": "x"}, "canvas": [256, 256, 22],
@@ -183,7 +187,7 @@ def test_client_runs_a_workflow_on_a_real_comfyui(tmp_path):
 def test_with_model_on_a_comfyui_without_h3_nodes_says_so(monkeypatch):
     """Past the weights check (stood in: nothing is written into the shared ComfyUI), the real server's
     /object_info decides: a ComfyUI without H3 nodes (0.8.0 here) gets 'not run' naming the node."""
-    from h3kit.comfyui import find
+    from h3kit.comfy.locate import find
 
     comfy = Path(COMFY).resolve()
     cat = catalog_mod.load()

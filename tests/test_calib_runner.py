@@ -12,10 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from h3kit import calibration_runner as runner
+from h3kit import bundled
+from h3kit.bundled.h3k_calibration_runner import dit_ops, measure, native_bench, safetensors_io, scaled_dit
 
-RUNNER = Path(runner.__file__)
-BRIDGE = RUNNER.with_name("native.py")
+RUNNER = bundled.CALIBRATION_RUNNER
+BRIDGE = bundled.NATIVE_BRIDGE
 
 
 def test_runner_never_imports_h3kit():
@@ -29,12 +30,12 @@ def test_safetensors_layout_is_the_published_format(tmp_path):
     a = np.arange(12, dtype=np.float32)
     raw = bytes(range(7))
     path = tmp_path / "t.safetensors"
-    offsets = runner.write_safetensors(str(path), [("a", "F32", [3, 4], a.tobytes()), ("q", "U8", [7], raw)],
+    offsets = safetensors_io.write_safetensors(str(path), [("a", "F32", [3, 4], a.tobytes()), ("q", "U8", [7], raw)],
                                        {"quantization": "q8_0"})
     data = path.read_bytes()
     (n,) = struct.unpack("<Q", data[:8])
     assert (8 + n) % 8 == 0  # the header is padded so tensor data starts aligned
-    header, base = runner.read_safetensors_header(str(path))
+    header, base = safetensors_io.read_safetensors_header(str(path))
     assert base == 8 + n
     assert header["__metadata__"] == {"quantization": "q8_0"}
     assert header["a"] == {"dtype": "F32", "shape": [3, 4], "data_offsets": [0, 48]}
@@ -51,7 +52,7 @@ def test_safetensors_file_loads_with_the_safetensors_package(tmp_path):
         pytest.skip("set H3KIT_COMFYUI_DIR to a ComfyUI with a venv holding safetensors")
     a = np.linspace(-1, 1, 64, dtype=np.float32)
     path = tmp_path / "t.safetensors"
-    runner.write_safetensors(str(path), [("w", "F32", [8, 8], a.tobytes()), ("q", "U8", [5], b"\x01\x02\x03\x04\x05")], {})
+    safetensors_io.write_safetensors(str(path), [("w", "F32", [8, 8], a.tobytes()), ("q", "U8", [5], b"\x01\x02\x03\x04\x05")], {})
     script = ("import sys, json; from safetensors.numpy import load_file; t = load_file(sys.argv[1]); "
               "print(json.dumps({k: v.ravel().tolist() for k, v in t.items()}))")
     proc = subprocess.run([str(python), "-c", script, str(path)], capture_output=True, text=True, timeout=120)
@@ -68,12 +69,12 @@ def native():
     lib = os.environ.get("H3KIT_NATIVE_LIB")
     if not lib:
         try:
-            from h3kit import build
+            from h3kit.native import build
         except ImportError:
-            pytest.skip("no h3kit.build and no H3KIT_NATIVE_LIB")
+            pytest.skip("no h3kit.native.build and no H3KIT_NATIVE_LIB")
         found = build.find_library()
         lib = str(found) if found else build.build()["library"]
-    return runner.load_bridge(str(BRIDGE), lib)
+    return native_bench.load_bridge(str(BRIDGE), lib)
 
 
 TINY = {"blocks": 2, "hidden": 256, "heads": 2, "head_dim": 128, "ffn": 672, "tokens": 48}
@@ -83,7 +84,7 @@ TINY = {"blocks": 2, "hidden": 256, "heads": 2, "head_dim": 128, "ffn": 672, "to
 def test_scaled_dit_through_the_streamer_matches_fp32(native, kind, limit):
     job = {"scaled_dit": {**TINY, "quantization": kind},
            "plan": {"settings": {"shard_size_bytes": 1 << 20, "preload_bytes": 2 << 20}}}
-    out = runner.run_scaled_dit(native, job, True, runner.Progress(None))
+    out = scaled_dit.run_scaled_dit(native, job, True, measure.Progress(None))
     assert out["status"] == "measured"
     # The kernels alone agree with fp32 math on the dequantized weights...
     assert out["kernel_relative_error"] < 1e-4
@@ -98,7 +99,7 @@ def test_scaled_dit_through_the_streamer_matches_fp32(native, kind, limit):
 
 def test_the_check_catches_weights_read_from_the_wrong_place(native, monkeypatch):
     """Negative control: stream block 1's bytes for block 0 and the error must be large."""
-    real = runner.stream_blocks
+    real = scaled_dit.stream_blocks
 
     def swapped(st, layout):
         layout = [dict(b) for b in layout]
@@ -106,15 +107,16 @@ def test_the_check_catches_weights_read_from_the_wrong_place(native, monkeypatch
             layout[1]["start"], layout[1]["end"], layout[0]["start"], layout[0]["end"]
         yield from real(st, layout)
 
-    monkeypatch.setattr(runner, "stream_blocks", swapped)
+    monkeypatch.setattr(scaled_dit, "stream_blocks", swapped)
     job = {"scaled_dit": {**TINY, "quantization": "q8_0"}, "plan": {"settings": {"shard_size_bytes": 1 << 20}}}
-    out = runner.run_scaled_dit(native, job, True, runner.Progress(None))
+    out = scaled_dit.run_scaled_dit(native, job, True, measure.Progress(None))
     assert out["relative_error"] > 0.3 and out["kernel_relative_error"] > 0.3
 
 
 def test_runner_reports_a_broken_bridge_and_still_writes_its_result(tmp_path):
-    bridge = tmp_path / "native.py"
-    bridge.write_text("raise ImportError('no library in this test')\n")
+    bridge = tmp_path / "h3k_native"
+    bridge.mkdir()
+    (bridge / "__init__.py").write_text("raise ImportError('no library in this test')\n")
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"schema": "h3kit.plan/1", "settings": {}, "budget": {}}))
     out = tmp_path / "result.json"
@@ -159,9 +161,9 @@ def test_numpy_and_native_python_paths_agree_on_the_same_weights(native, kind):
     the same errors. Weights from the stdlib generator, the one the native+python path uses."""
     job = {"scaled_dit": {**TINY, "quantization": kind},
            "plan": {"settings": {"shard_size_bytes": 1 << 20, "preload_bytes": 2 << 20}}}
-    weights = lambda cfg, b: runner.stdlib_block_weights(native, cfg, b)  # noqa: E731
-    inputs = runner.stdlib_inputs(TINY)
-    by_path = {path: runner.scaled_dit(native, job, True, runner.Progress(None), path, weights, inputs)
+    weights = lambda cfg, b: dit_ops.stdlib_block_weights(native, cfg, b)  # noqa: E731
+    inputs = dit_ops.stdlib_inputs(TINY)
+    by_path = {path: scaled_dit.scaled_dit(native, job, True, measure.Progress(None), path, weights, inputs)
                for path in ("numpy", "native+python")}
     (a, ya), (b, yb) = by_path["numpy"], by_path["native+python"]
     assert a["path"] == "numpy" and b["path"] == "native+python" and a["config"] == b["config"]
@@ -177,13 +179,13 @@ def test_numpy_and_native_python_paths_agree_on_the_same_weights(native, kind):
 def test_native_python_path_shrinks_the_shape_and_measures_the_error(native):
     """Run as in the installer's venv (no numpy): the shape is capped; the figures are real."""
     big = {"blocks": 4, "hidden": 1024, "heads": 8, "head_dim": 128, "ffn": 2720, "tokens": 384, "quantization": "q8_0"}
-    cfg = runner.python_path_shape(big, quick=True)
+    cfg = dit_ops.python_path_shape(big, quick=True)
     assert (cfg["blocks"], cfg["hidden"], cfg["heads"], cfg["tokens"]) == (2, 256, 2, 384)
     assert cfg["ffn"] % 32 == 0 and abs(cfg["ffn"] / cfg["hidden"] - 2720 / 1024) < 0.1
-    assert runner.python_path_shape(TINY, quick=True) == TINY  # within the caps: unchanged
+    assert dit_ops.python_path_shape(TINY, quick=True) == TINY  # within the caps: unchanged
     small = {**big, "hidden": 256, "ffn": 672, "tokens": 96, "blocks": 1}
-    out = runner.run_scaled_dit(native, {"scaled_dit": small, "plan": {"settings": {}}}, True,
-                                runner.Progress(None), path="native+python")
+    out = scaled_dit.run_scaled_dit(native, {"scaled_dit": small, "plan": {"settings": {}}}, True,
+                                measure.Progress(None), path="native+python")
     assert out["path"] == "native+python" and 0 < out["relative_error"] < 0.03
     assert out["kernel_relative_error"] < 1e-4
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from h3kit import calibrate
-from h3kit import catalog as catalog_mod
+from h3kit.data import catalog as catalog_mod
 
 GB = 10**9
 

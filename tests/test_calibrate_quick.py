@@ -9,13 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from h3kit import calibrate, report
+from h3kit import calibrate
+
+from h3kit.calibrate import report
 
 def _why_no_native() -> str | None:
     if not calibrate.BRIDGE.is_file():
         return "this checkout has no native bridge (issue #5)"
     try:
-        import h3kit.build  # noqa: F401
+        import h3kit.native.build  # noqa: F401
     except ImportError:
         if not os.environ.get("H3KIT_NATIVE_LIB"):
             return "this checkout cannot build the native library (issue #5) and H3KIT_NATIVE_LIB is unset"
@@ -57,7 +59,7 @@ def test_quick_calibration_writes_reports_with_measured_numbers(run_cli, h3kit_h
     if doc["device"]["status"] != "measured":
         assert doc["device"]["reason"] and any("device" in s for s in doc["skipped"])
     # The config gained a calibrated: section the config loader accepts.
-    from h3kit import config
+    from h3kit.data import config
 
     assert isinstance(config.load(h3kit_home / "config.yaml").calibrated, dict)
     assert "calibrated:" in (h3kit_home / "config.yaml").read_text()
@@ -111,7 +113,7 @@ def test_quick_calibration_in_a_venv_without_numpy_measures_the_scaled_dit(tmp_p
     report carries its error (issue #7's acceptance, `h3kit calibrate --quick --json` with no ComfyUI)."""
     import subprocess
 
-    from h3kit import build
+    from h3kit.native import build
 
     python = _venv_without_numpy(tmp_path / "venv")
     probe = subprocess.run([str(python), "-c", "import numpy"], capture_output=True, timeout=60)

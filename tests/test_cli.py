@@ -53,7 +53,7 @@ def test_every_command_has_help(h3kit_exe):
 
 
 def test_internal_error_is_exit_1_with_log_path(run_cli, monkeypatch, h3kit_home):
-    import h3kit.commands.fingerprint as fp
+    import h3kit.cli.fingerprint as fp
 
     def boom(args, ctx):
         raise RuntimeError("synthetic bug")

@@ -14,11 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from h3kit import comfy_setup, manifest, torchsel
-from h3kit.command import Context
-from h3kit.errors import NotReady
-from h3kit.fpschema import load_file
-from h3kit.paths import locations
+from h3kit.comfy import setup as comfy_setup
+
+from h3kit.comfy import manifest
+
+from h3kit.plan import torch_build as torchsel
+from h3kit.cli.context import Context
+from h3kit.core.errors import NotReady
+from h3kit.fingerprint.schema import load_file
+from h3kit.core.paths import locations
 from tests.conftest import FIXTURES
 
 FP_4090 = FIXTURES / "torchsel" / "linux-rtx4090-driver580.json"

@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from h3kit import comfy_setup, manifest
-from h3kit.errors import NotReady
-from h3kit.fpschema import load_file
-from h3kit.paths import locations
+from h3kit.comfy import setup as comfy_setup
+
+from h3kit.comfy import manifest
+from h3kit.core.errors import NotReady
+from h3kit.fingerprint.schema import load_file
+from h3kit.core.paths import locations
 from tests.conftest import FIXTURES
 from tests.test_comfy_setup import FP_4090, ctx, make_wheel, offline_pip, wheelhouse  # noqa: F401 (fixtures)
 

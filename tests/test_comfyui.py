@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from h3kit import comfyui
-from h3kit.command import Context
-from h3kit.errors import BadInput, NotReady
+from h3kit.comfy import locate as comfyui
+from h3kit.cli.context import Context
+from h3kit.core.errors import BadInput, NotReady
 
 FIXTURES = Path(__file__).parent / "fixtures" / "comfyui"
 _spec = importlib.util.spec_from_file_location("comfy_tree", FIXTURES / "comfy_tree.py")
@@ -149,8 +149,8 @@ def test_find_python_order(tmp_path):
 
 
 def test_comfyui_python_from_the_config_file(tmp_path, h3kit_home):
-    from h3kit.config import load
-    from h3kit.paths import locations
+    from h3kit.data.config import load
+    from h3kit.core.paths import locations
 
     comfy = comfy_tree.make_comfyui(tmp_path / "q")
     (comfy / "venv" / "bin" / "python").unlink()

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from h3kit import catalog as catalog_mod
-from h3kit.errors import BadInput
-from h3kit.paths import asset_dir
+from h3kit.data import catalog as catalog_mod
+from h3kit.core.errors import BadInput
+from h3kit.core.paths import asset_dir
 
 FP = str(Path(__file__).parent / "fixtures" / "fingerprints" / "nvidia-rtx4090-24gb-64gb.json")
 

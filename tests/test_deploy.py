@@ -11,11 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from h3kit import deploy, launcher
-from h3kit import manifest as mf
-from h3kit.command import Context
-from h3kit.comfyui import find
-from h3kit.errors import BadInput, VerificationFailed
+from h3kit.comfy import deploy
+
+from h3kit.comfy import launcher
+from h3kit.comfy import manifest as mf
+from h3kit.cli.context import Context
+from h3kit.comfy.locate import find
+from h3kit.core.errors import BadInput, VerificationFailed
 
 FIXTURES = Path(__file__).parent / "fixtures" / "comfyui"
 _spec = importlib.util.spec_from_file_location("comfy_tree", FIXTURES / "comfy_tree.py")
@@ -182,11 +184,11 @@ def test_install_without_comfyui_exit_3_names_flag(tmp_path, run_cli, monkeypatc
 
 
 def test_apply_rewrites_profile_and_launcher(comfy, run_cli, monkeypatch):
-    from h3kit.commands import install as install_cmd
+    from h3kit.cli import install as install_cmd
 
     plans = {"profile": "nvidia-16gb", "settings": dict(SETTINGS)}
     monkeypatch.setattr(install_cmd, "current_plan", lambda ctx, config, profile, notes: ({}, plans))
-    monkeypatch.setattr("h3kit.commands.apply.current_plan", install_cmd.current_plan)
+    monkeypatch.setattr("h3kit.cli.apply.current_plan", install_cmd.current_plan)
     assert run_cli("install", "--comfyui", str(comfy), "--yes", "--skip-calibrate", "--no-models")[0] == 0
     node = comfy / "custom_nodes" / "ComfyUI-h3kit"
     before_json, before_sh = (node / "h3kit_profile.json").read_text(), (comfy / "run_h3kit.sh").read_text()
@@ -220,7 +222,7 @@ def test_symlinked_pack_folder_is_refused(comfy, tmp_path, run_cli):
 
 
 def test_models_failure_keeps_the_install_in_the_answer(comfy, run_cli, monkeypatch):
-    from h3kit.errors import NotReady
+    from h3kit.core.errors import NotReady
 
     models = pytest.importorskip("h3kit.models")
 

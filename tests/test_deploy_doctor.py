@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from h3kit.paths import locations
+from h3kit.core.paths import locations
 
 FIXTURES = Path(__file__).parent / "fixtures" / "comfyui"
 _spec = importlib.util.spec_from_file_location("comfy_tree", FIXTURES / "comfy_tree.py")
@@ -29,7 +29,7 @@ def _findings(out: str) -> dict:
 
 
 def _use_profile(name: str) -> None:
-    from h3kit.config import set_value
+    from h3kit.data.config import set_value
 
     set_value(locations().config_file, "profile", name)
 

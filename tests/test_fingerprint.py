@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from h3kit import fpschema
+from h3kit.fingerprint import schema as fpschema
 from h3kit.fingerprint import _darwin, _linux, _windows, collect, parsers, render_text, resolve_timeout
 from h3kit.fingerprint.parsers import GIB, MIB
 

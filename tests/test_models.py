@@ -19,12 +19,13 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from h3kit import catalog as catalog_mod
-from h3kit import download, models
-from h3kit.command import Context
-from h3kit.fpschema import load_file
-from h3kit.manifest import load_or_new
-from h3kit.planner import make_plan
+from h3kit.data import catalog as catalog_mod
+from h3kit import models
+from h3kit.models import download
+from h3kit.cli.context import Context
+from h3kit.fingerprint.schema import load_file
+from h3kit.comfy.manifest import load_or_new
+from h3kit.plan import make_plan
 from model_server import ModelServer
 
 FPS = Path(__file__).parent / "fixtures" / "fingerprints"
@@ -246,7 +247,7 @@ def test_uninstall_keeps_models_and_models_remove_still_finds_them(run_cli, smal
     weights (by design, they are tens of GB) and leaves their records, so 'models remove' still works after."""
     import subprocess
 
-    pytest.importorskip("h3kit.uninstall")
+    pytest.importorskip("h3kit.comfy.uninstall")
     for marker in ("comfy", "comfy_extras"):
         (comfy / marker).mkdir()
     (comfy / "nodes.py").write_text("")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from h3kit.fpschema import validate
+from h3kit.fingerprint.schema import validate
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FINGERPRINTS = sorted((FIXTURES / "fingerprints").glob("*.json"))

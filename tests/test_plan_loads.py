@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from h3kit import catalog as catalog_mod
-from h3kit import config as config_mod
-from h3kit.catalog import Machine
-from h3kit.planner import make_plan
-from h3kit.validate import parse_yaml
+from h3kit.data import catalog as catalog_mod
+from h3kit.data import config as config_mod
+from h3kit.data.catalog import Machine
+from h3kit.plan import make_plan
+from h3kit.data.yamlio import parse_yaml
 
 FP_DIR = Path(__file__).parent / "fixtures" / "fingerprints"
 FPS = {p.stem: json.loads(p.read_text()) for p in sorted(FP_DIR.glob("*.json"))}

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from h3kit import catalog as catalog_mod
-from h3kit.planner import make_plan
+from h3kit.data import catalog as catalog_mod
+from h3kit.plan import make_plan
 
 FPS = {p.stem: json.loads(p.read_text()) for p in sorted((Path(__file__).parent / "fixtures" / "fingerprints").glob("*.json"))}
 QUALITY = {name: spec["quality"] for name, spec in catalog_mod.load().formats.items()}

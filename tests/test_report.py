@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from h3kit import report
+from h3kit.calibrate import report
 
 CHART_IDS = ("native", "threads", "measured_vs_estimated", "memory", "tiles", "timeline")
 

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from h3kit import torchsel
-from h3kit.fpschema import load_file, validate
+from h3kit.plan import torch_build as torchsel
+from h3kit.fingerprint.schema import load_file, validate
 from tests.conftest import FIXTURES
 
 FP_DIR = FIXTURES / "torchsel"
@@ -186,8 +186,8 @@ def test_build_from_recorded_pypi_metadata():
 
 
 def test_doctor_findings_read_the_deploy_inspect_output():
-    """h3kit.comfyui.inspect's recorded output (issue #6) is what doctor passes in."""
-    from h3kit.comfyui import parse_inspect_output
+    """h3kit.comfy.locate.inspect's recorded output (issue #6) is what doctor passes in."""
+    from h3kit.comfy.locate import parse_inspect_output
 
     info = parse_inspect_output((FIXTURES / "comfyui" / "inspect-linux-cu130.txt").read_text())
     assert [f["status"] for f in torchsel.doctor_findings(fp("linux-rtx4090-driver580"), info)] == ["ok"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 
-from h3kit import comfy_setup
+from h3kit.comfy import setup as comfy_setup
 from tests.conftest import FIXTURES
 from tests.fixtures.comfyui.comfy_tree import make_comfyui
 from tests.test_comfy_setup import FP_4090, make_venv, offline_pip, pip_install, venv_template, wheelhouse  # noqa: F401

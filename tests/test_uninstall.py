@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from h3kit import manifest as mf
-from h3kit.paths import locations
+from h3kit.comfy import manifest as mf
+from h3kit.core.paths import locations
 
 FIXTURES = Path(__file__).parent / "fixtures" / "comfyui"
 _spec = importlib.util.spec_from_file_location("comfy_tree", FIXTURES / "comfy_tree.py")
@@ -125,7 +125,7 @@ def test_dry_run_changes_nothing(tmp_path, run_cli):
 
 
 def test_interrupted_install_cleaned_by_uninstall(tmp_path, run_cli):
-    from h3kit.deploy import STAGING_MARK, STAGING_SUFFIX
+    from h3kit.comfy.deploy import STAGING_MARK, STAGING_SUFFIX
 
     comfy = comfy_tree.make_comfyui(tmp_path / "c")
     before = comfy_tree.snapshot(comfy)
@@ -155,7 +155,7 @@ def test_purge_removes_h3kit_data_but_keeps_backups(tmp_path, run_cli, h3kit_hom
 
 
 def test_backups_never_overwrite_each_other(tmp_path):
-    from h3kit.deploy import move_to_backup
+    from h3kit.comfy.deploy import move_to_backup
 
     base, backups = tmp_path / "pack", tmp_path / "backups"
     base.mkdir()

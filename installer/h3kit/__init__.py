@@ -3,6 +3,48 @@
 The package is the installer side of h3kit. It runs in its own virtual
 environment and never imports torch or numpy; code that needs them runs inside
 ComfyUI's interpreter and talks to this side through files and JSON.
+
+Layout: the folders follow the chain (fingerprint -> plan -> build -> deploy ->
+calibrate), with the layers going one way. A module may import its own
+package and any package listed above it here, never one below it, and the
+import graph has no cycle (tests/test_architecture.py checks both).
+
+- `core/`: what every layer uses and that knows nothing of H3 or ComfyUI:
+  errors and exit codes, folders (`H3KIT_HOME`), logging, subprocesses with
+  timeouts, atomic writes and hashes, units for people, the `Session` a step
+  reports through.
+- `data/`: the files h3kit reads, parsed at the boundary into typed values:
+  YAML with line numbers, the settings table, the model catalog and
+  profiles, the user's `config.yaml`.
+- `fingerprint/`: the machine, probed. A front with per-OS back ends and
+  pure parsers tested on recorded output; `schema` checks saved fingerprints.
+- `native/`: the C library in `payload/`: compiler search, the build of every
+  SIMD variant and its self-test; the kernels themselves are the bridge in
+  `bundled/h3k_native`, re-exported as `h3kit.native`.
+- `plan/`: a pure function from (fingerprint, catalog, config) to a plan:
+  memory budgets, the search over files and canvases, the rationale prose,
+  and the torch build that fits the hardware.
+- `comfy/`: one ComfyUI on disk: find it and its Python, inspect it, deploy
+  and apply the node pack and launcher, the install record, doctor's checks,
+  uninstall, setting up or repairing a ComfyUI, and its HTTP API client.
+- `models/`: the weight files a plan names: what to fetch, from where, into
+  which folder, and the resumable, verified download.
+- `calibrate/`: the calibration run: the job for the runner, estimates from
+  its measurements, the decisions they lead to, the disk probe, and the
+  report (one section model, rendered to Markdown and HTML).
+- `steps/`: workflow steps: the order in which commands call the packages
+  above (install's whole chain, the first steps several commands share).
+  They report through a `Session` and never parse arguments or print.
+- `cli/`: argparse, the terminal behind a `Session` (the only place that
+  prints or reads the keyboard) and one module per command.
+
+Outside the layers:
+
+- `bundled/`: packages that run inside ComfyUI's interpreter (the ctypes
+  bridge, the calibration runner). Deploy copies them into the node pack;
+  they import only the standard library at import time and never `h3kit`,
+  which is not installed there. Any layer may use them. The node pack
+  itself (`nodes/` at the top of the repository) follows the same rule.
 """
 
 __version__ = "0.1.0"

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from h3kit import subproc
+from h3kit.core import subproc
 from h3kit.fingerprint import parsers
 from h3kit.fingerprint._probe import Missing, Probe, tool
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import platform
 
-from h3kit import subproc
+from h3kit.core import subproc
 from h3kit.fingerprint import _common, parsers
 from h3kit.fingerprint._probe import Missing, Probe, ProbeFailed, tool
 

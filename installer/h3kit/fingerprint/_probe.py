@@ -1,7 +1,7 @@
 """Running probes: in parallel, each with a deadline, never raising.
 
 A probe is a function `fn(timeout) -> value`. It may run a tool (through
-`tool()`, which wraps h3kit.subproc.run) or read files. Whatever happens, the
+`tool()`, which wraps h3kit.core.subproc.run) or read files. Whatever happens, the
 runner records `{name, status, seconds, detail}`:
 
 - `ok`       it returned a value;
@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from h3kit import subproc
+from h3kit.core import subproc
 from h3kit.fingerprint.parsers import ParseError
 
 # Grace beyond the per-probe timeout for a subprocess to be killed and reaped.

@@ -1,0 +1,39 @@
+"""h3kit calibration runner: measure this machine from inside ComfyUI's Python.
+
+Self-contained on purpose (stdlib, plus numpy and torch when importable;
+never `import h3kit`): deploy copies this one file into the node pack as
+`h3k_calibration_runner.py`, and h3kit runs it with ComfyUI's interpreter so
+the torch measured is the torch ComfyUI uses.
+
+    python calibration_runner.py --bridge PATH/native.py --lib LIB \
+        --plan plan.json --out result.json [--quick] [--progress FILE]
+
+`plan.json` is either a bare `h3kit.plan/1` document or h3kit's job
+`{"plan": ..., "scaled_dit": {...}, "budget": {...}, "tile_candidates": [...]}`.
+The result is one JSON object: `runner`, `native`, `inference`, `device`,
+`tiles`, `skipped`. Each part that cannot run says why in `reason` instead
+of stopping the others. Progress goes to --progress as JSON lines
+`{"stage", "done", "total"}` for h3kit's progress bars.
+
+What it measures:
+- native: the library's self-test; q8_0/q4_0 matvec and matmul (GB/s of
+  weights read, GFLOP/s); matmul scaling from 1 thread to all cores;
+- inference: a scaled-down H3-shaped DiT (RMSNorm, attention with head_dim
+  128, SwiGLU FFN) whose random weights are written to a temporary
+  safetensors file (written here: 8-byte header length, JSON header, raw
+  data), read back block by block through the native streamer at the plan's
+  shard/preload sizes, with linear layers run by the native quantized
+  kernels; checked against a plain fp32 forward of the same weights. With
+  numpy the rest of the block is numpy; without it (h3kit's own venv) the
+  fp32 products go through the library's h3k_matmul_f32 and the norms,
+  softmax and SwiGLU are plain Python at a smaller shape (`path` says which);
+- device (torch sees cuda, mps or xpu): bf16/fp16 matmul TFLOP/s,
+  host-to-device GB/s, free memory, a tile sweep of decode-shaped
+  convolutions with time and peak memory per tile.
+"""
+
+from __future__ import annotations
+from .measure import drop_page_cache, no_cache
+
+__all__ = ["drop_page_cache", "no_cache"]
+

@@ -1,0 +1,93 @@
+"""`python -m h3k_calibration_runner --bridge DIR --plan FILE --out FILE [--quick]`: one JSON result."""
+
+from __future__ import annotations
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+import traceback
+from pathlib import Path
+if __package__:
+    from . import _numpy
+    from ._numpy import need_numpy
+    from .device import measure_device
+    from .measure import Progress, RESULT_SCHEMA
+    from .native_bench import load_bridge, measure_native
+    from .scaled_dit import run_scaled_dit
+else:  # run as a path (python .../h3k_calibration_runner): import the package from its parent folder
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from h3k_calibration_runner import _numpy
+    from h3k_calibration_runner._numpy import need_numpy
+    from h3k_calibration_runner.device import measure_device
+    from h3k_calibration_runner.measure import Progress, RESULT_SCHEMA
+    from h3k_calibration_runner.native_bench import load_bridge, measure_native
+    from h3k_calibration_runner.scaled_dit import run_scaled_dit
+
+
+
+def _runner_info() -> dict:
+    info = {"python": sys.executable, "python_version": platform.python_version(), "platform": platform.platform(),
+            "numpy": getattr(_numpy.np, "__version__", None), "cpu_count": os.cpu_count()}
+    return info
+
+
+def _guard(what: str, fn, *args):
+    """Run one measurement; a failure becomes {"status": "error", "reason": ...} and never stops the rest."""
+    try:
+        return fn(*args)
+    except Exception as exc:
+        return {"status": "error", "reason": f"{what} failed: {type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc(limit=4)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="h3kit calibration runner (self-contained)")
+    ap.add_argument("--bridge", required=True, help="path of the native bridge (native.py / h3k_native.py)")
+    ap.add_argument("--lib", help="path of the native library (else the bridge's own search order)")
+    ap.add_argument("--plan", required=True, help="h3kit.plan/1 JSON, or h3kit's job JSON")
+    ap.add_argument("--out", required=True, help="where to write the result JSON")
+    ap.add_argument("--quick", action="store_true", help="a short run")
+    ap.add_argument("--progress", help="append progress lines here")
+    args = ap.parse_args(argv)
+    progress = Progress(args.progress)
+    need_numpy()
+    with open(args.plan, encoding="utf-8") as f:
+        job = json.load(f)
+    if "plan" not in job:
+        job = {"plan": job}
+    job.setdefault("budget", job["plan"].get("budget") or {})
+    result: dict = {"schema": RESULT_SCHEMA, "runner": _runner_info(), "skipped": []}
+    started = time.perf_counter()
+    try:
+        nat = load_bridge(args.bridge, args.lib)
+    except Exception as exc:
+        nat = None
+        why = f"the native bridge could not be loaded ({type(exc).__name__}: {exc})"
+        result["native"] = {"status": "error", "reason": why}
+        result["skipped"].append(f"native kernels and the scaled DiT: {why}")
+    if nat is not None:
+        result["native"] = _guard("native measurement", measure_native, nat, args.quick, progress)
+    if nat is None:
+        result["inference"] = {"status": "skipped", "reason": "no native library"}
+    elif "scaled_dit" not in job:
+        result["inference"] = {"status": "skipped", "reason": "the job names no scaled DiT shape"}
+    else:
+        result["inference"] = _guard("scaled DiT", run_scaled_dit, nat, job, args.quick, progress)
+    device = _guard("device measurement", measure_device, job, args.quick, progress)
+    result["device"], result["tiles"] = device if isinstance(device, tuple) else (device, [])
+    if result["device"].get("status") != "measured":
+        result["skipped"].append(f"device rates and tile sweep: {result['device'].get('reason')}")
+    try:
+        import torch
+
+        result["runner"]["torch"] = torch.__version__
+    except Exception:
+        result["runner"]["torch"] = None
+    result["seconds"] = time.perf_counter() - started
+    tmp = args.out + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=2, default=str)
+    os.replace(tmp, args.out)
+    return 0

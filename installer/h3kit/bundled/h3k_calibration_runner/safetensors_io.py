@@ -1,0 +1,36 @@
+"""A safetensors file written and read by hand (8-byte header length, JSON header, raw data)."""
+
+from __future__ import annotations
+import json
+import struct
+
+
+def write_safetensors(path: str, tensors: list[tuple[str, str, list[int], bytes]], metadata: dict) -> dict:
+    """Write (name, dtype, shape, raw bytes) tensors in order; returns {name: (start, end)} file offsets.
+
+    Format: u64 little-endian header length, a JSON header padded with spaces
+    to a multiple of 8, then the data; offsets in the header are relative to
+    the end of the header.
+    """
+    header: dict = {"__metadata__": {k: str(v) for k, v in metadata.items()}}
+    pos = 0
+    for name, dtype, shape, raw in tensors:
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [pos, pos + len(raw)]}
+        pos += len(raw)
+    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    text += b" " * (-len(text) % 8)
+    base = 8 + len(text)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for _, _, _, raw in tensors:
+            f.write(raw)
+    return {name: (base + header[name]["data_offsets"][0], base + header[name]["data_offsets"][1])
+            for name, _, _, _ in tensors}
+
+
+def read_safetensors_header(path: str) -> tuple[dict, int]:
+    """The JSON header and the byte offset where data starts."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        return json.loads(f.read(n)), 8 + n

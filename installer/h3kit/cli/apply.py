@@ -1,0 +1,39 @@
+"""`h3kit apply`: re-apply the config and profile to the installed node pack and its launcher.
+
+Rewrites h3kit_profile.json (the nodes re-read it at their next run) and the
+launcher (its flags take effect when ComfyUI is restarted), then updates the
+install record.
+"""
+
+from __future__ import annotations
+
+from h3kit.cli.context import Context, Outcome
+from h3kit.comfy import deploy
+from h3kit.steps.common import current_plan, load_config, locate
+
+HELP = "re-apply the config and profile to the installed node pack and its launcher"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--comfyui", metavar="PATH", help="the ComfyUI folder h3kit was installed into")
+    p.add_argument("--comfyui-python", metavar="PATH", help="the Python that runs that ComfyUI")
+    p.add_argument("--profile", metavar="NAME", help="apply this profile instead of the config's")
+
+
+def run(args, ctx: Context) -> Outcome:
+    notes: list[str] = []
+    config = load_config(ctx)
+    install = locate(args, ctx, config, need_write=True)
+    _, plan = current_plan(ctx, config, getattr(args, "profile", None), notes)
+    doc = deploy.apply(install, dict(plan["settings"]), plan["profile"], ctx.locations.state_dir,
+                       ctx.locations.cache_dir, dry_run=ctx.dry_run)
+    doc["notes"] = notes
+    if ctx.dry_run:
+        return Outcome(doc, f"Would apply profile '{doc['profile']}' to {install.node_dir} and rewrite the launcher (--dry-run).")
+    launcher = doc["launcher"]
+    warnings = []
+    if launcher.get("dropped"):
+        warnings.append(f"flags this ComfyUI does not accept were left out: {' '.join(launcher['dropped'])}")
+    text = (f"Applied profile '{doc['profile']}' to {install.node_dir}. The nodes pick it up at their next run; "
+            f"restart ComfyUI with {launcher.get('path') or 'its usual launcher'} for new launch flags.")
+    return Outcome(doc, text, 0, warnings)

@@ -1,0 +1,32 @@
+"""`h3kit calibrate`: run the calibration inference, tune the profile, write the report."""
+
+from __future__ import annotations
+
+from h3kit import calibrate
+
+from h3kit.calibrate import report
+from h3kit.cli.context import Context, Outcome
+
+HELP = "run the calibration inference, tune the profile, write the report"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--quick", action="store_true", help="a short run (at most a minute)")
+    p.add_argument("--comfyui", metavar="PATH", help="run inside this ComfyUI's Python")
+    p.add_argument("--with-model", action="store_true", help="also run the smallest real workflow when weights are present")
+
+
+def run(args, ctx: Context) -> Outcome:
+    doc = calibrate.run(ctx, comfyui_dir=args.comfyui, quick=args.quick, with_model=args.with_model)
+    lines = report.summary_lines(doc)
+    for d in doc["decisions"]:
+        mark = "changed" if d["changed"] else "kept"
+        lines.append(f"  {d['setting']}: {report.fmt(d['value'])} ({mark}) -- {d['evidence']}")
+    files = doc.get("report_files") or {}
+    if files.get("html"):
+        lines.append(f"report: {files['html']} (also .md, .json; latest.* beside them)")
+    else:
+        lines.append("dry run: no report or config written")
+    if doc.get("config_written"):
+        lines.append(f"calibrated values written to {doc['config_written']}: {doc['calibrated'] or 'none changed'}")
+    return Outcome(doc, "\n".join(lines), warnings=[f"skipped {s}" for s in doc.get("skipped", [])])

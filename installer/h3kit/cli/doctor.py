@@ -1,0 +1,132 @@
+"""`h3kit doctor`: check everything and print fixes (apply them with --fix).
+
+This ComfyUI half checks: ComfyUI found and its Python starts; torch fits the
+hardware (h3kit.plan.torch_build when present); the pack is present and intact; the
+launcher's flags are accepted; the native library loads; the profile file
+matches the config. h3kit.models adds its findings when present.
+"""
+
+from __future__ import annotations
+
+from h3kit.comfy import locate as comfyui
+
+from h3kit.comfy import doctor
+from h3kit.comfy import manifest as mf
+from h3kit.cli.context import Context, Outcome
+from h3kit.steps.common import current_plan, load_config, locate, saved_plan, torch_findings
+from h3kit.core.errors import EXIT_NOT_READY, EXIT_VERIFY_FAILED, H3kitError, NotReady
+
+HELP = "check everything and print fixes (apply them with --fix)"
+MARK = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL"}
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--comfyui", metavar="PATH", help="the ComfyUI folder to check")
+    p.add_argument("--comfyui-python", metavar="PATH", help="the Python that runs that ComfyUI")
+    p.add_argument("--fix", action="store_true", help="apply the fixes")
+    p.add_argument("--undo", action="store_true", help="restore what an earlier --fix replaced")
+    p.add_argument("--fingerprint", metavar="FILE", help="check against this saved fingerprint instead of probing the machine")
+
+
+def run(args, ctx: Context) -> Outcome:
+    if args.undo:
+        return _undo(args, ctx)
+    findings: list[dict] = []
+    notes: list[str] = []
+    try:
+        config = load_config(ctx)
+    except H3kitError as exc:
+        config = None
+        findings.append(doctor.finding("config.valid", "fail", exc.message, exc.fix))
+    fingerprint, plan = (saved_plan(config, None, notes, args.fingerprint) if args.fingerprint
+                         else current_plan(ctx, config, None, notes))
+    try:
+        install = locate(args, ctx, config, need_write=False)
+    except H3kitError as exc:
+        findings.append(doctor.finding("comfyui.found", "fail", exc.message, exc.fix))
+        return _outcome(findings, notes, None)
+    findings.append(doctor.finding("comfyui.found", "ok", f"ComfyUI at {install.path} (found by {install.source})."))
+    try:
+        info = comfyui.inspect(install)
+        findings.append(doctor.finding("comfyui.python", "ok",
+                                       f"Python {info.get('python_version')} at {install.python} starts."))
+        findings += torch_findings(fingerprint, info)
+    except NotReady as exc:
+        findings.append(doctor.finding("comfyui.python", "fail", exc.message, exc.fix))
+    record = _record(ctx, install, findings)
+    findings += doctor.pack_findings(install, record)
+    if install.python is not None:
+        findings += doctor.launcher_findings(install, record, ctx.locations.cache_dir)
+        findings += doctor.native_findings(install)
+    findings += doctor.profile_findings(install, plan) if install.node_dir.is_dir() else []
+    if plan is not None:
+        from h3kit.models import doctor_findings as model_findings
+
+        findings += model_findings(plan, install.path)
+    if args.fix and not ctx.dry_run:
+        _fix_torch(ctx, install, fingerprint, findings, notes)
+        _fix(args, ctx, findings, notes)
+    return _outcome(findings, notes, install)
+
+
+def _record(ctx, install, findings) -> mf.Manifest | None:
+    path = mf.manifest_path(ctx.locations.state_dir, install.path)
+    if not path.exists():
+        return None
+    try:
+        return mf.load(path)
+    except H3kitError as exc:
+        findings.append(doctor.finding("record.readable", "fail", exc.message, exc.fix))
+        return None
+
+
+def _fix(args, ctx, findings, notes) -> None:
+    """The fixes h3kit can make itself: a stale profile or launcher is re-applied."""
+    stale = [f for f in findings if f["check"] in ("profile.current", "launcher.flags") and f["status"] != "ok"]
+    if stale:
+        from h3kit.cli import apply
+
+        outcome = apply.run(args, ctx)
+        notes.append(outcome.text)
+        for f in stale:
+            f["status"], f["message"] = "ok", f"fixed by h3kit apply: {f['message']}"
+
+
+def _fix_torch(ctx, install, fingerprint, findings, notes) -> None:
+    """A torch build that does not fit the hardware: reinstall the right one (h3kit.comfy.setup, #9)."""
+    wrong = [f for f in findings if f["check"] == "torch.build" and f["status"] == "fail" and f.get("kind") != "machine"]
+    if not wrong or install.python is None or fingerprint is None:
+        return
+    from h3kit.comfy import setup as comfy_setup
+
+    result = comfy_setup.fix_torch(ctx, install.python, fingerprint, mf.load_or_new(ctx.locations.state_dir, install.path))
+    if result["changed"]:
+        notes.append(f"torch reinstalled: {result['before']} -> {result['after']}; 'h3kit doctor --undo' restores the old one")
+        for f in wrong:
+            f["status"], f["message"] = "ok", f"fixed: {f['message']}"
+
+
+def _undo(args, ctx) -> Outcome:
+    """Put back the torch an earlier --fix replaced (h3kit.comfy.setup, #9)."""
+    from h3kit.comfy import setup as comfy_setup
+
+    install = locate(args, ctx, load_config(ctx), need_write=False)
+    result = comfy_setup.undo_torch(ctx, mf.load_or_new(ctx.locations.state_dir, install.path))
+    doc = {"schema": "h3kit.doctor/1", "comfyui": str(install.path), "undo": result}
+    verb = "Would restore" if ctx.dry_run else "Restored"
+    restored = result.get("restored", result.get("would_restore", {}))
+    return Outcome(doc, f"{verb} {', '.join(f'{n} {v}' for n, v in restored.items())} in {result['python']}.")
+
+
+def _outcome(findings, notes, install) -> Outcome:
+    failed = [f for f in findings if f["status"] == "fail"]
+    warned = [f for f in findings if f["status"] == "warn"]
+    doc = {"schema": "h3kit.doctor/1", "comfyui": str(install.path) if install else None, "findings": findings,
+           "notes": notes, "ok": not failed}
+    lines = [f"[{MARK[f['status']]}] {f['check']}: {f['message']}" + (f"\n        fix: {f['fix']}" if f.get("fix") and f["status"] != "ok" else "")
+             for f in findings]
+    lines.append(f"{len(failed)} failed, {len(warned)} warnings, {len(findings) - len(failed) - len(warned)} ok.")
+    code = 0
+    if failed:
+        code = EXIT_NOT_READY if install is None else EXIT_VERIFY_FAILED
+    return Outcome(doc, "\n".join(lines), code)

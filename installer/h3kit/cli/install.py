@@ -1,0 +1,30 @@
+"""`h3kit install`: the whole chain: fingerprint, plan, build, deploy into ComfyUI, calibrate.
+
+Steps, in order: fingerprint -> plan -> build -> find ComfyUI -> deploy and
+verify -> models -> calibrate. No ComfyUI found: everything that does not
+need one still runs (the report says what this machine can do), then exit 3
+naming --comfyui. The chain itself is `h3kit.steps.install`.
+"""
+
+from __future__ import annotations
+
+from h3kit.cli.context import Context, Outcome
+from h3kit.steps import install
+
+HELP = "the whole chain: fingerprint, plan, build, deploy into ComfyUI, calibrate"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--comfyui", metavar="PATH", help="the ComfyUI folder to install into")
+    p.add_argument("--comfyui-python", metavar="PATH", help="the Python that runs that ComfyUI (found automatically when possible)")
+    p.add_argument("--profile", metavar="NAME", help="use this profile instead of auto")
+    p.add_argument("--skip-calibrate", action="store_true", help="do not run the calibration at the end")
+    p.add_argument("--no-models", action="store_true", help="do not download model weights")
+    p.add_argument("--with-loaders", action="store_true", help="also install custom node packs the chosen weights need")
+    p.add_argument("--new-comfyui", metavar="DIR", help="set up a new ComfyUI in DIR first")
+    p.add_argument("--comfyui-source", metavar="SRC", help="git URL, archive or folder to take ComfyUI from (with --new-comfyui)")
+    p.add_argument("--fingerprint", metavar="FILE", help="use this saved fingerprint instead of probing the machine")
+
+
+def run(args, ctx: Context) -> Outcome:
+    return install.run(args, ctx)

@@ -1,0 +1,58 @@
+"""`h3kit plan`: choose a profile and settings for this machine, with estimates and reasons."""
+
+from __future__ import annotations
+
+from h3kit.data import config as config_mod
+from h3kit.cli.context import Context, Outcome
+from h3kit.core.errors import NotReady
+
+HELP = "choose a profile and settings for this machine, with estimates and reasons"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--fingerprint", metavar="FILE", help="plan for a saved fingerprint JSON instead of this machine")
+    p.add_argument("--profile", metavar="NAME", help="use this profile instead of the configured one")
+
+
+def machine_fingerprint(path: str | None) -> dict:
+    """The saved fingerprint FILE, else this machine's (issue #3's probe)."""
+    from h3kit.fingerprint.schema import load_file
+
+    if path:
+        return load_file(path)
+    try:
+        from h3kit.fingerprint import collect
+    except ImportError:
+        raise NotReady("This h3kit cannot probe the machine yet (the fingerprint module is missing).",
+                       "Pass a saved fingerprint: 'h3kit plan --fingerprint FILE'.") from None
+    return collect()
+
+
+def gib(n) -> str:
+    return "n/a" if n is None else f"{n / 1e9:.1f} GB"
+
+
+def render(plan: dict) -> str:
+    s, e, b = plan["settings"], plan["estimates"], plan["budget"]
+    lines = [
+        f"profile   {plan['profile']}   fits: {'yes' if plan['fits'] else 'NO'}",
+        f"DiT       {s['dit_weights']}   text encoder {s['text_encoder_weights']}   VAE {s['vae_weights']}",
+        f"canvas    {s['max_canvas'][0]}x{s['max_canvas'][1]}, up to {s['max_frames']} frames",
+        (f"streaming preload {gib(s['preload_bytes'])}, shard {gib(s['shard_size_bytes'])} from {s['stream_from']}"
+         if b["gpu_bytes"] is not None else "streaming none: no GPU, the DiT is held in RAM"),
+        f"VAE tiles {s['vae_tile_size']} px, overlap {s['vae_tile_overlap']}, {s['vae_temporal_tile']} frames",
+        f"peaks     GPU {gib(e['peak_gpu_bytes'])} of {gib(b['gpu_bytes'])}, RAM {gib(e['peak_ram_bytes'])} of "
+        f"{gib(b['ram_bytes'])}, disk {gib(e['disk_bytes'])} of {gib(b['disk_bytes'])}",
+        f"ComfyUI   {' '.join(s['comfyui_args']) or '(no flags)'}  env {s['env'] or '{}'}",
+        "why:",
+    ] + [f"  - {r}" for r in plan["rationale"]]
+    return "\n".join(lines)
+
+
+def run(args, ctx: Context) -> Outcome:
+    from h3kit.plan import make_plan
+
+    cfg = config_mod.load(ctx.locations)
+    fp = machine_fingerprint(args.fingerprint)
+    plan = make_plan(fp, profile=args.profile, config=cfg)
+    return Outcome(plan, render(plan), 0, plan["warnings"])

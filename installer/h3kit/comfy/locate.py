@@ -1,0 +1,489 @@
+"""Find a ComfyUI, its Python, and what that Python holds.
+
+Search order for the ComfyUI folder (`find`), followed in this order:
+
+1. `--comfyui PATH` (the `explicit` argument);
+2. the environment variable `COMFYUI_PATH`;
+3. `comfyui_path` in h3kit's config;
+   (1-3 are the user's word: a bad path there is an error, never skipped)
+4. comfy-cli's saved workspace: `recent_workspace`, then `default_workspace`
+   in its `config.ini`;
+5. the current directory and its parents, recognised by ComfyUI's markers;
+6. the usual folders: `~/ComfyUI`, `~/Documents/ComfyUI`, `~/comfy/ComfyUI`,
+   the Windows portable `ComfyUI_windows_portable/ComfyUI` (in home, Desktop,
+   Downloads, C:\\ and D:\\) and the ComfyUI Desktop app's base folder (from its
+   `config.json`).
+
+Steps 4 and 5 return the first hit. Step 6 collects every hit: one is taken,
+several are listed and the user picks (with --yes: the most recently used, and
+we say so). None: NotReady naming --comfyui.
+
+Its Python, in this order: the portable build's `python_embeded`; a `.venv`
+or `venv` inside the ComfyUI folder (the Desktop app's is in its base folder);
+`comfyui_python` in the config; else ask (non-interactive: none, and the
+caller says how to name it).
+"""
+
+from __future__ import annotations
+
+import configparser
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from h3kit.core import subproc
+from h3kit.core.errors import BadInput, NotReady
+
+NODE_DIR_NAME = "ComfyUI-h3kit"
+MARKERS = ("main.py", "comfy", "nodes.py", "comfy_extras", "custom_nodes")
+INSPECT_TIMEOUT = 90.0  # importing torch on a cold disk takes tens of seconds
+
+# Runs inside ComfyUI's interpreter: stdlib only, never raises, one JSON line.
+INSPECT_SCRIPT = r"""
+import json, platform, sys
+info = {"python": sys.executable, "python_version": platform.python_version(),
+        "machine": platform.machine(), "system": platform.system().lower(), "packages": {}}
+try:
+    from importlib import metadata
+    for name in ("torch", "torchvision", "torchaudio"):
+        try:
+            info["packages"][name] = metadata.version(name)
+        except Exception:
+            pass
+except Exception:
+    pass
+try:
+    import torch
+    info["torch"] = torch.__version__
+    v = getattr(torch, "version", None)
+    info["torch_cuda"] = getattr(v, "cuda", None)
+    info["torch_hip"] = getattr(v, "hip", None)
+    mps = getattr(getattr(torch, "backends", None), "mps", None)
+    info["mps_built"] = bool(mps is not None and mps.is_built())
+    xpu = getattr(torch, "xpu", None)
+    info["xpu_available"] = bool(xpu is not None and xpu.is_available())
+    cuda = getattr(torch, "cuda", None)
+    info["cuda_available"] = bool(cuda is not None and cuda.is_available())
+except Exception as exc:
+    info["torch"] = None
+    info["torch_error"] = "%s: %s" % (type(exc).__name__, exc)
+print("H3KIT-INSPECT " + json.dumps(info))
+"""
+
+
+@dataclass
+class ComfyInstall:
+    path: Path  # the folder holding custom_nodes/
+    source: str  # which search step found it
+    layout: str = "plain"  # plain | portable | desktop
+    python: Path | None = None
+    python_source: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def custom_nodes(self) -> Path:
+        return self.path / "custom_nodes"
+
+    @property
+    def node_dir(self) -> Path:
+        return self.custom_nodes / NODE_DIR_NAME
+
+    @property
+    def main_py(self) -> Path | None:
+        p = self.path / "main.py"
+        return p if p.is_file() else None
+
+    @property
+    def launcher_dir(self) -> Path | None:
+        """Where ComfyUI's own launchers live (the portable build keeps its .bat files one level up)."""
+        if self.layout == "portable":
+            return self.path.parent
+        if self.layout == "desktop":
+            return None  # the Desktop app starts ComfyUI itself
+        return self.path
+
+    def to_json(self) -> dict:
+        return {"path": str(self.path), "source": self.source, "layout": self.layout,
+                "python": str(self.python) if self.python else None, "python_source": self.python_source}
+
+
+# -- recognising a ComfyUI folder ----------------------------------------------
+
+
+def looks_like_comfyui(path: Path) -> bool:
+    """A ComfyUI checkout: main.py plus comfy/ plus one more marker."""
+    try:
+        if not (path / "main.py").is_file() or not (path / "comfy").is_dir():
+            return False
+        return sum((path / m).exists() for m in MARKERS) >= 3
+    except OSError:
+        return False
+
+
+def looks_like_desktop_base(path: Path) -> bool:
+    """The Desktop app's base folder: custom_nodes/ and models/ but its code lives in the app."""
+    try:
+        return (path / "custom_nodes").is_dir() and (path / "models").is_dir() and not (path / "main.py").exists()
+    except OSError:
+        return False
+
+
+def detect_layout(path: Path) -> str:
+    if (path.parent / "python_embeded").is_dir():
+        return "portable"
+    if looks_like_desktop_base(path):
+        return "desktop"
+    return "plain"
+
+
+def check_dir(path: Path, *, need_write: bool) -> None:
+    """Raise BadInput with one sentence when `path` cannot be the ComfyUI we work on."""
+    fix_where = "Pass the folder that holds ComfyUI's main.py and custom_nodes/ with --comfyui PATH."
+    if not path.exists():
+        raise BadInput(f"The ComfyUI folder {path} does not exist.", fix_where)
+    if not path.is_dir():
+        raise BadInput(f"{path} is a file, not a ComfyUI folder.", fix_where)
+    if not os.access(path, os.R_OK | os.X_OK):
+        raise BadInput(f"The ComfyUI folder {path} is not readable by this user.",
+                       "Fix its permissions or run h3kit as the user that owns ComfyUI.")
+    if not looks_like_comfyui(path) and not looks_like_desktop_base(path):
+        raise BadInput(f"{path} does not look like ComfyUI (no main.py and comfy/ folder).", fix_where)
+    cn = path / "custom_nodes"
+    if not cn.is_dir():
+        raise BadInput(f"The ComfyUI at {path} has no custom_nodes folder.",
+                       f"Create it (mkdir \"{cn}\") or point --comfyui at a complete ComfyUI.")
+    if need_write and not os.access(cn, os.W_OK | os.X_OK):
+        raise BadInput(f"{cn} is read-only for this user, so the node pack cannot be installed there.",
+                       "Fix its permissions or run h3kit as the user that owns ComfyUI.")
+
+
+# -- the search order ------------------------------------------------------------
+
+
+def comfy_cli_config_file(home: Path, system: str) -> Path:
+    """Where comfy-cli keeps config.ini (comfy_cli/constants.py DEFAULT_CONFIG)."""
+    if system == "windows":
+        return home / "AppData" / "Local" / "comfy-cli" / "config.ini"
+    if system == "darwin":
+        return home / "Library" / "Application Support" / "comfy-cli" / "config.ini"
+    return home / ".config" / "comfy-cli" / "config.ini"
+
+
+def parse_comfy_cli_config(text: str) -> list[str]:
+    """Workspaces saved by comfy-cli, most recent first (keys recent_workspace, default_workspace)."""
+    cp = configparser.ConfigParser(interpolation=None)
+    try:
+        cp.read_string(text)
+    except configparser.Error:
+        return []
+    found = []
+    for key in ("recent_workspace", "default_workspace"):
+        value = cp.defaults().get(key) or next((cp[s].get(key) for s in cp.sections() if cp[s].get(key)), None)
+        if value and value not in found:
+            found.append(value)
+    return found
+
+
+def desktop_config_file(home: Path, system: str, environ: dict) -> Path:
+    """ComfyUI Desktop's config.json (holds basePath): Electron's userData folder."""
+    if system == "windows":
+        return Path(environ.get("APPDATA") or home / "AppData" / "Roaming") / "ComfyUI" / "config.json"
+    if system == "darwin":
+        return home / "Library" / "Application Support" / "ComfyUI" / "config.json"
+    return Path(environ.get("XDG_CONFIG_HOME") or home / ".config") / "ComfyUI" / "config.json"
+
+
+def usual_folders(home: Path, system: str, environ: dict) -> list[Path]:
+    portable_parents = [home, home / "Desktop", home / "Downloads", home / "Documents"]
+    if system == "windows":
+        portable_parents += [Path("C:/"), Path("D:/")]
+    folders = [home / "ComfyUI", home / "Documents" / "ComfyUI", home / "comfy" / "ComfyUI"]
+    folders += [p / "ComfyUI_windows_portable" / "ComfyUI" for p in portable_parents]
+    try:
+        data = json.loads(desktop_config_file(home, system, environ).read_text(encoding="utf-8"))
+        if isinstance(data, dict) and data.get("basePath"):
+            folders.append(Path(data["basePath"]))
+    except (OSError, ValueError):
+        pass
+    return folders
+
+
+def last_used(path: Path) -> float:
+    """When this ComfyUI was last used: the newest mtime of the folders a run touches."""
+    times = []
+    for name in ("user", "output", "custom_nodes", "temp", "."):
+        try:
+            times.append((path / name).stat().st_mtime)
+        except OSError:
+            pass
+    return max(times, default=0.0)
+
+
+@dataclass
+class SearchResult:
+    chosen: Path | None
+    source: str
+    candidates: list[Path] = field(default_factory=list)
+
+
+def search(explicit: str | None, config_path: str | None, *, environ: dict | None = None,
+           cwd: Path | None = None, home: Path | None = None, system: str | None = None) -> SearchResult:
+    """Walk the search order (module docstring). Pure apart from reading the file system."""
+    env = os.environ if environ is None else environ
+    home = Path(home) if home is not None else Path.home()
+    system = system or {"win32": "windows", "darwin": "darwin"}.get(sys.platform, "linux")
+    for value, source in ((explicit, "--comfyui"), (env.get("COMFYUI_PATH"), "COMFYUI_PATH"),
+                          (config_path, "config comfyui_path")):
+        if value:
+            return SearchResult(Path(value).expanduser().absolute(), source)
+    try:
+        for ws in parse_comfy_cli_config(comfy_cli_config_file(home, system).read_text(encoding="utf-8")):
+            p = Path(ws).expanduser()
+            if looks_like_comfyui(p):
+                return SearchResult(p.absolute(), "comfy-cli workspace")
+    except OSError:
+        pass
+    here = Path(cwd) if cwd is not None else Path.cwd()
+    for p in (here, *here.parents):
+        if looks_like_comfyui(p):
+            return SearchResult(p.absolute(), "current directory")
+    found: list[Path] = []
+    for p in usual_folders(home, system, env):
+        if (looks_like_comfyui(p) or looks_like_desktop_base(p)) and p.absolute() not in found:
+            found.append(p.absolute())
+    if len(found) == 1:
+        return SearchResult(found[0], "usual folder", found)
+    found.sort(key=last_used, reverse=True)
+    return SearchResult(None, "usual folders", found)
+
+
+def find(explicit: str | None, config, ctx, *, need_write: bool = True, python: str | None = None,
+         **search_kwargs) -> ComfyInstall:
+    """The ComfyUI to work on, or NotReady naming --comfyui (BadInput for a bad given path)."""
+    config_path = getattr(config, "comfyui_path", None) if config is not None else None
+    result = search(explicit, config_path, **search_kwargs)
+    chosen = result.chosen
+    if chosen is None and result.candidates:
+        chosen = _choose(result.candidates, ctx)
+    if chosen is None:
+        raise NotReady("No ComfyUI was found on this machine.",
+                       "Name it with --comfyui PATH (or set COMFYUI_PATH), or let h3kit set one up with --new-comfyui DIR.")
+    check_dir(chosen, need_write=need_write)
+    install = ComfyInstall(chosen, result.source, detect_layout(chosen))
+    if result.chosen is None:
+        install.notes.append(f"found {len(result.candidates)} ComfyUI folders; using {chosen}")
+    py, py_source = find_python(install, config, explicit_python=python)
+    if py is None and ctx is not None and ctx.interactive:
+        answer = ctx.ask(f"Which Python runs the ComfyUI in {chosen}? (path to python): ").strip()
+        if answer:
+            py, py_source = Path(answer).expanduser().absolute(), "asked"
+    install.python, install.python_source = py, py_source
+    return install
+
+
+def _choose(candidates: list[Path], ctx) -> Path:
+    listing = "\n".join(f"  {i + 1}. {p}" for i, p in enumerate(candidates))
+    if ctx is None or not ctx.interactive:
+        if ctx is not None and ctx.yes:
+            ctx.progress(f"Several ComfyUI folders found:\n{listing}\n"
+                         f"--yes: taking the most recently used, {candidates[0]} (choose with --comfyui PATH).")
+            return candidates[0]
+        raise BadInput(f"Several ComfyUI folders were found and none was chosen:\n{listing}",
+                       "Choose one with --comfyui PATH, or pass --yes to take the most recently used.")
+    ctx.progress(f"Several ComfyUI folders found:\n{listing}")
+    while True:
+        answer = ctx.ask(f"Install into which one? [1-{len(candidates)}, default 1]: ", "1").strip() or "1"
+        if answer.isdigit() and 1 <= int(answer) <= len(candidates):
+            return candidates[int(answer) - 1]
+
+
+# -- its Python --------------------------------------------------------------------
+
+
+def _venv_python(venv: Path) -> Path | None:
+    for rel in ("bin/python3", "bin/python", "Scripts/python.exe"):
+        if (venv / rel).exists():
+            return venv / rel
+    return None
+
+
+def find_python(install: ComfyInstall, config=None, *, explicit_python: str | None = None) -> tuple[Path | None, str]:
+    """ComfyUI's interpreter and where it came from (search order in the module docstring)."""
+    if explicit_python:
+        return Path(explicit_python).expanduser().absolute(), "--comfyui-python"
+    embedded = install.path.parent / "python_embeded"
+    for name in ("python.exe", "python"):
+        if (embedded / name).exists():
+            return embedded / name, "portable python_embeded"
+    for name in (".venv", "venv"):
+        py = _venv_python(install.path / name)
+        if py is not None:
+            return py, f"{name} inside ComfyUI"
+    named = config_value(config, "comfyui_python")
+    if named:
+        return Path(named).expanduser().absolute(), "config comfyui_python"
+    return None, ""
+
+
+def config_value(config, key: str):
+    """A key of h3kit's config that the planner's Config does not model (it leaves unknown keys alone)."""
+    if config is None:
+        return None
+    if getattr(config, key, None):
+        return getattr(config, key)
+    raw = getattr(config, "raw", None)
+    if not raw:
+        return None
+    try:
+        import yaml
+
+        doc = yaml.safe_load(Path(raw).read_text(encoding="utf-8"))
+    except (OSError, ValueError, ImportError, yaml.YAMLError):
+        return None
+    return doc.get(key) if isinstance(doc, dict) else None
+
+
+def require_python(install: ComfyInstall) -> Path:
+    if install.python is None:
+        raise NotReady(f"h3kit could not tell which Python runs the ComfyUI in {install.path}.",
+                       "Name it with --comfyui-python PATH (or comfyui_python in the config).")
+    return install.python
+
+
+def comfy_env(install: ComfyInstall) -> dict:
+    """Environment for running ComfyUI's Python: ours minus anything that would leak h3kit's venv into it."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    env["PYTHONIOENCODING"] = "utf-8"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # keep __pycache__ out of ComfyUI's tree
+    return env
+
+
+def run_python(install: ComfyInstall, argv: list[str], timeout: float) -> subproc.ToolResult:
+    return subproc.run([str(require_python(install)), *argv], timeout=timeout, cwd=install.path, env=comfy_env(install))
+
+
+# -- what that Python holds ------------------------------------------------------------
+
+
+def parse_version_file(text: str) -> str | None:
+    m = re.search(r"""__version__\s*=\s*["']([^"']+)["']""", text)
+    return m.group(1) if m else None
+
+
+def comfyui_version(path: Path) -> str | None:
+    try:
+        return parse_version_file((path / "comfyui_version.py").read_text(encoding="utf-8"))
+    except OSError:
+        return None
+
+
+def torch_build(info: dict) -> str | None:
+    """cuda | rocm | mps | xpu | cpu from the inspect fields (None when torch is absent)."""
+    if not info.get("torch"):
+        return None
+    if info.get("torch_hip"):
+        return "rocm"
+    if info.get("torch_cuda"):
+        return "cuda"
+    if info.get("mps_built") and info.get("system") == "darwin":
+        return "mps"
+    if info.get("xpu_available") or "+xpu" in str(info.get("torch")):
+        return "xpu"
+    return "cpu"
+
+
+def marked_json(text: str, marker: str) -> dict | None:
+    """The JSON object on the last line starting with `marker` + space.
+
+    The small scripts h3kit runs in ComfyUI's Python print their result that
+    way, because site hooks and custom nodes may print anything else around it.
+    """
+    prefix = marker + " "
+    for line in reversed(text.splitlines()):
+        if line.startswith(prefix):
+            try:
+                value = json.loads(line[len(prefix):])
+            except ValueError:
+                return None
+            return value if isinstance(value, dict) else None
+    return None
+
+
+def parse_inspect_output(text: str) -> dict | None:
+    """The JSON line INSPECT_SCRIPT prints, with the torch build worked out."""
+    info = marked_json(text, "H3KIT-INSPECT")
+    if info is not None:
+        info["torch_build"] = torch_build(info)
+    return info
+
+
+def inspect(install: ComfyInstall, timeout: float = INSPECT_TIMEOUT) -> dict:
+    """Python, ComfyUI and torch versions of `install`; NotReady when its Python does not start."""
+    result = run_python(install, ["-c", INSPECT_SCRIPT], timeout)
+    info = parse_inspect_output(result.stdout)
+    if info is None:
+        why = {"timeout": f"it gave no answer within {timeout:g} s", "missing": result.detail}.get(
+            result.status, result.detail or "it printed nothing h3kit could read")
+        raise NotReady(f"ComfyUI's Python {install.python} does not start ({why}).",
+                       "Check that ComfyUI itself starts, or name the right interpreter with --comfyui-python PATH.")
+    info["comfyui_version"] = comfyui_version(install.path)
+    info["comfyui_path"] = str(install.path)
+    return info
+
+
+# -- does torch fit the hardware? ------------------------------------------------------
+# The basic checks; h3kit.plan.torch_build.doctor_findings (#9) supersedes them when present.
+
+
+def _version_tuple(text: str | None) -> tuple[int, ...] | None:
+    m = re.match(r"(\d+)\.(\d+)", str(text or ""))
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def _finding(check: str, status: str, message: str, fix: str | None = None) -> dict:
+    return {"check": check, "status": status, "message": message, "fix": fix}
+
+
+def torch_fit_findings(fingerprint: dict | None, info: dict) -> list[dict]:
+    """Loud findings when ComfyUI's torch build cannot use this machine's hardware."""
+    fp = fingerprint or {}
+    gpus = fp.get("gpus") or []
+    py = info.get("python") or "python"
+    build = info.get("torch_build")
+    out: list[dict] = []
+    if info.get("torch") is None:
+        return [_finding("torch.present", "fail", f"ComfyUI's Python cannot import torch ({info.get('torch_error', 'not installed')}).",
+                         f'"{py}" -m pip install torch torchvision torchaudio')]
+    nvidia = [g for g in gpus if g.get("vendor") == "nvidia"]
+    apple = [g for g in gpus if g.get("vendor") == "apple"]
+    if nvidia and build == "cpu":
+        driver = _version_tuple(nvidia[0].get("cuda_driver_version"))
+        tag = f"cu{driver[0]}{driver[1]}" if driver else "cu128"
+        out.append(_finding("torch.build", "fail",
+                            f"ComfyUI runs a CPU-only torch ({info['torch']}) on a machine with an NVIDIA {nvidia[0].get('name', 'GPU')}: "
+                            "everything would run on the CPU.",
+                            f'"{py}" -m pip install --force-reinstall torch torchvision torchaudio '
+                            f"--index-url https://download.pytorch.org/whl/{tag}"))
+    if nvidia and build == "cuda":
+        built, driver = _version_tuple(info.get("torch_cuda")), _version_tuple(nvidia[0].get("cuda_driver_version"))
+        if built and driver and built > driver:
+            out.append(_finding("torch.cuda", "fail",
+                                f"ComfyUI's torch is built for CUDA {info['torch_cuda']} but the NVIDIA driver supports only CUDA "
+                                f"{nvidia[0]['cuda_driver_version']}.",
+                                f"Update the NVIDIA driver, or: \"{py}\" -m pip install --force-reinstall torch torchvision torchaudio "
+                                f"--index-url https://download.pytorch.org/whl/cu{driver[0]}{driver[1]}"))
+    if fp.get("rosetta") or (apple and info.get("system") == "darwin" and info.get("machine") == "x86_64"):
+        out.append(_finding("python.arch", "fail",
+                            "ComfyUI's Python is an x86_64 build running under Rosetta on Apple Silicon: no MPS, slow CPU code.",
+                            "Install an arm64 Python (python.org universal2 or `brew install python` on arm64), recreate ComfyUI's venv, "
+                            "reinstall its requirements."))
+    elif apple and build == "cpu":
+        out.append(_finding("torch.build", "fail",
+                            f"ComfyUI's torch {info['torch']} was built without MPS on an Apple GPU machine.",
+                            f'"{py}" -m pip install --force-reinstall torch torchvision torchaudio'))
+    if not out:
+        out.append(_finding("torch.build", "ok", f"torch {info['torch']} ({build}) fits this machine."))
+    return out

@@ -1,0 +1,186 @@
+"""The install record: every file and folder h3kit creates, with its hash.
+
+In the manner of pypa/installer: every write goes through one function that
+returns what was written (path, sha256, size); the record is saved last.
+Uninstall replays the record and removes only entries whose content still
+matches (a file the user changed is moved to a backup, never deleted).
+
+One manifest per target (a ComfyUI folder), stored as JSON under the state
+dir: `state/manifests/<slug>.json`. Schema `h3kit.manifest/1`:
+
+    {"schema": "h3kit.manifest/1", "target": "<abs path>", "created": iso,
+     "updated": iso, "h3kit_version": "...",
+     "entries": [{"path": "<abs>", "kind": "file"|"dir"|"link",
+                  "sha256": hex|null, "bytes": int|null, "role": "node-pack"|...,
+                  "created": iso}],
+     "extra": {...}}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from h3kit import __version__
+from h3kit.core.errors import BadInput
+
+SCHEMA = "h3kit.manifest/1"
+CHUNK = 1 << 20
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            block = f.read(CHUNK)
+            if not block:
+                break
+            h.update(block)
+    return h.hexdigest()
+
+
+def slug_for(target: Path) -> str:
+    """A stable file name for a target path (readable prefix + short hash)."""
+    text = str(Path(target).absolute())
+    tail = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(text).name)[:40] or "root"
+    return f"{tail}-{hashlib.sha256(text.encode('utf-8')).hexdigest()[:12]}"
+
+
+@dataclass
+class Entry:
+    path: str
+    kind: str  # file | dir | link
+    sha256: str | None = None
+    bytes: int | None = None
+    role: str = ""
+    created: str = field(default_factory=now_iso)
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Manifest:
+    target: str
+    entries: list[Entry] = field(default_factory=list)
+    extra: dict = field(default_factory=dict)
+    created: str = field(default_factory=now_iso)
+    updated: str = field(default_factory=now_iso)
+    path: Path | None = None  # where it is stored
+
+    # -- recording ---------------------------------------------------------
+    def find(self, path: str | os.PathLike) -> Entry | None:
+        key = str(Path(path).absolute())
+        for e in self.entries:
+            if e.path == key:
+                return e
+        return None
+
+    def record_file(self, path: str | os.PathLike, role: str = "") -> Entry:
+        p = Path(path).absolute()
+        entry = Entry(str(p), "file", sha256_file(p), p.stat().st_size, role)
+        self._put(entry)
+        return entry
+
+    def record_dir(self, path: str | os.PathLike, role: str = "") -> Entry:
+        entry = Entry(str(Path(path).absolute()), "dir", role=role)
+        self._put(entry)
+        return entry
+
+    def record_link(self, path: str | os.PathLike, role: str = "") -> Entry:
+        p = Path(path).absolute()
+        entry = Entry(str(p), "link", sha256=hashlib.sha256(os.readlink(p).encode()).hexdigest(), role=role)
+        self._put(entry)
+        return entry
+
+    def forget(self, path: str | os.PathLike) -> None:
+        key = str(Path(path).absolute())
+        self.entries = [e for e in self.entries if e.path != key]
+
+    def _put(self, entry: Entry) -> None:
+        old = self.find(entry.path)
+        if old is not None:
+            entry.created = old.created
+            self.entries[self.entries.index(old)] = entry
+        else:
+            self.entries.append(entry)
+
+    def by_role(self, role: str) -> list[Entry]:
+        return [e for e in self.entries if e.role == role]
+
+    def still_ours(self, entry: Entry) -> bool:
+        """True when the thing at entry.path is still exactly what we wrote."""
+        p = Path(entry.path)
+        if entry.kind == "link":
+            return p.is_symlink() and hashlib.sha256(os.readlink(p).encode()).hexdigest() == entry.sha256
+        if p.is_symlink():
+            return False  # we never follow a link to decide a file is ours
+        if entry.kind == "dir":
+            return p.is_dir()
+        return p.is_file() and p.stat().st_size == entry.bytes and sha256_file(p) == entry.sha256
+
+    # -- persistence -------------------------------------------------------
+    def to_json(self) -> dict:
+        return {
+            "schema": SCHEMA,
+            "target": self.target,
+            "created": self.created,
+            "updated": self.updated,
+            "h3kit_version": __version__,
+            "entries": [e.to_json() for e in self.entries],
+            "extra": self.extra,
+        }
+
+    def save(self, path: str | os.PathLike | None = None) -> Path:
+        dest = Path(path) if path is not None else self.path
+        if dest is None:
+            raise ValueError("manifest has no storage path")
+        self.updated = now_iso()
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".manifest-", dir=dest.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(self.to_json(), f, indent=2, ensure_ascii=False)
+            f.write("\n")
+        os.replace(tmp, dest)
+        self.path = dest
+        return dest
+
+
+def manifest_path(state_dir: Path, target: str | os.PathLike) -> Path:
+    return Path(state_dir) / "manifests" / f"{slug_for(Path(target))}.json"
+
+
+def load(path: str | os.PathLike) -> Manifest:
+    """Read a manifest; a corrupt one is BadInput (uninstall must not guess)."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+        if data.get("schema") != SCHEMA:
+            raise ValueError(f"schema is {data.get('schema')!r}, expected {SCHEMA!r}")
+        entries = [Entry(**e) for e in data["entries"]]
+        return Manifest(data["target"], entries, data.get("extra", {}), data.get("created", now_iso()),
+                        data.get("updated", now_iso()), p)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise BadInput(
+            f"The install record {p} is unreadable or corrupt ({exc}).",
+            "Run the same command with --dry-run to see what h3kit would remove, or restore the file from a backup.",
+        ) from exc
+
+
+def load_or_new(state_dir: Path, target: str | os.PathLike) -> Manifest:
+    path = manifest_path(state_dir, target)
+    if path.exists():
+        return load(path)
+    m = Manifest(str(Path(target).absolute()))
+    m.path = path
+    return m

@@ -1,0 +1,180 @@
+"""Remove exactly what the install record lists, nothing else.
+
+Rules, in the order they are applied:
+
+- Only entries under the ComfyUI folder (or the portable build's launcher
+  folder one level up) are touched; models and a ComfyUI h3kit set up are
+  never removed here (`h3kit models remove` does models).
+- A file or link whose hash still matches the record is removed. One the user
+  changed is moved to a backup folder under the state dir and reported.
+- A folder we created is removed once empty; things the user added inside it
+  are moved to the backup, except Python's own `__pycache__` byte code.
+- Links are never followed: a link is removed or moved as a link.
+- No record, or a corrupt one: refuse (exit 2); `--dry-run` shows what a
+  guess would remove, without removing anything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from h3kit.comfy import manifest as mf
+from h3kit.comfy.locate import NODE_DIR_NAME, ComfyInstall
+from h3kit.comfy.deploy import backup_root, clean_staging, move_to_backup
+
+KEEP_ROLES = {"model": "downloaded model weights are kept (remove them with 'h3kit models remove')",
+              "comfyui": "the ComfyUI h3kit set up is kept (delete the folder yourself if you no longer want it)"}
+LAUNCHER_NAMES = ("run_h3kit.sh", "run_h3kit.bat")
+BOOTSTRAP_RECORD = "bootstrap-record.json"  # written by scripts/bootstrap.py when it puts h3kit on the PATH
+
+
+@dataclass
+class Removal:
+    removed: list[str] = field(default_factory=list)
+    backed_up: list[dict] = field(default_factory=list)  # {"path", "backup"}
+    kept: list[dict] = field(default_factory=list)  # {"path", "why"}
+    missing: list[str] = field(default_factory=list)
+    staging_cleaned: list[str] = field(default_factory=list)
+    backup_dir: str | None = None
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _allowed_roots(install: ComfyInstall) -> list[Path]:
+    roots = [install.path]
+    if install.launcher_dir is not None and install.launcher_dir != install.path:
+        roots.append(install.launcher_dir)
+    return roots
+
+
+def _inside(path: Path, roots: list[Path]) -> bool:
+    return any(path == r or r in path.parents for r in roots)
+
+
+def _is_runtime_bytecode(path: Path) -> bool:
+    """Python's __pycache__ folder holding only .pyc files: regenerated, nobody's data."""
+    if path.name != "__pycache__" or path.is_symlink() or not path.is_dir():
+        return False
+    return all(p.suffix == ".pyc" and p.is_file() and not p.is_symlink() for p in path.iterdir())
+
+
+def remove(record: mf.Manifest, install: ComfyInstall, state_dir: Path, *, dry_run: bool) -> Removal:
+    """Replay the record backwards (deepest first). With dry_run nothing changes."""
+    out = Removal()
+    if not dry_run:
+        out.staging_cleaned = clean_staging(install)
+    roots = _allowed_roots(install)
+    backups = backup_root(state_dir, install.path)
+    base = install.path.parent if install.launcher_dir == install.path.parent else install.path
+
+    def backup(path: Path) -> None:
+        dest = backups / path.relative_to(base) if _inside(path, [base]) else backups / path.name
+        if not dry_run:
+            dest = move_to_backup(path, base, backups)
+            out.backup_dir = str(backups)
+        out.backed_up.append({"path": str(path), "backup": str(dest)})
+
+    entries = sorted(record.entries, key=lambda e: len(Path(e.path).parts), reverse=True)
+    recorded = {e.path for e in record.entries}
+    for entry in entries:
+        path = Path(entry.path)
+        if entry.role in KEEP_ROLES:
+            out.kept.append({"path": entry.path, "why": KEEP_ROLES[entry.role]})
+            continue
+        if not _inside(path, roots):
+            out.kept.append({"path": entry.path, "why": "outside the ComfyUI folder: h3kit never removes it"})
+            continue
+        if not path.exists() and not path.is_symlink():
+            out.missing.append(entry.path)
+            continue
+        if entry.kind == "dir" and not path.is_symlink():
+            _empty_dir(path, recorded, dry_run, out, backup)
+            if not dry_run:
+                try:
+                    path.rmdir()
+                except OSError:
+                    out.kept.append({"path": entry.path, "why": "not empty"})
+                    continue
+            out.removed.append(entry.path)
+        elif record.still_ours(entry):
+            if not dry_run:
+                path.unlink()
+            out.removed.append(entry.path)
+        else:
+            backup(path)  # changed by the user, or replaced by a link: theirs now
+    return out
+
+
+def _empty_dir(path: Path, recorded: set[str], dry_run: bool, out: Removal, backup) -> None:
+    """Clear what is left in one of our folders after our files went: runtime byte code, user additions."""
+    try:
+        children = sorted(path.iterdir())
+    except OSError:
+        return
+    for child in children:
+        if str(child.absolute()) in recorded:
+            continue  # its own entry decides (removed already, or kept and reported)
+        if _is_runtime_bytecode(child):
+            if not dry_run:
+                shutil.rmtree(child)
+            out.removed.append(str(child))
+        else:
+            backup(child)
+
+
+def guess(install: ComfyInstall) -> list[str]:
+    """Without a usable record: what an uninstall would be about (shown by --dry-run only)."""
+    found = []
+    for p in [install.custom_nodes / NODE_DIR_NAME] + [d / n for d in _allowed_roots(install) for n in LAUNCHER_NAMES]:
+        if p.exists() or p.is_symlink():
+            found.append(str(p))
+    return found
+
+
+def purge_targets(locations) -> list[Path]:
+    """What --purge removes besides the install: h3kit's config, cache, reports and private venv (never backups or logs),
+    and the `h3kit` PATH launcher the bootstrap wrote, while its content is still what the bootstrap recorded."""
+    own = [locations.config_file, locations.cache_dir, locations.reports_dir, locations.venv_dir]
+    return [p for p in own + path_launchers(locations.state_dir) if p.exists() or p.is_symlink()]
+
+
+def path_launchers(state_dir: Path) -> list[Path]:
+    """The bootstrap's PATH launchers that are still exactly as written (scripts/bootstrap.py records them)."""
+    record = Path(state_dir) / BOOTSTRAP_RECORD
+    try:
+        entries = json.loads(record.read_text(encoding="utf-8")).get("path_launchers", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    found = []
+    for entry in entries:
+        path = Path(entry.get("path", ""))
+        if path.is_file() and not path.is_symlink() and mf.sha256_file(path) == entry.get("sha256"):
+            found.append(path)
+    return found + [record]
+
+
+def purge(locations, dry_run: bool) -> list[str]:
+    done = []
+    for p in purge_targets(locations):
+        if not dry_run:
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
+        done.append(str(p))
+    return done
+
+
+def forget_record(record: mf.Manifest, result: Removal) -> None:
+    """Drop the record once everything in it is handled; keep it listing only what was kept."""
+    kept = {k["path"] for k in result.kept}
+    record.entries = [e for e in record.entries if e.path in kept]
+    if record.entries:
+        record.save()
+    elif record.path is not None and record.path.exists():
+        os.unlink(record.path)

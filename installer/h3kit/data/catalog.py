@@ -1,0 +1,398 @@
+"""The model catalog (profiles/models/*.yaml) and the named profiles (profiles/*.yaml).
+
+Both are data: every model size, block count, format rule and measured point
+lives in the YAML with its source, and every profile's match rules and
+settings live in its own file. This module reads them, checks them (errors
+name file:line and key) and answers two questions the planner asks: which
+weight variants exist, and can this machine run a given format.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from h3kit.core.errors import BadInput
+from h3kit.core.paths import asset_dir
+from h3kit.data.yamlio import Problems, YamlDoc, is_one_of, load_yaml, parse_size
+from h3kit.data import settings as validate_settings
+
+CATALOG_SCHEMA = "h3kit.catalog/1"
+PROFILE_SCHEMA = "h3kit.profile/1"
+BACKENDS = ("cuda", "rocm", "xpu", "mps", "directml", "cpu")
+# How sure it is that ComfyUI loads a file (file.comfyui_loads), and the planner's preference tier for it.
+LOAD_TIERS = {"stock": 0, "with_loader_pack": 0, "unknown": 1, "reported_broken": 2}
+REQUIREMENT_KEYS = ("backends", "not_backends", "min_compute_capability", "min_cuda_driver", "compute_capability_major",
+                    "loader_pack")
+
+
+@dataclass(frozen=True)
+class Weight:
+    """One weight file variant; `file` is the slot issue #8 fills with name/urls/sha256."""
+
+    id: str
+    part: str  # dit | text_encoder | vae | audio_vae
+    format: str
+    bytes: int
+    quality: int
+    variant: str | None = None  # full | pruned (DiT only)
+    file: dict = field(default_factory=dict)
+
+    @property
+    def comfyui_loads(self) -> str:
+        """stock | with_loader_pack | unknown | reported_broken: does ComfyUI load this file (file.comfyui_loads)."""
+        return self.file.get("comfyui_loads") or "unknown"
+
+    @property
+    def load_tier(self) -> int:
+        """0 loads (stock or with its pack), 1 unknown, 2 reported broken: the planner tries lower tiers first."""
+        return LOAD_TIERS[self.comfyui_loads]
+
+    @property
+    def load_report(self) -> str:
+        """The load problem or uncertainty in words, with where it was reported."""
+        note = self.file.get("comfyui_compat") or self.file.get("unverified") or ""
+        src = self.file.get("comfyui_loads_source")
+        return f"{note}; see {src}" if note and src else note or (f"see {src}" if src else "")
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the format rules look at, read once from a fingerprint."""
+
+    backend: str  # cuda | rocm | xpu | mps | directml | cpu
+    compute_capability: tuple | None
+    cuda_driver: tuple | None
+
+    @classmethod
+    def from_fingerprint(cls, fp: dict) -> "Machine":
+        gpus = fp.get("gpus") or []
+        gpu = max(gpus, key=lambda g: g.get("memory_total_bytes") or 0) if gpus else None
+        if gpu is None or not gpu.get("backend"):
+            return cls("cpu", None, None)
+        return cls(gpu["backend"], _version(gpu.get("compute_capability")), _version(gpu.get("cuda_driver_version")))
+
+
+def _version(text: Any) -> tuple | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        return tuple(int(p) for p in text.split(".")[:2])
+    except ValueError:
+        return None
+
+
+@dataclass
+class Catalog:
+    doc: YamlDoc
+    formats: dict
+    dit: list[Weight]
+    text_encoder: list[Weight]
+    vae: list[Weight]
+    audio_vae: list[Weight]
+
+    @property
+    def data(self) -> dict:
+        return self.doc.data
+
+    def size(self, *keys: str) -> int:
+        """A size from the catalog (e.g. size('memory', 'activation_fixed')) in bytes."""
+        node: Any = self.data
+        for k in keys:
+            node = node[k]
+        return parse_size(node)
+
+    @property
+    def blocks(self) -> int:
+        return self.data["architecture"]["blocks"]
+
+    def block_bytes(self, weight: Weight) -> int:
+        return -(-weight.bytes // self.blocks)
+
+    def weight(self, weight_id: str) -> Weight | None:
+        for w in self.dit + self.text_encoder + self.vae + self.audio_vae:
+            if w.id == weight_id:
+                return w
+        return None
+
+    def runnable(self, fmt: str, machine: Machine) -> tuple[bool, str]:
+        """Can `machine` run weights in `fmt`? (answer, the reason in words)."""
+        req = self.formats[fmt].get("requires") or {}
+        if "backends" in req and machine.backend not in req["backends"]:
+            return False, f"{fmt} needs a {'/'.join(req['backends'])} GPU, this machine runs {machine.backend}"
+        if machine.backend in req.get("not_backends", []):
+            return False, f"{fmt} is not planned on {machine.backend} ({self.formats[fmt].get('note', 'known to fail there')})"
+        if "min_compute_capability" in req:
+            need = _version(str(req["min_compute_capability"]))
+            if machine.compute_capability is None or machine.compute_capability < need:
+                have = ".".join(map(str, machine.compute_capability)) if machine.compute_capability else "unknown"
+                return False, f"{fmt} needs compute capability >= {req['min_compute_capability']} (this GPU: {have})"
+        majors = req.get("compute_capability_major")
+        if majors and (machine.compute_capability is None or machine.compute_capability[0] not in majors):
+            listed = " or ".join(f"{m}.x" for m in majors)
+            return False, f"{fmt} runs only on GPUs with compute capability {listed} ({self.formats[fmt].get('note', '')})"
+        if "min_cuda_driver" in req:
+            need = _version(str(req["min_cuda_driver"]))
+            if machine.cuda_driver is None or machine.cuda_driver < need:
+                have = ".".join(map(str, machine.cuda_driver)) if machine.cuda_driver else "unknown"
+                return False, (f"{fmt} needs a PyTorch cu130 build, which needs a driver reporting CUDA >= "
+                               f"{req['min_cuda_driver']} (this driver: {have})")
+        return True, ""
+
+
+def _weights(doc: YamlDoc, problems: Problems, key: str, part: str, formats: dict) -> list[Weight]:
+    items = doc.data.get(key)
+    if not isinstance(items, list) or not items:
+        problems.add((key,), "must be a non-empty list of weight variants")
+        return []
+    out: list[Weight] = []
+    seen: set = set()
+    for i, item in enumerate(items):
+        kp = (key, i)
+        if not isinstance(item, dict):
+            problems.add(kp, "must be a mapping with id, format, size and file")
+            continue
+        for required in ("id", "format", "size", "file"):
+            if required not in item:
+                problems.add(kp, f"is missing '{required}'")
+        wid, fmt, size = item.get("id"), item.get("format"), parse_size(item.get("size"))
+        if not isinstance(wid, str) or wid in seen:
+            problems.add(kp + ("id",), f"must be a unique string id, not {wid!r}")
+        seen.add(wid)
+        if fmt not in formats:
+            problems.add(kp + ("format",), f"is {fmt!r}; allowed: the formats listed under 'formats' ({', '.join(formats)})")
+            continue
+        if size is None or size == 0:
+            problems.add(kp + ("size",), f"is {item.get('size')!r}; allowed: a size like \"40.23 GB\" or \"25.28 GiB\"")
+            continue
+        if not isinstance(item.get("file", {}), dict):
+            problems.add(kp + ("file",), "must be a mapping (folder, loader; name/urls/sha256 added by issue #8)")
+            continue
+        if part == "dit" and item.get("variant") not in ("full", "pruned"):
+            problems.add(kp + ("variant",), f"is {item.get('variant')!r}; allowed: full, pruned")
+        _check_loads(doc, problems, kp + ("file",), item.get("file") or {})
+        out.append(Weight(wid, part, fmt, size, int(formats[fmt].get("quality", 0)), item.get("variant"), dict(item.get("file") or {})))
+    return out
+
+
+def _check_loads(doc: YamlDoc, problems: Problems, kp: tuple, f: dict) -> None:
+    """file.comfyui_loads is one of LOAD_TIERS and agrees with loader_pack, comfyui_compat and its source."""
+    loads = f.get("comfyui_loads")
+    where = kp + ("comfyui_loads",)
+    if loads not in LOAD_TIERS:
+        hint = " (YAML reads yes/no as true/false)" if isinstance(loads, bool) else ""
+        problems.add(where, f"is {loads!r}{hint}; allowed: {', '.join(LOAD_TIERS)} (does ComfyUI load this file?)")
+        return
+    packs = doc.data.get("loader_packs") or {}
+    pack = f.get("loader_pack")
+    if loads == "stock" and pack:
+        problems.add(where, f"is 'stock' (ComfyUI's own loader) but loader_pack is {pack!r}; use with_loader_pack")
+    if loads == "with_loader_pack" and pack not in packs:
+        problems.add(where, f"is 'with_loader_pack' but loader_pack is {pack!r}; allowed: one of loader_packs "
+                            f"({', '.join(packs) or 'none listed'})")
+    if loads in ("with_loader_pack", "reported_broken") and not isinstance(f.get("comfyui_loads_source"), str):
+        problems.add(where, f"is {loads!r} but comfyui_loads_source is missing; name where it was reported (a URL)")
+    if loads == "reported_broken" and not isinstance(f.get("comfyui_compat"), str):
+        problems.add(where, "is 'reported_broken' but comfyui_compat is missing; say how loading fails")
+    if loads == "unknown" and not (isinstance(f.get("comfyui_compat"), str) or isinstance(f.get("unverified"), str)):
+        problems.add(where, "is 'unknown' but neither comfyui_compat nor unverified says why")
+
+
+def _begin(doc: YamlDoc, schema: str, layout: str, fix: str) -> tuple[Problems, dict]:
+    """A collector for `doc`, stopping at once when the file is not a mapping; the schema key checked."""
+    problems = Problems(doc)
+    if not isinstance(doc.data, dict):
+        problems.add((), f"must be a mapping ({layout})")
+        problems.raise_if_any(fix)
+    if doc.data.get("schema") != schema:
+        problems.add(("schema",), f"is {doc.data.get('schema')!r}; allowed: {schema}")
+    return problems, doc.data
+
+
+def check_catalog(doc: YamlDoc) -> Catalog:
+    problems, data = _begin(doc, CATALOG_SCHEMA, "schema, model, architecture, formats, dit, ...",
+                            "Restore the file from h3kit's checkout.")
+    for section in ("model", "architecture", "canvas", "frames", "tokens", "memory", "comfyui", "formats", "limits"):
+        if not isinstance(data.get(section), dict):
+            problems.add((section,), "must be a mapping")
+    problems.raise_if_any("Restore the file from h3kit's checkout.")
+    formats = data["formats"]
+    for name, spec in formats.items():
+        if not isinstance(spec, dict) or not isinstance(spec.get("quality"), int):
+            problems.add(("formats", name), "must be a mapping with an integer 'quality'")
+            continue
+        for rk in spec.get("requires") or {}:
+            if rk not in REQUIREMENT_KEYS:
+                problems.add(("formats", name, "requires", rk), f"is not a known requirement; allowed: {', '.join(REQUIREMENT_KEYS)}")
+        for rk in ("backends", "not_backends"):
+            for j, b in enumerate((spec.get("requires") or {}).get(rk, [])):
+                if b not in BACKENDS:
+                    problems.add(("formats", name, "requires", rk, j), f"is {b!r}; allowed: {', '.join(BACKENDS)}")
+    blocks = data["architecture"].get("blocks")
+    if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks <= 0:
+        problems.add(("architecture", "blocks"), f"is {blocks!r}; allowed: a whole number > 0")
+    for k in ("activation_fixed", "text_encoder_activation", "comfyui_process_ram", "gpu_resident_overhead"):
+        if parse_size(data["memory"].get(k)) is None:
+            problems.add(("memory", k), "must be a size like \"0.5 GB\"")
+    for k in ("activation_bytes_per_token", "vae_decode_bytes_per_voxel", "decoded_video_bytes_per_pixel_frame"):
+        if parse_size(data["memory"].get(k)) is None:
+            problems.add(("memory", k), "must be a whole number of bytes")
+    ladder = data["canvas"].get("ladder")
+    if not isinstance(ladder, list) or not all(isinstance(c, list) and len(c) == 2 for c in ladder):
+        problems.add(("canvas", "ladder"), "must be a list of [width, height] pairs")
+    dit = _weights(doc, problems, "dit", "dit", formats)
+    te = _weights(doc, problems, "text_encoder", "text_encoder", formats)
+    vae = _weights(doc, problems, "vae", "vae", formats)
+    avae = _weights(doc, problems, "audio_vae", "audio_vae", formats)
+    problems.raise_if_any("Restore the file from h3kit's checkout, or correct the value named (see the comments at its top).")
+    return Catalog(doc, formats, dit, te, vae, avae)
+
+
+# Parsed files by (path, mtime, size): plans are made many times per process
+# (install, tests) but an edited file is always read again.
+_parsed: dict = {}
+
+
+def _stamp(paths: list[Path]) -> tuple:
+    return tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in paths)
+
+
+def load(models_dir: Path | None = None, model: str = "minimax-h3") -> Catalog:
+    """Read and check the catalog of `model` (profiles/models/<model>.yaml)."""
+    folder = models_dir or asset_dir("profiles") / "models"
+    path = folder / f"{model}.yaml"
+    if not path.is_file():
+        raise BadInput(f"The model catalog {path} does not exist.", "Reinstall h3kit; the catalog ships with it.")
+    key = ("catalog",) + _stamp([path])
+    if key not in _parsed:
+        _parsed[key] = check_catalog(load_yaml(path))
+    return _parsed[key]
+
+
+# --- profiles ----------------------------------------------------------------
+
+PROFILE_KEYS = ("schema", "name", "description", "match", "settings", "why", "notes")
+MATCH_KEYS = ("backend", "gpu_memory", "ram", "unified_memory", "gpu_count", "compute_capability")
+
+
+@dataclass
+class Profile:
+    name: str
+    description: str
+    match: dict
+    settings: dict
+    doc: YamlDoc
+    why: dict = field(default_factory=dict)  # settings key -> the reason (and source) for the profile's value
+
+    @property
+    def path(self) -> Path:
+        return self.doc.path
+
+
+def _range(doc: YamlDoc, problems: Problems, kp: tuple, value: Any) -> tuple | None:
+    if not isinstance(value, list) or len(value) != 2:
+        problems.add(kp, f"must be [MIN, MAX] sizes (MAX may be null), not {value!r}")
+        return None
+    lo = parse_size(value[0]) if value[0] is not None else 0
+    hi = parse_size(value[1]) if value[1] is not None else None
+    if lo is None or (value[1] is not None and hi is None) or (hi is not None and hi < lo):
+        problems.add(kp, f"is {value!r}; allowed: [MIN, MAX] with sizes like \"10 GiB\", MIN <= MAX, MAX may be null")
+        return None
+    return (lo, hi)
+
+
+def check_profile(doc: YamlDoc, catalog: Catalog) -> Profile:
+    problems, data = _begin(doc, PROFILE_SCHEMA, "schema, name, description, match and settings",
+                            "See the other files in profiles/ for the layout.")
+    name = data.get("name")
+    if name != doc.path.stem:
+        problems.add(("name",), f"is {name!r}; it must equal the file name without .yaml ({doc.path.stem!r})")
+    for key in data:
+        if key not in PROFILE_KEYS:
+            problems.add((key,), f"is not a profile key; allowed: {', '.join(PROFILE_KEYS)}")
+    match = data.get("match")
+    parsed: dict = {}
+    if not isinstance(match, dict):
+        problems.add(("match",), f"must be a mapping with some of {', '.join(MATCH_KEYS)}")
+    else:
+        for key, value in match.items():
+            kp = ("match", key)
+            if key == "backend":
+                values = value if isinstance(value, list) else [value]
+                for v in values:
+                    if (msg := is_one_of(BACKENDS)(v)):
+                        problems.add(kp, msg)
+                parsed[key] = values
+            elif key in ("gpu_memory", "ram"):
+                parsed[key] = _range(doc, problems, kp, value)
+            elif key == "unified_memory":
+                if not isinstance(value, bool):
+                    problems.add(kp, f"must be true or false, not {value!r}")
+                parsed[key] = value
+            elif key == "gpu_count":
+                if not isinstance(value, list) or len(value) != 2 or not all(isinstance(x, int) or x is None for x in value):
+                    problems.add(kp, f"must be [MIN, MAX] whole numbers (MAX may be null), not {value!r}")
+                parsed[key] = value
+            elif key == "compute_capability":
+                if not isinstance(value, list) or len(value) != 2 or not all(isinstance(x, str) or x is None for x in value):
+                    problems.add(kp, f"must be [\"MIN\", \"MAX\"] version strings like \"8.9\" (null for open), not {value!r}")
+                parsed[key] = value
+            else:
+                problems.add(kp, f"is not a match key; allowed: {', '.join(MATCH_KEYS)}")
+    settings = data.get("settings")
+    if not isinstance(settings, dict):
+        problems.add(("settings",), "must be a mapping of settings")
+        settings = {}
+    validate_settings.check(settings, ("settings",), problems, catalog, complete=True, source="profile")
+    why = data.get("why") or {}
+    if not isinstance(why, dict):
+        problems.add(("why",), "must be a mapping of settings key: the reason for the profile's value (with its source)")
+        why = {}
+    for key, text in why.items():
+        if key not in settings:
+            problems.add(("why", key), f"explains a setting this profile does not set; allowed: {', '.join(settings)}")
+        elif not isinstance(text, str) or not text.strip():
+            problems.add(("why", key), "must be a sentence giving the reason and its source")
+    problems.raise_if_any("Correct the value named; the allowed values are listed in the message.")
+    return Profile(name, str(data.get("description", "")), parsed, settings, doc, dict(why))
+
+
+def load_profiles(catalog: Catalog, folder: Path | None = None) -> dict[str, Profile]:
+    """All named profiles, by name (sorted)."""
+    folder = folder or asset_dir("profiles")
+    paths = [p for p in sorted(folder.glob("*.yaml")) if p.name != "torch_builds.yaml"]  # #9's data, not a profile
+    key = ("profiles", id(catalog)) + _stamp(paths)
+    if key not in _parsed:
+        out: dict[str, Profile] = {}
+        for path in paths:
+            profile = check_profile(load_yaml(path), catalog)
+            out[profile.name] = profile
+        _parsed[key] = out
+    return dict(_parsed[key])
+
+
+def matches(profile: Profile, fp: dict, machine: Machine) -> tuple[bool, str]:
+    """Does the profile's `match` block accept this machine? (answer, reason when not)."""
+    m = profile.match
+    gpus = [g for g in fp.get("gpus") or [] if g.get("backend")]
+    gpu_mem = max((g.get("memory_total_bytes") or 0 for g in gpus), default=0)
+    ram = fp["memory"]["total_bytes"]
+    if "backend" in m and machine.backend not in m["backend"]:
+        return False, f"backend {machine.backend} is not {'/'.join(m['backend'])}"
+    for key, have in (("gpu_memory", gpu_mem), ("ram", ram)):
+        rng = m.get(key)
+        if rng and (have < rng[0] or (rng[1] is not None and have > rng[1])):
+            return False, f"{key.replace('_', ' ')} {have / 2**30:.1f} GiB is outside the profile's range"
+    if "unified_memory" in m and bool(gpus and gpus[0].get("unified_memory")) != m["unified_memory"]:
+        return False, "unified memory differs"
+    if "gpu_count" in m:
+        lo, hi = m["gpu_count"]
+        if len(gpus) < (lo or 0) or (hi is not None and len(gpus) > hi):
+            return False, f"{len(gpus)} GPUs is outside the profile's range"
+    if "compute_capability" in m:
+        lo, hi = (_version(v) if v else None for v in m["compute_capability"])
+        cc = machine.compute_capability
+        if cc is None or (lo and cc < lo) or (hi and cc > hi):
+            return False, "compute capability is outside the profile's range"
+    return True, ""

@@ -1,0 +1,131 @@
+"""The settings keys a profile, `calibrated:` or `overrides:` may set, and their checks.
+
+One table serves all three places, so an override is checked exactly like
+the profile value it replaces. Errors go into a `Problems` collector, which
+names file:line and key; whether a valid value *fits* the machine is the
+planner's question (a warning there, never an error here).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from h3kit.data.yamlio import Problems, is_int_range, is_one_of, is_size, is_str_list, is_str_map
+
+AUTO = "auto"
+
+# Keys every profile must set; the rest default to "auto" (the planner decides).
+PROFILE_REQUIRED = ("formats", "stream_from", "vae_tile_size", "vae_tile_overlap", "vae_temporal_tile",
+                    "max_canvas", "max_frames", "min_frames", "comfyui_args", "env", "os_ram_headroom")
+
+DESCRIPTIONS = {
+    "dit_weights": "catalog id of the DiT file, or auto",
+    "quantization": "DiT weight format (bf16, q8_0, int8_convrot, fp8_scaled, q6_k, ...), or auto",
+    "text_encoder_weights": "catalog id of the text encoder file, or auto",
+    "vae_weights": "catalog id of the video VAE file, or auto",
+    "shard_size_bytes": "DiT bytes moved per transfer (rounded down to whole blocks), or auto",
+    "preload_bytes": "DiT bytes kept resident / prefetched on the GPU, or auto",
+    "vae_tile_size": "VAE decode tile in pixels (multiple of 32)",
+    "vae_tile_overlap": "VAE tile overlap in pixels",
+    "vae_temporal_tile": "VAE decode tile in frames",
+    "max_canvas": "largest [width, height] the planner may choose",
+    "min_canvas": "smallest [width, height] worth planning",
+    "max_frames": "largest frame count (5 + 17n)",
+    "min_frames": "frame count a format must fit to be chosen (5 + 17n)",
+    "formats": "DiT formats this profile may choose from",
+    "stream_from": "where streamed DiT blocks wait: ram (offloaded copy) or disk (memory-mapped file)",
+    "max_shard_blocks": "most whole DiT blocks per transfer",
+    "comfyui_args": "ComfyUI launch flags (version-dependent; deploy keeps the accepted ones)",
+    "env": "environment variables for ComfyUI",
+    "os_ram_headroom": "RAM left to the operating system and other programs",
+}
+KEYS = tuple(DESCRIPTIONS)
+
+
+def _canvas_check(catalog, v: Any) -> str | None:
+    mult = catalog.data["canvas"]["multiple_of"]
+    max_w, max_h = catalog.data["canvas"]["max_area"]
+    if (not isinstance(v, list) or len(v) != 2
+            or not all(isinstance(x, int) and not isinstance(x, bool) for x in v)):
+        return f"must be [WIDTH, HEIGHT] whole numbers, not {v!r}"
+    w, h = v
+    if w < mult or h < mult or w % mult or h % mult or w * h > max_w * max_h:
+        return (f"is {v!r}; allowed: width and height multiples of {mult}, "
+                f"area at most {max_w}x{max_h} ({max_w * max_h} pixels)")
+    return None
+
+
+def _frames_check(catalog, v: Any) -> str | None:
+    rule = catalog.data["frames"]["rule"]
+    base, step = rule["base"], rule["step"]
+    top = max(catalog.data["frames"]["ladder"])
+    if isinstance(v, bool) or not isinstance(v, int) or v < base + step or v > top or (v - base) % step:
+        examples = ", ".join(str(base + step * n) for n in range(1, 5))
+        return f"is {v!r}; allowed: {base} + {step}n up to {top} ({examples}, ...)"
+    return None
+
+
+def _auto_or(inner):
+    def check(v: Any) -> str | None:
+        if v == AUTO:
+            return None
+        msg = inner(v)
+        return None if msg is None else msg + " (or auto)"
+    return check
+
+
+def _checks(catalog) -> dict:
+    dit_formats = sorted({w.format for w in catalog.dit})
+    limits = catalog.data["limits"]
+    return {
+        "dit_weights": _auto_or(is_one_of([w.id for w in catalog.dit])),
+        "quantization": _auto_or(is_one_of(dit_formats)),
+        "text_encoder_weights": _auto_or(is_one_of([w.id for w in catalog.text_encoder])),
+        "vae_weights": _auto_or(is_one_of([w.id for w in catalog.vae])),
+        "shard_size_bytes": _auto_or(is_size),
+        "preload_bytes": _auto_or(is_size),
+        "vae_tile_size": is_int_range(*limits["vae_tile_size"]),
+        "vae_tile_overlap": is_int_range(*limits["vae_tile_overlap"]),
+        "vae_temporal_tile": is_int_range(*limits["vae_temporal_tile"]),
+        "max_canvas": lambda v: _canvas_check(catalog, v),
+        "min_canvas": lambda v: _canvas_check(catalog, v),
+        "max_frames": lambda v: _frames_check(catalog, v),
+        "min_frames": lambda v: _frames_check(catalog, v),
+        "formats": lambda v: is_str_list(v) or next((f"contains {f!r}; allowed: {', '.join(dit_formats)}"
+                                                     for f in v if f not in dit_formats), None),
+        "stream_from": is_one_of(["ram", "disk"]),
+        "max_shard_blocks": is_int_range(1, catalog.blocks),
+        "comfyui_args": is_str_list,
+        "env": is_str_map,
+        "os_ram_headroom": is_size,
+    }
+
+
+def check(settings: Any, base: tuple, problems: Problems, catalog, *, complete: bool, source: str) -> None:
+    """Add a problem for every unknown key or bad value in `settings` (a mapping)."""
+    if settings is None:
+        return
+    if not isinstance(settings, dict):
+        problems.add(base, f"must be a mapping of settings (keys: {', '.join(KEYS)})")
+        return
+    checks = _checks(catalog)
+    for key, value in settings.items():
+        kp = base + (key,)
+        if key not in checks:
+            problems.add(kp, f"is not a settings key; allowed: {', '.join(KEYS)}")
+            continue
+        msg = checks[key](value)
+        if msg:
+            problems.add(kp, msg)
+    if complete:
+        for key in PROFILE_REQUIRED:
+            if key not in settings:
+                problems.add(base, f"is missing '{key}' ({DESCRIPTIONS[key]})")
+    tile, overlap = settings.get("vae_tile_size"), settings.get("vae_tile_overlap")
+    if isinstance(tile, int) and isinstance(overlap, int) and not isinstance(overlap, bool) and overlap * 2 >= tile:
+        problems.add(base + ("vae_tile_overlap",), f"is {overlap}; allowed: less than half of vae_tile_size ({tile})")
+    if source == "profile":
+        avoid = catalog.data.get("comfyui_avoid_args", [])
+        for i, arg in enumerate(settings.get("comfyui_args") or []):
+            if arg in avoid:
+                problems.add(base + ("comfyui_args", i), f"is {arg!r}, which harms H3; not allowed: {', '.join(avoid)}")

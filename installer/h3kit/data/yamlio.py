@@ -1,0 +1,176 @@
+"""Reading h3kit's YAML files with line numbers, and checking their values.
+
+Profiles, the model catalog and the user's config.yaml are all YAML that a
+person edits by hand. A mistake must come back as one sentence naming the
+file, the line, the key, and what is allowed -- so files are composed into
+nodes first (yaml.compose keeps each node's position) and every key path is
+mapped to its line before the plain data is built.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from h3kit.core.errors import BadInput
+
+KeyPath = tuple  # ("overrides", "vae_tile_size") or ("dit", 3, "size")
+
+
+@dataclass
+class YamlDoc:
+    """Plain data from a YAML file plus the line of every key path in it."""
+
+    path: Path
+    data: Any
+    lines: dict = field(default_factory=dict)
+
+    def line(self, keypath: KeyPath) -> int:
+        """The line of `keypath`, or of its nearest ancestor that has one (1 for the top)."""
+        kp = tuple(keypath)
+        while kp:
+            if kp in self.lines:
+                return self.lines[kp]
+            kp = kp[:-1]
+        return self.lines.get((), 1)
+
+    def where(self, keypath: KeyPath) -> str:
+        return f"{self.path}:{self.line(keypath)}"
+
+
+def dotted(keypath: KeyPath) -> str:
+    out = ""
+    for part in keypath:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _record_lines(node: yaml.Node, keypath: KeyPath, lines: dict) -> None:
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            kp = keypath + (key_node.value,)
+            lines[kp] = key_node.start_mark.line + 1
+            _record_lines(value_node, kp, lines)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            kp = keypath + (i,)
+            lines[kp] = item.start_mark.line + 1
+            _record_lines(item, kp, lines)
+
+
+def parse_yaml(text: str, path: Path) -> YamlDoc:
+    """Parse YAML text; a syntax error becomes BadInput naming file:line."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else 1
+        raise BadInput(f"{path}:{line}: this is not valid YAML ({exc.problem or exc.context}).",
+                       "Fix the indentation or quoting on that line (YAML uses spaces, 'key: value').") from None
+    finally:
+        loader.dispose()
+    lines: dict = {(): 1}
+    if node is not None:
+        _record_lines(node, (), lines)
+    return YamlDoc(path, data, lines)
+
+
+def load_yaml(path: Path) -> YamlDoc:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise BadInput(f"{path}:1: the file is not UTF-8 text.", "Save it as UTF-8.") from None
+    except OSError as exc:
+        raise BadInput(f"{path} cannot be read ({exc.strerror or exc}).", "Check the path and its permissions.") from None
+    return parse_yaml(text, Path(path))
+
+
+class Problems:
+    """Collects problems as 'file:line: key: what is wrong; allowed: ...' and raises them once."""
+
+    def __init__(self, doc: YamlDoc):
+        self.doc = doc
+        self.items: list[str] = []
+
+    def add(self, keypath: KeyPath, text: str) -> None:
+        self.items.append(f"{self.doc.where(keypath)}: '{dotted(keypath)}' {text}")
+
+    def raise_if_any(self, fix: str) -> None:
+        if self.items:
+            more = f" (and {len(self.items) - 3} more problems)" if len(self.items) > 3 else ""
+            raise BadInput("; ".join(self.items[:3]) + more + ".", fix, details={"problems": self.items})
+
+
+# --- sizes -----------------------------------------------------------------
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_size(value: Any) -> int | None:
+    """Bytes from 123, "40.23 GB" (10^9) or "25.28 GiB" (2^30); None when it is not a size."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, float):
+        return int(value) if value >= 0 and math.isfinite(value) else None
+    if isinstance(value, str):
+        m = _SIZE.match(value)
+        if m and m.group(2).lower() in _UNITS:
+            return int(round(float(m.group(1)) * _UNITS[m.group(2).lower()]))
+    return None
+
+
+SIZE_HELP = "a size in bytes (an integer >= 0) or a string like \"4 GB\" or \"2.5 GiB\""
+
+
+# --- small value checks (return None when fine, else 'must be ...' text) ----
+
+Check = Callable[[Any], "str | None"]
+
+
+def is_int_range(lo: int, hi: int, multiple: int = 1) -> Check:
+    def check(v: Any) -> str | None:
+        if isinstance(v, bool) or not isinstance(v, int):
+            return f"must be a whole number from {lo} to {hi}" + (f" (a multiple of {multiple})" if multiple > 1 else "") + f", not {v!r}"
+        if not lo <= v <= hi or v % multiple:
+            return f"is {v}; allowed: {lo} to {hi}" + (f", a multiple of {multiple}" if multiple > 1 else "")
+        return None
+    return check
+
+
+def is_size(v: Any) -> str | None:
+    if parse_size(v) is None:
+        neg = isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0
+        return f"is {'negative' if neg else 'not a size'} ({v!r}); allowed: {SIZE_HELP}"
+    return None
+
+
+def is_one_of(allowed: list | set | tuple) -> Check:
+    def check(v: Any) -> str | None:
+        if v not in allowed:
+            return f"is {v!r}; allowed: {', '.join(str(a) for a in allowed)}"
+        return None
+    return check
+
+
+def is_str_list(v: Any) -> str | None:
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        return f"must be a list of strings, not {v!r}"
+    return None
+
+
+def is_str_map(v: Any) -> str | None:
+    if not isinstance(v, dict) or not all(isinstance(k, str) and isinstance(x, (str, int, float)) and not isinstance(x, bool)
+                                          for k, x in v.items()):
+        return f"must be a mapping of NAME: value (strings), not {v!r}"
+    return None

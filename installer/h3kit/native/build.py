@@ -1,0 +1,248 @@
+"""Compiling payload/h3k.c into libh3kit-<variant> and self-testing it.
+
+Two builds per machine architecture, never `-march=native` (the library may
+be copied to another machine with the node pack):
+
+- `baseline`: portable, any CPU of the architecture;
+- a tuned build: `x86-64-v3` (AVX2/FMA/F16C) or `arm64-dotprod`.
+
+The loader (h3kit.native) picks the tuned build when the CPU has what it
+needs, else the baseline.
+
+Cache: `<cache>/native/<key>/` where key is a hash of the sources, the
+compiler (command and version) and every variant's flags, so a changed
+source, compiler or flag builds again and an unchanged one is reused.
+`<cache>/native/current.json` points at the folder of the last good build;
+the bridge reads it. A build only becomes current after its self-test
+passed (run in a child process, so a library that crashes cannot take
+h3kit down with it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from h3kit import bundled
+from h3kit.bundled import h3k_native as native
+
+from h3kit.native import compilers
+
+from h3kit.core import subproc
+from h3kit.core.errors import NotReady, VerificationFailed
+from h3kit.core.paths import asset_dir, locations
+
+log = logging.getLogger("h3kit.native.build")
+
+SCHEMA = "h3kit.build/1"
+SOURCES = ("h3k.c", "h3k.h")
+COMPILE_TIMEOUT = 300.0
+SELFTEST_TIMEOUT = 120.0
+
+GNU_FLAGS = ["-std=c11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-ffp-contract=off", "-Wall"]
+MSVC_FLAGS = ["/nologo", "/O2", "/LD", "/std:c11", "/fp:precise", "/W3"]
+
+
+def arch() -> str:
+    m = platform.machine().lower()
+    if m in ("x86_64", "amd64"):
+        return "x86_64"
+    if m in ("arm64", "aarch64"):
+        return "arm64"
+    return m
+
+
+def variant_flags(compiler: compilers.Compiler, machine: str | None = None) -> dict[str, list[str]]:
+    """Flags per variant for this compiler family and architecture."""
+    machine = machine or arch()
+    zig = compiler.name == "zig"
+    if compiler.style == "msvc":
+        out = {"baseline": list(MSVC_FLAGS)}
+        if machine == "x86_64":
+            out["x86-64-v3"] = MSVC_FLAGS + ["/arch:AVX2"]
+        return out
+    # zig cc targets the build machine's own CPU unless told otherwise.
+    base = GNU_FLAGS + (["-mcpu=baseline"] if zig else [])
+    out = {"baseline": base}
+    if machine == "x86_64":
+        out["x86-64-v3"] = GNU_FLAGS + (["-mcpu=x86_64_v3"] if zig else ["-mavx2", "-mfma", "-mf16c"])
+    elif machine == "arm64":
+        out["arm64-dotprod"] = GNU_FLAGS + (["-mcpu=generic+dotprod+fullfp16"] if zig
+                                            else ["-march=armv8.2-a+dotprod+fp16"])
+    return out
+
+
+def link_libs() -> list[str]:
+    return [] if sys.platform in ("win32", "darwin") else ["-lm", "-lpthread"]
+
+
+def source_dir() -> Path:
+    return asset_dir("payload")
+
+
+def sources_hash(src: Path | None = None) -> str:
+    src = src or source_dir()
+    h = hashlib.sha256()
+    for name in SOURCES:
+        h.update(name.encode() + b"\0" + (src / name).read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def cache_key(src_hash: str, compiler: compilers.Compiler, flags: dict[str, list[str]]) -> str:
+    h = hashlib.sha256()
+    h.update(json.dumps([src_hash, compiler.name, compiler.argv, compiler.version, flags, link_libs(),
+                         sys.platform], sort_keys=True).encode())
+    return h.hexdigest()[:16]
+
+
+def native_cache() -> Path:
+    return locations().cache_dir / "native"
+
+
+def compile_command(compiler: compilers.Compiler, src: Path, out: Path, flags: list[str],
+                    workdir: Path) -> list[str]:
+    if compiler.style == "msvc":
+        return compiler.argv + flags + [str(src / "h3k.c"), f"/Fe:{out}", f"/Fo:{workdir}{os.sep}"]
+    return compiler.argv + flags + [str(src / "h3k.c"), "-o", str(out)] + link_libs()
+
+
+def _compile(compiler, src: Path, out: Path, flags: list[str], workdir: Path) -> None:
+    argv = compile_command(compiler, src, out, flags, workdir)
+    log.info("compile: %s", argv)
+    res = subproc.run(argv, timeout=COMPILE_TIMEOUT, env=compiler.env, cwd=workdir)
+    log.info("compile %s in %.1f s: %s", res.status, res.seconds, (res.stderr or res.stdout)[-2000:])
+    if res.ok and out.is_file():
+        return
+    lines = compilers.first_error_lines(res.stderr + "\n" + res.stdout) or [res.detail or res.status]
+    raise NotReady(
+        f"compiling the native library with {compiler.describe()} failed:\n  " + "\n  ".join(lines),
+        "Fix or update that compiler, point CC at another one (CC=clang h3kit build --force), "
+        "or use the ziglang compiler from PyPI: 'h3kit build --force --compiler zig'.",
+        details={"command": argv, "first_error_lines": lines},
+    )
+
+
+def run_selftest(folder: Path) -> dict:
+    """Self-test every build in `folder` this CPU can run, in a child process."""
+    res = subproc.run([sys.executable, str(bundled.NATIVE_BRIDGE), "selftest", "--dir", str(folder)],
+                      timeout=SELFTEST_TIMEOUT)
+    try:
+        return json.loads(res.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"passed": False, "checks": 0, "selected": None,
+                "message": f"the self-test process failed ({res.detail or res.status}): "
+                           f"{(res.stderr or res.stdout).strip()[-400:]}"}
+
+
+def _write_json(path: Path, doc: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def build(force: bool = False, progress=None, *, prefer: str | None = None, env: dict | None = None) -> dict:
+    """Build (or reuse) the native library; returns the h3kit.build/1 document.
+
+    Raises NotReady when no compiler works, VerificationFailed when the
+    self-test fails (the failed build never becomes current).
+    """
+    say = progress or (lambda msg: None)
+    start = time.monotonic()
+    src = source_dir()
+    resolution = compilers.resolve(env, prefer=prefer, progress=say)
+    compiler = resolution.compiler
+    fallback = None
+    if resolution.notes:
+        fallback = f"{'; '.join(resolution.notes)}; fell back to {compiler.describe()}"
+        say(f"note: {fallback}")
+    flags = variant_flags(compiler)
+    src_hash = sources_hash(src)
+    key = cache_key(src_hash, compiler, flags)
+    root = native_cache()
+    folder = root / key
+    libs = {v: folder / native.library_filename(v) for v in flags}
+    cached = not force and folder.is_dir() and all(p.is_file() for p in libs.values())
+    if not cached:
+        root.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))
+        try:
+            for i, (variant, vflags) in enumerate(flags.items(), 1):
+                say(f"Compiling {native.library_filename(variant)} ({i}/{len(flags)}) with {compiler.describe()} ...")
+                _compile(compiler, src, work / native.library_filename(variant), vflags, work)
+            for p in work.iterdir():  # objects and import libraries stay behind
+                if p.name not in {lib.name for lib in libs.values()}:
+                    p.unlink()
+            if folder.exists():
+                shutil.rmtree(folder)
+            os.replace(work, folder)
+            folder.chmod(0o755)  # mkdtemp made it private; the libraries are not secret
+        finally:
+            if work.exists():
+                shutil.rmtree(work, ignore_errors=True)
+    say("Running the native self-test ...")
+    test = run_selftest(folder)
+    selected = test.get("selected")
+    doc = {
+        "schema": SCHEMA,
+        "library": str(libs[selected]) if selected in libs else None,
+        "variant": selected,
+        "compiler": compiler.describe(),
+        "compiler_info": compiler.to_json(),
+        "compiler_notes": resolution.notes,
+        "compiler_fallback": fallback,
+        "flags": flags.get(selected, []),
+        "cached": cached,
+        "seconds": round(time.monotonic() - start, 3),
+        "selftest": {"passed": bool(test.get("passed")), "checks": int(test.get("checks", 0)),
+                     "message": test.get("message", ""), "variants": test.get("variants", {})},
+        "variants": {v: {"library": str(p), "flags": flags[v]} for v, p in libs.items()},
+        "cache_key": key,
+        "sources_sha256": src_hash,
+        "arch": arch(),
+    }
+    if not doc["selftest"]["passed"] or selected not in libs:
+        raise VerificationFailed(
+            f"the native library built with {compiler.describe()} failed its self-test: "
+            f"{doc['selftest']['message'] or 'no result'}",
+            "Report this with the log; meanwhile try another compiler: "
+            "'h3kit build --force --compiler zig' or CC=clang h3kit build --force.",
+            details={"build": doc},
+        )
+    _write_json(folder / "build.json", doc)
+    _write_json(root / "current.json", {"schema": "h3kit.native-cache/1", "dir": str(folder),
+                                        "variant": selected, "library": doc["library"],
+                                        "sources_sha256": src_hash})
+    return doc
+
+
+def find_library() -> Path | None:
+    """The cached library for this machine's CPU, or None (not built, or built from other sources)."""
+    try:
+        current = json.loads((native_cache() / "current.json").read_text(encoding="utf-8"))
+        lib = Path(current["library"])
+        if current.get("sources_sha256") != sources_hash():
+            return None
+    except (OSError, ValueError, KeyError, TypeError, NotReady):
+        return None
+    return lib if lib.is_file() else None
+
+
+def library_files() -> list[Path]:
+    """Every variant of the current build, baseline first ([] when not built).
+
+    Deploy copies all of them into the pack's lib/, so the pack still loads
+    (as baseline) on a CPU that lacks the tuned build's features.
+    """
+    lib = find_library()
+    if lib is None:
+        return []
+    present = [lib.parent / native.library_filename(v) for v in native.VARIANTS]
+    return [p for p in present if p.is_file()]

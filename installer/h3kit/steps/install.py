@@ -1,0 +1,150 @@
+"""The whole chain, in order: fingerprint -> plan -> build -> find ComfyUI -> deploy and
+verify -> models -> calibrate.
+
+No ComfyUI found: everything that does not need one still runs (the report
+says what this machine can do), then exit 3 naming --comfyui. Each step's
+module is imported at the top: an import error is loud, never a skipped step.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from h3kit.calibrate import run as calibrate
+from h3kit.comfy import deploy
+from h3kit.comfy import locate as comfyui
+from h3kit.comfy.setup import new_comfyui, offer_new_comfyui
+from h3kit.core.errors import H3kitError, NotReady, VerificationFailed
+from h3kit.core.session import Outcome
+from h3kit.core.session import Session as Context
+from h3kit.models import ensure_models
+from h3kit.native.build import build, find_library
+from h3kit.steps.common import current_plan, load_config, locate, loud, saved_plan, torch_findings
+
+SCHEMA = "h3kit.install/1"
+
+
+
+def run(args, ctx: Context) -> Outcome:
+    notes: list[str] = []
+    warnings: list[str] = []
+    config = load_config(ctx)
+    fingerprint, plan = (saved_plan(config, args.profile, notes, args.fingerprint) if args.fingerprint
+                         else current_plan(ctx, config, args.profile, notes))
+    settings = dict(plan["settings"]) if plan else {}
+    profile = plan["profile"] if plan else (args.profile or "none")
+    warnings += list(plan.get("warnings", [])) if plan else []
+
+    library = _build(ctx, notes, warnings)
+
+    if args.new_comfyui and not ctx.dry_run:
+
+        args.comfyui = str(new_comfyui(ctx, Path(args.new_comfyui), args.comfyui_source, fingerprint))
+        args.comfyui_python = None  # the new ComfyUI's own venv
+    try:
+        install = locate(args, ctx, config, need_write=True)
+    except NotReady as missing:
+
+        created = None if args.comfyui else offer_new_comfyui(ctx, fingerprint, args.comfyui_source)
+        if created is None:
+            return _without_comfyui(args, ctx, plan, profile, notes, warnings, missing)
+        args.comfyui, args.comfyui_python = str(created), None
+        install = locate(args, ctx, config, need_write=True)
+
+    info = comfyui.inspect(install)
+    ctx.progress(f"ComfyUI {info.get('comfyui_version') or '?'} at {install.path}; Python {info.get('python_version')}, "
+                 f"torch {info.get('torch') or 'missing'} ({info.get('torch_build') or '-'})")
+    for line in loud(torch_findings(fingerprint, info)):
+        ctx.progress("WARNING: " + line)
+        warnings.append(line)
+    doc = {"schema": SCHEMA, "comfyui": {"path": str(install.path), "python": str(install.python),
+                                         "version": info.get("comfyui_version"), "layout": install.layout,
+                                         "found_by": install.source, "torch": info.get("torch"),
+                                         "torch_build": info.get("torch_build")},
+           "node_dir": str(install.node_dir), "profile": profile, "launchers": [], "manifest": None,
+           "verified": False, "report": None, "library": str(library) if library else None, "notes": notes}
+    if ctx.dry_run:
+        doc["dry_run"] = True
+        return Outcome(doc, f"Would install the node pack into {install.node_dir} with profile '{profile}' "
+                            "and write a launcher; nothing changed (--dry-run).", 0, warnings)
+
+    result = deploy.deploy(install, settings=settings, profile=profile, library=library,
+                           state_dir=ctx.locations.state_dir, cache_dir=ctx.locations.cache_dir, progress=ctx.progress)
+    notes += result.notes
+    doc["manifest"] = str(result.manifest.path)
+    doc["launchers"] = [result.launcher["path"]] if result.launcher.get("path") else []
+    doc["launcher"] = result.launcher
+    doc["backed_up"] = result.backed_up
+    if result.launcher.get("dropped"):
+        warnings.append(f"flags this ComfyUI does not accept were left out of the launcher: {' '.join(result.launcher['dropped'])}")
+    if not result.launcher.get("path"):
+        notes.append(result.launcher.get("detail", "no launcher written"))
+    ctx.progress("Verifying: importing the pack with ComfyUI's Python...")
+    try:
+        doc.update(deploy.verify(install))
+    except VerificationFailed as exc:
+        exc.details = doc
+        raise
+    _after_deploy(args, ctx, plan, install, doc, notes)
+    if plan is not None and not plan.get("fits", True):
+        # Installed and verified, but the contract's "machine below the floor":
+        # exit 3 with what is short, after everything that helps the user ran.
+        short = "; ".join(plan.get("warnings", [])[:2]) or "the plan does not fit"
+        raise NotReady(f"h3kit is installed in {install.node_dir}, but this machine is below what the model needs "
+                       f"even at the smallest settings: {short}.",
+                       "Read 'h3kit plan' for the shortfall; add RAM or use a GPU with more memory, or override "
+                       "settings in config.yaml at your own risk and run 'h3kit apply'.", details=doc)
+    launcher = doc["launchers"][0] if doc["launchers"] else "ComfyUI as usual"
+    text = (f"h3kit installed into {install.node_dir} (profile '{profile}', verified).\n"
+            f"Start ComfyUI with {launcher}." + "".join(f"\nnote: {n}" for n in notes))
+    return Outcome(doc, text, 0, warnings)
+
+
+def _build(ctx: Context, notes: list[str], warnings: list[str]) -> Path | None:
+
+    if ctx.dry_run:
+        return find_library()
+    ctx.progress("Building the native library...")
+    try:
+        return Path(build(progress=ctx.progress)["library"])
+    except NotReady as exc:
+        warnings.append(f"the native library was not built ({exc.message} {exc.fix or ''}); the pack installs without it")
+        return None
+
+
+def _after_deploy(args, ctx: Context, plan: dict | None, install: comfyui.ComfyInstall, doc: dict, notes: list[str]) -> None:
+
+    if not plan.get("fits", True):
+        notes.append("models skipped: the plan does not fit this machine, so no weights are downloaded")
+        doc["report"] = _calibrate(args, ctx, install.path, notes)
+        return
+    try:
+        doc["models"] = ensure_models(ctx, plan, install.path, skip=args.no_models, with_loaders=args.with_loaders)
+    except H3kitError as failed:
+        # The pack is installed and verified; the calibration needs no weights, so it still runs
+        # (its report says what the machine can do), and the models error is the exit.
+        notes.append(f"models not complete: {failed.message}")
+        doc["report"] = _calibrate(args, ctx, install.path, notes)
+        failed.details = {**doc, **failed.details}
+        raise
+    doc["report"] = _calibrate(args, ctx, install.path, notes)
+
+
+def _calibrate(args, ctx: Context, comfyui_dir: Path | None, notes: list[str]) -> str | None:
+    if args.skip_calibrate or ctx.dry_run:
+        notes.append("calibration skipped (--skip-calibrate)" if args.skip_calibrate else "calibration skipped (--dry-run)")
+        return None
+
+    ctx.progress("Calibrating (quick)...")
+    result = calibrate(ctx, comfyui_dir=comfyui_dir, quick=True, with_model=False) or {}
+    files = result.get("report_files") or {}
+    return files.get("md") or files.get("json")
+
+
+def _without_comfyui(args, ctx, plan, profile, notes, warnings, missing: NotReady) -> Outcome:
+    """No ComfyUI: still calibrate (the report says what this machine can run), then exit 3."""
+    report = _calibrate(args, ctx, None, notes)
+    details = {"schema": SCHEMA, "comfyui": None, "profile": profile, "verified": False, "report": report,
+               "notes": notes, "warnings": warnings, "plan_fits": plan.get("fits") if plan else None}
+    raise NotReady(missing.message + (f" The calibration report is at {report}." if report else ""),
+                   missing.fix, details=details)

@@ -7,9 +7,10 @@
  *
  *   - quant kernels: Q8_0 / Q4_0 quantize and dequantize in the exact ggml
  *     (GGUF) block layout, and matrix-vector / matrix-matrix products with
- *     quantized weights and fp32 activations, threaded over rows; and a
- *     plain fp32 product, the reference those are checked against where
- *     the caller has no numpy (the installer's own Python);
+ *     quantized weights and fp32 activations, split over rows on a
+ *     persistent worker pool; and a plain fp32 product, the reference those
+ *     are checked against where the caller has no numpy (the installer's
+ *     own Python);
  *   - an arena: one region reserved, touched and (where allowed) locked up
  *     front, so the preload budget is paid once and cannot be paged out;
  *   - a block streamer: byte ranges of a big file (a safetensors shard) read
@@ -29,6 +30,15 @@
  *   (x * id, not x / d: the two round differently, and ggml multiplies.)
  *   fp32 -> fp16 rounds to nearest even with subnormals, like numpy.
  *
+ * NaN and Inf (real inputs: a bf16 overflow upstream makes them) get a
+ * defined result, where C leaves the float -> int conversion undefined:
+ * only finite values set a block's scale (amax, m); then NaN becomes 0 and
+ * +-Inf the extreme code of its sign: Q8_0 +-127, Q4_0 the nibble whose
+ * value is largest (or smallest) for that scale, the int16 activations
+ * +-32767, i.e. +-Inf counts as +-(the block's largest finite magnitude),
+ * and as 0 in a block with no finite non-zero value. For finite inputs the
+ * bytes are unchanged (still ggml's). The fp32 product just follows IEEE.
+ *
  * Assumptions made on purpose
  * ---------------------------
  *   - Activations are fp32 at the API. Inside a product each 32-value block
@@ -39,9 +49,22 @@
  *   - One build per SIMD level (baseline, x86-64-v3, arm64-dotprod). The
  *     loader picks one from h3k_cpu_features(); the code picks its kernels at
  *     compile time, so there is no dispatch in the inner loops.
- *   - No global mutable state. Stateless calls return a status code
- *     (h3k_strerror explains it); handles keep their own last-error text and
- *     a lock, so one handle can be shared by threads.
+ *   - One piece of process-wide state, the worker pool, behind its own
+ *     locks (see "thread pool"). Otherwise stateless calls return a status
+ *     code (h3k_strerror explains it) and handles keep their own
+ *     last-error text and a lock, so one handle can be shared by threads;
+ *     *_last_error copies the text under that lock into a buffer of the
+ *     calling thread.
+ *   - Threads: at most one per CPU in this process's affinity mask
+ *     (taskset, cpusets, a container's CPU set), whatever is asked. The
+ *     rows are split into equal contiguous pieces, one per thread, the
+ *     caller taking one; a thread done early takes grains (1/32 of a piece)
+ *     left in the others, so one that lost its CPU for a while holds up a
+ *     grain, not half the product. Idle workers poll (yielding the CPU)
+ *     for 2 ms after a task before they sleep: products come back to back,
+ *     and a sleeping virtual CPU can take longer to wake than a product.
+ *     The pool runs any task split in pieces, so the streamer could share
+ *     it; it is not reentrant (a task must not start another).
  *   - Floating point contraction is off (pragma and build flags): quantization
  *     must round exactly like the reference, and x*id + 8.5 fused into an FMA
  *     rounds differently.
@@ -51,8 +74,16 @@
  *   - K-quants and other GGUF types: Q8_0 and Q4_0 cover what the planner asks.
  *   - O_DIRECT / unbuffered reads: the page cache is what the user's later
  *     runs hit, and direct I/O needs alignment the callers cannot promise.
- *   - A persistent thread pool: thread start-up is tens of microseconds, far
- *     below one product at the sizes that matter.
+ *   - A pool that shrinks, or per-caller pools: callers share the one pool
+ *     and take turns (one product at a time uses every CPU anyway). The
+ *     workers are never stopped at exit; h3k_pool_shutdown joins them for
+ *     leak checkers and before the library is unloaded.
+ *   - CPU quotas (cgroup cpu.max, docker --cpus): only the affinity mask is
+ *     read; a quota leaves the thread count at the CPUs one may run on.
+ *   - Faster inner loops (int8 activations, AVX-512/VNNI builds): q8_0 is
+ *     bound by memory bandwidth, q4_0 by arithmetic (~1.5 ns per block per
+ *     core on Zen 4), and with the pool both beat ggml's generic CPU
+ *     kernels' ratios to numpy (payload/README.md), so the int16 scheme stays.
  *   - SDOT kernels: SDOT multiplies int8 by int8 and our activations are
  *     int16, so the arm64-dotprod build shares the NEON kernels and differs
  *     only in what the compiler may use.
@@ -88,6 +119,9 @@
 
 #if defined(__APPLE__)
 #include <sys/sysctl.h>
+#endif
+#if !defined(_WIN32)
+#include <sched.h>
 #endif
 #if defined(__linux__) && defined(__aarch64__)
 #include <sys/auxv.h>
@@ -156,7 +190,14 @@ static int add_ok(size_t a, size_t b, size_t *out) {
 #define H3K_PRINTF(f, a)
 #endif
 
-/* Write a handle's last-error text (always NUL-terminated, truncated). */
+#if defined(_MSC_VER) && !defined(__clang__)
+#define H3K_TLS __declspec(thread)
+#else
+#define H3K_TLS _Thread_local
+#endif
+
+/* Write a handle's last-error text (always NUL-terminated, truncated).
+ * Callers hold the handle's lock, or own the handle alone (while opening). */
 static void H3K_PRINTF(3, 4) set_err(char *buf, size_t cap, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -189,6 +230,7 @@ static void thread_join(h3k_thread t) {
     WaitForSingleObject(t, INFINITE);
     CloseHandle(t);
 }
+static void thread_yield(void) { SwitchToThread(); }
 static double now_seconds(void) {
     LARGE_INTEGER f, c;
     QueryPerformanceFrequency(&f);
@@ -214,6 +256,7 @@ static int thread_start(h3k_thread *t, h3k_thread_fn fn, void *arg) {
     return pthread_create(t, NULL, fn, arg) == 0;
 }
 static void thread_join(h3k_thread t) { pthread_join(t, NULL); }
+static void thread_yield(void) { sched_yield(); }
 static double now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -221,15 +264,60 @@ static double now_seconds(void) {
 }
 #endif
 
-/* Logical CPUs this process may use (at least 1). */
-int h3k_cpu_count(void) {
-#if defined(_WIN32)
-    SYSTEM_INFO si;
-    GetSystemInfo(&si);
-    return si.dwNumberOfProcessors > 0 ? (int)si.dwNumberOfProcessors : 1;
+/* What *_last_error returns: the handle's text copied under its lock into
+ * a buffer of the calling thread, so no thread writes that buffer while its
+ * owner reads it. Valid until the same thread's next *_last_error call. */
+static H3K_TLS char err_copy[256];
+
+static const char *copy_err(h3k_mutex *lock, const char *err) {
+    mutex_lock(lock);
+    snprintf(err_copy, sizeof err_copy, "%s", err);
+    mutex_unlock(lock);
+    return err_copy;
+}
+
+#if defined(__linux__)
+/* CPUs in this thread's affinity mask (what taskset, cgroup cpusets and
+ * container CPU limits by set leave us), or 0 when it cannot be read. The
+ * mask grows past CPU_SETSIZE (1024) for machines that have more. */
+static int affinity_count(void) {
+    for (size_t ncpu = CPU_SETSIZE; ncpu <= ((size_t)1 << 20); ncpu *= 2) {
+        size_t bytes = CPU_ALLOC_SIZE(ncpu);
+        cpu_set_t *set = (cpu_set_t *)H3K_CALLOC(1, bytes);
+        if (!set) return 0;
+        int ok = sched_getaffinity(0, bytes, set) == 0, again = !ok && errno == EINVAL;
+        int n = ok ? CPU_COUNT_S(bytes, set) : 0;
+        H3K_FREE(set);
+        if (!again) return n;
+    }
+    return 0;
+}
+#elif defined(_WIN32)
+/* CPUs in the process affinity mask; 0 when the process spans several
+ * processor groups (then Windows reports no mask) or the call fails. */
+static int affinity_count(void) {
+    DWORD_PTR proc = 0, sys = 0;
+    int n = 0;
+    if (!GetProcessAffinityMask(GetCurrentProcess(), &proc, &sys)) return 0;
+    for (; proc; proc &= proc - 1) n++;
+    return n;
+}
 #else
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
+static int affinity_count(void) { return 0; } /* macOS and the BSDs: no affinity masks */
+#endif
+
+/* Logical CPUs this process may use (at least 1): the affinity mask where
+ * the OS has one, so a container limited to some CPUs is not
+ * oversubscribed; else every online CPU. */
+int h3k_cpu_count(void) {
+    int n = affinity_count();
+    if (n > 0) return n;
+#if defined(_WIN32)
+    DWORD all = GetActiveProcessorCount(ALL_PROCESSOR_GROUPS);
+    return all > 0 ? (int)all : 1;
+#else
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    return online > 0 ? (int)online : 1;
 #endif
 }
 
@@ -416,28 +504,46 @@ size_t h3k_quant_bytes(int kind, size_t n) {
     return mul_ok(n / H3K_BLOCK, bb, &out) ? out : 0;
 }
 
-/* One Q8_0 block; the arithmetic mirrors ggml's reference step by step. */
+/* float -> int with what C leaves undefined made explicit: NaN gives 0, and
+ * anything outside [lo, hi] (the infinities too) gives lo or hi. Finite
+ * values inside the range truncate as a plain cast would. */
+static inline int clamp_to_int(float v, int lo, int hi) {
+    if (isnan(v)) return 0;
+    if (v <= (float)lo) return lo;
+    if (v >= (float)hi) return hi;
+    return (int)v;
+}
+
+/* One Q8_0 block; the arithmetic mirrors ggml's reference step by step.
+ * Only finite values set the scale, so NaN and Inf cannot poison it; the
+ * clamp then sends NaN to 0 and +-Inf to +-127 (no effect on finite x). */
 static void quantize_q8_block(const float *x, uint8_t *out) {
     float amax = 0.0f;
     for (int i = 0; i < H3K_BLOCK; i++) {
         float a = fabsf(x[i]);
-        if (a > amax) amax = a;
+        if (a > amax && isfinite(a)) amax = a;
     }
     float d = amax / 127.0f;
     float id = d != 0.0f ? 1.0f / d : 0.0f;
     put_scale(out, d);
     for (int i = 0; i < H3K_BLOCK; i++) {
         float v = x[i] * id;
-        out[2 + i] = (uint8_t)(int8_t)roundf(v);
+        out[2 + i] = (uint8_t)(int8_t)clamp_to_int(roundf(v), -127, 127);
     }
 }
 
-/* One Q4_0 block: the scale comes from the signed value of largest
+/* Q4_0 nibble of x * id: NaN (x NaN, or Inf * 0) is the value 0, nibble 8. */
+static inline int q4_nibble(float v) {
+    if (isnan(v)) v = 0.0f;
+    return clamp_to_int(v + 8.5f, 0, 15);
+}
+
+/* One Q4_0 block: the scale comes from the signed finite value of largest
  * magnitude (the first one on ties), so that value maps to nibble 0. */
 static void quantize_q4_block(const float *x, uint8_t *out) {
     float amax = 0.0f, m = 0.0f;
     for (int i = 0; i < H3K_BLOCK; i++) {
-        if (fabsf(x[i]) > amax) {
+        if (fabsf(x[i]) > amax && isfinite(x[i])) {
             amax = fabsf(x[i]);
             m = x[i];
         }
@@ -446,12 +552,7 @@ static void quantize_q4_block(const float *x, uint8_t *out) {
     float id = d != 0.0f ? 1.0f / d : 0.0f;
     put_scale(out, d);
     for (int j = 0; j < H3K_BLOCK / 2; j++) {
-        float a = x[j] * id, b = x[j + H3K_BLOCK / 2] * id;
-        a = a + 8.5f;
-        b = b + 8.5f;
-        int lo = (int)a, hi = (int)b;
-        lo = lo > 15 ? 15 : lo;
-        hi = hi > 15 ? 15 : hi;
+        int lo = q4_nibble(x[j] * id), hi = q4_nibble(x[j + H3K_BLOCK / 2] * id);
         out[2 + j] = (uint8_t)(lo | (hi << 4));
     }
 }
@@ -501,16 +602,18 @@ typedef struct {
     const float *s;   /* cols / 32 scales */
 } act16;
 
+/* As in the quantizers, only finite values set a block's scale; NaN becomes
+ * 0 and +-Inf the extreme code +-32767, i.e. +-(largest finite magnitude). */
 static void quantize_act16(const float *x, size_t n, int16_t *q, float *s) {
     for (size_t b = 0; b < n / H3K_BLOCK; b++, x += H3K_BLOCK, q += H3K_BLOCK) {
         float amax = 0.0f;
-        for (int i = 0; i < H3K_BLOCK; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+        for (int i = 0; i < H3K_BLOCK; i++) {
+            float a = fabsf(x[i]);
+            if (a > amax && isfinite(a)) amax = a;
+        }
         float scale = amax / 32767.0f, inv = scale != 0.0f ? 1.0f / scale : 0.0f;
         s[b] = scale;
-        for (int i = 0; i < H3K_BLOCK; i++) {
-            float v = roundf(x[i] * inv);
-            q[i] = (int16_t)(v > 32767.0f ? 32767.0f : v < -32767.0f ? -32767.0f : v);
-        }
+        for (int i = 0; i < H3K_BLOCK; i++) q[i] = (int16_t)clamp_to_int(roundf(x[i] * inv), -32767, 32767);
     }
 }
 
@@ -627,7 +730,266 @@ static float dot_row(int kind, const uint8_t *row, act16 x, size_t nb) {
 #endif
 }
 
+/* ------------------------------------------------------------ thread pool */
+
+/* Atomic ints (load/store with acquire/release, a relaxed fetch-add) and a
+ * spin-loop hint: for the counters threads poll or take without a lock. */
+#if defined(_MSC_VER) && !defined(__clang__)
+typedef volatile long h3k_atomic;
+static int atomic_get(h3k_atomic *v) { return (int)InterlockedCompareExchange(v, 0, 0); }
+static void atomic_put(h3k_atomic *v, int x) { InterlockedExchange(v, x); }
+static int atomic_take(h3k_atomic *v) { return (int)InterlockedExchangeAdd(v, 1); }
+#else
+typedef int h3k_atomic;
+static int atomic_get(h3k_atomic *v) { return __atomic_load_n(v, __ATOMIC_ACQUIRE); }
+static void atomic_put(h3k_atomic *v, int x) { __atomic_store_n(v, x, __ATOMIC_RELEASE); }
+/* Returns the old value and adds 1. */
+static int atomic_take(h3k_atomic *v) { return __atomic_fetch_add(v, 1, __ATOMIC_RELAXED); }
+#endif
+#if defined(H3K_X86) && defined(_MSC_VER) && !defined(__clang__)
+#define cpu_relax() _mm_pause()
+#elif defined(H3K_X86)
+#define cpu_relax() __builtin_ia32_pause()
+#elif defined(__aarch64__) && defined(_MSC_VER) && !defined(__clang__)
+#define cpu_relax() __yield()
+#elif defined(__aarch64__) || defined(__arm__)
+#define cpu_relax() __asm__ __volatile__("yield")
+#else
+#define cpu_relax() ((void)0)
+#endif
+
+/* How long a thread polls before it sleeps on a condition variable: a
+ * worker after its task, a caller for its workers. Long enough to span
+ * the gap between back-to-back products (layer after layer), short enough
+ * that an idle pool costs nothing; and a sleeping vCPU can take
+ * milliseconds to wake, more than a whole product. */
+#ifndef H3K_SPIN_SECONDS
+#define H3K_SPIN_SECONDS 0.002
+#endif
+
+/* A spin budget: spin_more() pauses once and says whether time is left;
+ * every 256 rounds it yields the CPU and reads the clock. */
+typedef struct {
+    double t0;
+    unsigned rounds;
+} spin_clock;
+
+static int spin_more(spin_clock *c) {
+    cpu_relax();
+    if (++c->rounds % 256) return 1;
+    thread_yield(); /* free on an idle machine; lets others run on a busy one */
+    double t = now_seconds();
+    if (c->t0 == 0.0) c->t0 = t;
+    return t - c->t0 <= H3K_SPIN_SECONDS;
+}
+
+/* One process-wide pool of worker threads, started on first use and kept,
+ * so a product pays a wake-up (microseconds) instead of thread starts. A
+ * task is split into `parts` pieces: the caller runs piece 0 and worker i
+ * pieces i, i + n, i + 2n, ... where n is the number of threads taking
+ * part; normally n == parts, one piece each. One task runs at a time:
+ * callers from several threads queue on `run`. The pool grows (never
+ * shrinks) to the most workers a task has used, at most one less than the
+ * CPUs and than H3K_MAX_THREADS; a worker that cannot start is simply not
+ * there and its pieces go to the others, so a task never fails half-way.
+ * Idle workers poll for H3K_SPIN_SECONDS, then sleep. */
+typedef void (*h3k_task_fn)(void *arg, int part, int parts);
+
+typedef struct {
+    h3k_mutex run;        /* held by a caller for its whole task */
+    h3k_mutex lock;       /* guards everything below */
+    h3k_cond wake;        /* a new task, or stop */
+    h3k_cond done;        /* a worker finished its pieces, or checked in */
+    h3k_thread threads[H3K_MAX_THREADS];
+    int workers;          /* started */
+    int ready;            /* started and past reading the generation */
+    int stop;
+    h3k_atomic generation; /* bumped for each task and for stop; polled */
+    h3k_atomic pending;   /* workers not yet done with the current task; polled */
+    h3k_task_fn fn;       /* the current task */
+    void *arg;
+    int parts, active;    /* pieces; workers taking part (ids 1..active) */
+} h3k_pool;
+
+static h3k_pool pool;
+
+/* Wait for a generation other than `seen`: poll a while, then sleep.
+ * Returns with the lock held. */
+static void pool_wait_task(int seen) {
+    spin_clock c = {0.0, 0};
+    while (atomic_get(&pool.generation) == seen && spin_more(&c)) continue;
+    mutex_lock(&pool.lock);
+    while (atomic_get(&pool.generation) == seen) cond_wait(&pool.wake, &pool.lock);
+}
+
+/* Worker `id` (1..): the generation and the task are read together under
+ * the lock, so a worker that woke late takes the task now published,
+ * once, and never one it already ran. */
+H3K_THREAD_FUNC(pool_worker) {
+    int id = (int)(intptr_t)arg;
+    mutex_lock(&pool.lock);
+    int seen = atomic_get(&pool.generation); /* no task runs while workers start */
+    pool.ready++;
+    cond_broadcast(&pool.done);
+    mutex_unlock(&pool.lock);
+    for (;;) {
+        pool_wait_task(seen);
+        seen = atomic_get(&pool.generation);
+        if (pool.stop) break;
+        h3k_task_fn fn = pool.fn;
+        void *task = pool.arg;
+        int parts = pool.parts, step = pool.active + 1, mine = id <= pool.active;
+        mutex_unlock(&pool.lock);
+        if (!mine) continue;
+        for (int p = id; p < parts; p += step) fn(task, p, parts);
+        mutex_lock(&pool.lock);
+        int left = atomic_get(&pool.pending) - 1;
+        atomic_put(&pool.pending, left);
+        if (left == 0) cond_broadcast(&pool.done);
+        mutex_unlock(&pool.lock);
+    }
+    pool.ready--;
+    mutex_unlock(&pool.lock);
+    H3K_THREAD_END;
+}
+
+#if !defined(_WIN32)
+/* fork() copies only the calling thread: the child forgets the workers
+ * (they are not there) and gets the locks back in a known state, so a
+ * forked process (Python multiprocessing) can still run products. */
+static void pool_prefork(void) {
+    mutex_lock(&pool.run);
+    mutex_lock(&pool.lock);
+}
+
+static void pool_postfork_parent(void) {
+    mutex_unlock(&pool.lock);
+    mutex_unlock(&pool.run);
+}
+
+static void pool_postfork_child(void) {
+    pool.workers = pool.ready = 0;
+    atomic_put(&pool.pending, 0);
+    cond_init(&pool.wake);
+    cond_init(&pool.done);
+    mutex_unlock(&pool.lock);
+    mutex_unlock(&pool.run);
+}
+#endif
+
+static void pool_init(void) {
+    mutex_init(&pool.run);
+    mutex_init(&pool.lock);
+    cond_init(&pool.wake);
+    cond_init(&pool.done);
+#if !defined(_WIN32)
+    pthread_atfork(pool_prefork, pool_postfork_parent, pool_postfork_child);
+#endif
+}
+
+#if defined(_WIN32)
+static INIT_ONCE pool_once = INIT_ONCE_STATIC_INIT;
+static BOOL CALLBACK pool_init_win(PINIT_ONCE once, PVOID param, PVOID *ctx) {
+    (void)once, (void)param, (void)ctx;
+    pool_init();
+    return TRUE;
+}
+static void pool_init_once(void) { InitOnceExecuteOnce(&pool_once, pool_init_win, NULL, NULL); }
+#else
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+static void pool_init_once(void) { pthread_once(&pool_once, pool_init); }
+#endif
+
+/* Start workers until there are `want` (run held, so no task is running),
+ * and wait until each has read the task generation. */
+static void pool_grow(int want) {
+    mutex_lock(&pool.lock);
+    while (pool.workers < want) {
+        void *id = (void *)(intptr_t)(pool.workers + 1);
+        mutex_unlock(&pool.lock); /* the new thread takes the lock at once */
+        int ok = thread_start(&pool.threads[pool.workers], pool_worker, id);
+        mutex_lock(&pool.lock);
+        if (!ok) break;
+        pool.workers++;
+    }
+    while (pool.ready < pool.workers) cond_wait(&pool.done, &pool.lock);
+    mutex_unlock(&pool.lock);
+}
+
+/* Publish a task (or stop) to every worker: bump the generation they poll
+ * and wake those asleep. Lock held. */
+static void pool_publish(void) {
+    atomic_put(&pool.generation, atomic_get(&pool.generation) + 1);
+    cond_broadcast(&pool.wake);
+}
+
+/* Run fn(arg, p, parts) for every p in 0..parts-1 and return when all are
+ * done. At most one thread per CPU this process may use takes part (more
+ * would only take turns); the calling thread runs piece 0, and pieces are
+ * dealt round-robin when there are more pieces than threads. */
+static void pool_run(h3k_task_fn fn, void *arg, int parts) {
+    int threads = h3k_cpu_count();
+    threads = threads < parts ? threads : parts;
+    if (threads > H3K_MAX_THREADS) threads = H3K_MAX_THREADS;
+    if (threads <= 1) {
+        for (int p = 0; p < parts; p++) fn(arg, p, parts);
+        return;
+    }
+    pool_init_once();
+    mutex_lock(&pool.run);
+    pool_grow(threads - 1);
+    mutex_lock(&pool.lock);
+    int active = pool.workers < threads - 1 ? pool.workers : threads - 1;
+    pool.fn = fn;
+    pool.arg = arg;
+    pool.parts = parts;
+    pool.active = active;
+    atomic_put(&pool.pending, active);
+    pool_publish();
+    mutex_unlock(&pool.lock);
+    for (int p = 0; p < parts; p += active + 1) fn(arg, p, parts);
+    spin_clock c = {0.0, 0};
+    while (atomic_get(&pool.pending) && spin_more(&c)) continue;
+    mutex_lock(&pool.lock);
+    while (atomic_get(&pool.pending)) cond_wait(&pool.done, &pool.lock);
+    mutex_unlock(&pool.lock);
+    mutex_unlock(&pool.run);
+}
+
+/* Stop and join the workers (after the task in flight, if any); the next
+ * threaded call starts a new pool. For leak checkers, and before unloading
+ * the library: its workers run its code. */
+void h3k_pool_shutdown(void) {
+    pool_init_once();
+    mutex_lock(&pool.run);
+    mutex_lock(&pool.lock);
+    pool.stop = 1;
+    pool_publish();
+    mutex_unlock(&pool.lock);
+    for (int i = 0; i < pool.workers; i++) thread_join(pool.threads[i]);
+    mutex_lock(&pool.lock);
+    pool.workers = 0;
+    pool.stop = 0;
+    mutex_unlock(&pool.lock);
+    mutex_unlock(&pool.run);
+}
+
+/* Workers started so far (0 before the first threaded call). */
+int h3k_pool_threads(void) {
+    pool_init_once();
+    mutex_lock(&pool.lock);
+    int n = pool.workers;
+    mutex_unlock(&pool.lock);
+    return n;
+}
+
 /* --------------------------------------------------- threaded products */
+
+/* The next unclaimed grain of one piece's rows, alone on its cache line. */
+typedef struct {
+    h3k_atomic next;
+    char pad[64 - sizeof(h3k_atomic)];
+} grain_cursor;
 
 typedef struct {
     int kind, reference;
@@ -637,8 +999,7 @@ typedef struct {
     const int16_t *xq;
     const float *xs;
     float *y;
-    h3k_mutex lock; /* guards next_row */
-    size_t next_row;
+    grain_cursor *cursor; /* one per piece */
 } product_job;
 
 /* fp32 dot product in eight interleaved partial sums: a fixed order of
@@ -672,38 +1033,36 @@ static void product_rows(const product_job *j, size_t r0, size_t r1) {
     }
 }
 
-/* Take chunks of `grain` rows until none are left. Chunks instead of one
- * fixed share per thread: on a busy machine a thread that loses its core
- * for a while no longer holds up the whole product. Each row is computed
- * the same way whichever thread takes it, so results do not depend on the
- * thread count. */
-H3K_THREAD_FUNC(product_worker) {
-    product_job *j = (product_job *)arg;
-    for (;;) {
-        mutex_lock(&j->lock);
-        size_t r0 = j->next_row, r1 = r0 + j->grain < j->rows ? r0 + j->grain : j->rows;
-        j->next_row = r1;
-        mutex_unlock(&j->lock);
-        if (r0 >= r1) break;
-        product_rows(j, r0, r1);
+/* Rows [*r0, *r1) of piece p of n: equal contiguous ranges (sizes differ
+ * by at most one row). */
+static void piece_rows(size_t rows, int p, int n, size_t *r0, size_t *r1) {
+    size_t i = (size_t)p, base = rows / (size_t)n, extra = rows % (size_t)n;
+    *r0 = base * i + (i < extra ? i : extra);
+    *r1 = *r0 + base + (i < extra ? 1 : 0);
+}
+
+/* Piece `part` of `parts`: its own rows first, taken a grain at a time,
+ * then whatever grains the other pieces have left. A thread that lost its
+ * CPU for a while (a busy machine) then holds up only its current grain,
+ * not half the product. Each row is computed the same way whichever thread
+ * takes it, so results do not depend on the thread count. */
+static void product_part(void *arg, int part, int parts) {
+    const product_job *j = (const product_job *)arg;
+    for (int k = 0; k < parts; k++) {
+        int p = (part + k) % parts;
+        size_t r0, r1, g;
+        piece_rows(j->rows, p, parts, &r0, &r1);
+        size_t grains = (r1 - r0 + j->grain - 1) / j->grain;
+        while ((g = (size_t)atomic_take(&j->cursor[p].next)) < grains) {
+            size_t a = r0 + g * j->grain;
+            product_rows(j, a, a + j->grain < r1 ? a + j->grain : r1);
+        }
     }
-    H3K_THREAD_END;
 }
 
-/* The calling thread works too; a thread that cannot start is simply not
- * there, so a product never fails half-way. */
-static void run_workers(product_job *j, int nt) {
-    h3k_thread tids[H3K_MAX_THREADS];
-    int started[H3K_MAX_THREADS];
-    mutex_init(&j->lock);
-    for (int t = 1; t < nt; t++) started[t] = thread_start(&tids[t], product_worker, j);
-    product_worker(j);
-    for (int t = 1; t < nt; t++)
-        if (started[t]) thread_join(tids[t]);
-    mutex_destroy(&j->lock);
-}
-
-/* Threads for a product of `rows` rows: 0 means all cores; never more threads than rows. */
+/* Pieces for a product of `rows` rows: `threads`, or with 0 one per CPU
+ * this process may use; never more than rows. (The pool runs at most one
+ * thread per CPU whatever is asked.) */
 static int product_threads(int threads, size_t rows) {
     int nt = threads > 0 ? threads : h3k_cpu_count();
     if (nt > H3K_MAX_THREADS) nt = H3K_MAX_THREADS;
@@ -711,10 +1070,18 @@ static int product_threads(int threads, size_t rows) {
     return nt;
 }
 
-/* ~16 chunks per thread, 8..1024 rows each. */
-static size_t product_grain(size_t rows, int nt) {
-    size_t grain = rows / ((size_t)nt * 16);
-    return grain < 8 ? 8 : grain > 1024 ? 1024 : grain;
+/* Split the job into pieces of equal rows, about 32 grains each, and run
+ * them on the pool. */
+static int run_product(product_job *j, int threads) {
+    int parts = product_threads(threads, j->rows);
+    size_t grain = j->rows / ((size_t)parts * 32);
+    j->grain = grain < 1 ? 1 : grain > 1024 ? 1024 : grain;
+    j->cursor = (grain_cursor *)H3K_ALIGNED_ALLOC(64, (size_t)parts * sizeof(grain_cursor));
+    if (!j->cursor) return H3K_ENOMEM;
+    for (int p = 0; p < parts; p++) atomic_put(&j->cursor[p].next, 0);
+    pool_run(product_part, j, parts);
+    H3K_ALIGNED_FREE(j->cursor);
+    return H3K_OK;
 }
 
 /* Check every size, convert the activations, then run the row ranges. */
@@ -734,7 +1101,6 @@ static int product(int kind, const void *w, size_t w_size, size_t rows, size_t c
     float *xs = (float *)(mem + need_x * sizeof(int16_t));
     for (size_t b = 0; b < batch; b++)
         quantize_act16(x + b * cols, cols, xq + b * cols, xs + b * (cols / H3K_BLOCK));
-    int nt = product_threads(threads, rows);
     product_job job;
     memset(&job, 0, sizeof job);
     job.kind = kind;
@@ -747,10 +1113,9 @@ static int product(int kind, const void *w, size_t w_size, size_t rows, size_t c
     job.xq = xq;
     job.xs = xs;
     job.y = y;
-    job.grain = product_grain(rows, nt);
-    run_workers(&job, nt);
+    int st = run_product(&job, threads);
     H3K_ALIGNED_FREE(mem);
-    return H3K_OK;
+    return st;
 }
 
 int h3k_matmul_f32(const float *w, size_t w_n, size_t rows, size_t cols, const float *x,
@@ -760,7 +1125,6 @@ int h3k_matmul_f32(const float *w, size_t w_n, size_t rows, size_t cols, const f
     if (!mul_ok(rows, cols, &need_w) || !mul_ok(cols, batch, &need_x) || !mul_ok(rows, batch, &need_y))
         return H3K_EINVAL;
     if (w_n < need_w || x_n < need_x || y_n < need_y) return H3K_EINVAL;
-    int nt = product_threads(threads, rows);
     product_job job;
     memset(&job, 0, sizeof job);
     job.wf = w;
@@ -769,9 +1133,7 @@ int h3k_matmul_f32(const float *w, size_t w_n, size_t rows, size_t cols, const f
     job.rows = rows;
     job.batch = batch;
     job.y = y;
-    job.grain = product_grain(rows, nt);
-    run_workers(&job, nt);
-    return H3K_OK;
+    return run_product(&job, threads);
 }
 
 int h3k_matvec(int kind, const void *w, size_t w_size, size_t rows, size_t cols,
@@ -922,7 +1284,7 @@ size_t h3k_arena_capacity(h3k_arena *a) { return a ? a->capacity : 0; }
 size_t h3k_arena_used(h3k_arena *a) { return a ? arena_field(a, &a->used) : 0; }
 size_t h3k_arena_peak(h3k_arena *a) { return a ? arena_field(a, &a->peak) : 0; }
 int h3k_arena_locked(h3k_arena *a) { return a ? a->locked : 0; }
-const char *h3k_arena_last_error(h3k_arena *a) { return a ? a->err : "no arena"; }
+const char *h3k_arena_last_error(h3k_arena *a) { return a ? copy_err(&a->lock, a->err) : "no arena"; }
 
 /* ---------------------------------------------------------- file access */
 
@@ -1259,7 +1621,9 @@ void h3k_streamer_stats(h3k_streamer *s, uint64_t *bytes_read, double *wait_seco
     mutex_unlock(&s->lock);
 }
 
-const char *h3k_streamer_last_error(h3k_streamer *s) { return s ? s->err : "no streamer"; }
+const char *h3k_streamer_last_error(h3k_streamer *s) {
+    return s ? copy_err(&s->lock, s->err) : "no streamer";
+}
 
 /* ------------------------------------------------------------------ tiles */
 
@@ -1277,11 +1641,12 @@ int h3k_tile_starts(size_t dim, size_t tile, size_t overlap, size_t *starts, siz
     return H3K_OK;
 }
 
-/* Checks shared by extract and accumulate: the image and tile sizes. */
+/* Checks shared by extract and accumulate: the image and tile sizes, the
+ * tile inside the image. *img_n gets c*h*w and *tile_n gets c*th*tw. */
 static int tile_args_ok(size_t c, size_t h, size_t w, size_t y0, size_t x0, size_t th, size_t tw,
-                        size_t *tile_n) {
+                        size_t *img_n, size_t *tile_n) {
     size_t plane, end_y, end_x;
-    if (!c || !h || !w || !th || !tw || !mul_ok(h, w, &plane) || !mul_ok(plane, c, &plane))
+    if (!c || !h || !w || !th || !tw || !mul_ok(h, w, &plane) || !mul_ok(plane, c, img_n))
         return 0;
     if (!add_ok(y0, th, &end_y) || !add_ok(x0, tw, &end_x) || end_y > h || end_x > w) return 0;
     return mul_ok(th, tw, tile_n) && mul_ok(*tile_n, c, tile_n);
@@ -1289,8 +1654,8 @@ static int tile_args_ok(size_t c, size_t h, size_t w, size_t y0, size_t x0, size
 
 int h3k_tile_extract(const float *img, size_t c, size_t h, size_t w, size_t y0, size_t x0,
                      size_t th, size_t tw, float *tile, size_t tile_n) {
-    size_t need;
-    if (!img || !tile || !tile_args_ok(c, h, w, y0, x0, th, tw, &need) || tile_n < need)
+    size_t img_n, need;
+    if (!img || !tile || !tile_args_ok(c, h, w, y0, x0, th, tw, &img_n, &need) || tile_n < need)
         return H3K_EINVAL;
     for (size_t ch = 0; ch < c; ch++)
         for (size_t y = 0; y < th; y++)
@@ -1311,10 +1676,15 @@ static float ramp(size_t i, size_t len, size_t overlap, int open_before, int ope
     return wgt;
 }
 
-int h3k_tile_accumulate(float *acc, float *weight, size_t c, size_t h, size_t w, const float *tile,
-                        size_t y0, size_t x0, size_t th, size_t tw, size_t overlap) {
-    size_t need;
-    if (!acc || !weight || !tile || !tile_args_ok(c, h, w, y0, x0, th, tw, &need)) return H3K_EINVAL;
+/* Add one tile, weighted by the ramps, into acc and weight; every buffer
+ * length is checked against the shape before anything is written. */
+int h3k_tile_accumulate(float *acc, size_t acc_n, float *weight, size_t weight_n, size_t c,
+                        size_t h, size_t w, const float *tile, size_t tile_n, size_t y0, size_t x0,
+                        size_t th, size_t tw, size_t overlap) {
+    size_t img_n, need;
+    if (!acc || !weight || !tile || !tile_args_ok(c, h, w, y0, x0, th, tw, &img_n, &need))
+        return H3K_EINVAL;
+    if (acc_n < img_n || weight_n < img_n / c || tile_n < need) return H3K_EINVAL;
     for (size_t y = 0; y < th; y++) {
         float wy = ramp(y, th, overlap, y0 > 0, y0 + th < h);
         for (size_t x = 0; x < tw; x++) {
@@ -1329,9 +1699,11 @@ int h3k_tile_accumulate(float *acc, float *weight, size_t c, size_t h, size_t w,
 
 /* Divide the accumulated sum by the accumulated weight (one plane of
  * weights shared by all channels). Pixels no tile covered stay 0. */
-int h3k_tile_finish(float *acc, const float *weight, size_t c, size_t h, size_t w) {
+int h3k_tile_finish(float *acc, size_t acc_n, const float *weight, size_t weight_n, size_t c,
+                    size_t h, size_t w) {
     size_t plane, total;
     if (!acc || !weight || !mul_ok(h, w, &plane) || !mul_ok(plane, c, &total)) return H3K_EINVAL;
+    if (acc_n < total || weight_n < plane) return H3K_EINVAL;
     for (size_t i = 0; i < total; i++) {
         float wgt = weight[i % plane];
         acc[i] = wgt > 0.0f ? acc[i] / wgt : 0.0f;
@@ -1483,9 +1855,10 @@ static void selftest_tiles(selftest_state *t) {
     for (size_t i = 0; i < ny; i++)
         for (size_t j = 0; j < nx; j++) {
             st |= h3k_tile_extract(img, CH, H, W, ys[i], xs[j], T, T, tile, sizeof tile / 4);
-            st |= h3k_tile_accumulate(acc, wgt, CH, H, W, tile, ys[i], xs[j], T, T, O);
+            st |= h3k_tile_accumulate(acc, CH * H * W, wgt, H * W, CH, H, W, tile, CH * T * T, ys[i],
+                                      xs[j], T, T, O);
         }
-    st |= h3k_tile_finish(acc, wgt, CH, H, W);
+    st |= h3k_tile_finish(acc, CH * H * W, wgt, H * W, CH, H, W);
     float worst = 0.0f;
     for (int i = 0; i < CH * H * W; i++) worst = fabsf(acc[i] - img[i]) > worst ? fabsf(acc[i] - img[i]) : worst;
     check(t, st == H3K_OK && worst < 1e-5f, "tile split and blend changed the image by %g",

@@ -2,7 +2,10 @@
  *
  * Every function that can fail returns an h3k status code (0 = H3K_OK);
  * h3k_strerror() turns a code into a sentence. Handles (arena, streamer)
- * also keep the text of their own last error, read with *_last_error().
+ * also keep the text of their own last error, read with *_last_error(): it
+ * returns a copy taken under the handle's lock into a buffer of the calling
+ * thread, valid until that thread's next *_last_error call (safe while
+ * other threads use the handle).
  * All sizes are in bytes unless a name says otherwise (n = element count). */
 #ifndef H3K_H
 #define H3K_H
@@ -21,7 +24,7 @@ extern "C" {
 #endif
 
 #define H3K_VERSION "0.1.0"
-#define H3K_ABI 1
+#define H3K_ABI 2 /* bumped with every changed signature (2: tile lengths) */
 
 /* Status codes. */
 #define H3K_OK 0
@@ -57,18 +60,22 @@ H3K_API int h3k_abi(void);
 H3K_API const char *h3k_variant(void);      /* "baseline", "x86-64-v3", "arm64-dotprod" */
 H3K_API unsigned h3k_build_features(void);  /* features the build requires */
 H3K_API unsigned h3k_cpu_features(void);    /* features this CPU has */
-H3K_API int h3k_cpu_count(void);
+H3K_API int h3k_cpu_count(void);            /* CPUs in the affinity mask, else online */
 H3K_API const char *h3k_strerror(int code);
 
 /* fp16 helpers (IEEE binary16, round to nearest even, like numpy). */
 H3K_API uint16_t h3k_fp32_to_fp16(float f);
 H3K_API float h3k_fp16_to_fp32(uint16_t h);
 
-/* Quant kernels. n and cols must be multiples of H3K_BLOCK. */
+/* Quant kernels. n and cols must be multiples of H3K_BLOCK. NaN inputs
+ * count as 0 and +-Inf as the extreme code (see h3k.c): defined, never UB. */
 H3K_API size_t h3k_quant_bytes(int kind, size_t n); /* 0 when kind/n invalid */
 H3K_API int h3k_quantize(int kind, const float *x, size_t n, void *out, size_t out_size);
 H3K_API int h3k_dequantize(int kind, const void *q, size_t q_size, float *y, size_t n);
-/* y[rows] = W x; W is rows x cols, row-major, quantized by rows. threads 0 = all cores. */
+/* y[rows] = W x; W is rows x cols, row-major, quantized by rows. threads: how
+ * many equal row ranges to split into, 0 = one per CPU this process may use
+ * (its affinity mask); the shared worker pool never runs more threads than
+ * those CPUs. Results do not depend on threads. */
 H3K_API int h3k_matvec(int kind, const void *w, size_t w_size, size_t rows, size_t cols,
                        const float *x, size_t x_n, float *y, size_t y_n, int threads);
 /* Y[batch][rows] = X[batch][cols] W^T (each row of X is one activation vector). */
@@ -77,8 +84,7 @@ H3K_API int h3k_matmul(int kind, const void *w, size_t w_size, size_t rows, size
                        int threads);
 /* Y[batch][rows] = X[batch][cols] W^T in plain fp32 (W rows x cols, row-major; any cols):
  * the reference the quantized products are checked against, where numpy is
- * absent. w_n, x_n, y_n are element counts; threads 0 = all cores. Results
- * do not depend on the thread count. */
+ * absent. w_n, x_n, y_n are element counts; threads as for h3k_matvec. */
 H3K_API int h3k_matmul_f32(const float *w, size_t w_n, size_t rows, size_t cols,
                            const float *x, size_t x_n, size_t batch, float *y, size_t y_n,
                            int threads);
@@ -86,6 +92,13 @@ H3K_API int h3k_matmul_f32(const float *w, size_t w_n, size_t rows, size_t cols,
 H3K_API int h3k_matvec_reference(int kind, const void *w, size_t w_size, size_t rows,
                                  size_t cols, const float *x, size_t x_n, float *y,
                                  size_t y_n);
+
+/* The worker pool the products run on: process-wide, started on first use
+ * and kept. h3k_pool_shutdown joins the workers (after a product in
+ * flight); the next threaded call starts them again. Call it before the
+ * library is unloaded. h3k_pool_threads: workers started (0 = none yet). */
+H3K_API void h3k_pool_shutdown(void);
+H3K_API int h3k_pool_threads(void);
 
 /* Arena: one region reserved up front, bump allocation inside it. */
 typedef struct h3k_arena h3k_arena;
@@ -121,10 +134,16 @@ H3K_API int h3k_tile_starts(size_t dim, size_t tile, size_t overlap, size_t *sta
                             size_t max_starts, size_t *count);
 H3K_API int h3k_tile_extract(const float *img, size_t c, size_t h, size_t w, size_t y0,
                              size_t x0, size_t th, size_t tw, float *tile, size_t tile_n);
-H3K_API int h3k_tile_accumulate(float *acc, float *weight, size_t c, size_t h, size_t w,
-                                const float *tile, size_t y0, size_t x0, size_t th,
-                                size_t tw, size_t overlap);
-H3K_API int h3k_tile_finish(float *acc, const float *weight, size_t c, size_t h, size_t w);
+/* Blend one tile into acc (c*h*w values) with its weights summed in weight
+ * (h*w values, shared by the channels). acc_n, weight_n and tile_n are the
+ * element counts of the buffers: each must hold at least what the shape
+ * needs, else H3K_EINVAL and nothing is written. */
+H3K_API int h3k_tile_accumulate(float *acc, size_t acc_n, float *weight, size_t weight_n,
+                                size_t c, size_t h, size_t w, const float *tile, size_t tile_n,
+                                size_t y0, size_t x0, size_t th, size_t tw, size_t overlap);
+/* acc /= weight per pixel (0 where no tile landed); sizes checked as above. */
+H3K_API int h3k_tile_finish(float *acc, size_t acc_n, const float *weight, size_t weight_n,
+                            size_t c, size_t h, size_t w);
 
 /* Run the built-in checks. *checks gets the number run; msg (may be NULL)
  * gets the first failure. Returns H3K_OK or H3K_ESELFTEST. */

@@ -22,13 +22,16 @@ REPO = Path(__file__).resolve().parent.parent
 
 def main() -> int:
     os.environ.setdefault("H3KIT_HOME", tempfile.mkdtemp(prefix="h3kit-golden-"))
+    from h3kit.data import catalog
     from h3kit.fingerprint.schema import load_file
     from h3kit.plan import make_plan
 
     out_dir = REPO / "tests" / "fixtures" / "plans"
     out_dir.mkdir(parents=True, exist_ok=True)
+    cat = catalog.load()
+    profiles = catalog.load_profiles(cat)
     for fp_path in sorted((REPO / "tests" / "fixtures" / "fingerprints").glob("*.json")):
-        plan = make_plan(load_file(fp_path))
+        plan = make_plan(load_file(fp_path), cat, profiles)
         (out_dir / fp_path.name).write_text(json.dumps(plan, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         print(f"{fp_path.stem:32} {plan['profile']:24} fits={plan['fits']} {plan['settings']['quantization']:12} "
               f"{plan['settings']['max_canvas']} x {plan['settings']['max_frames']}", file=sys.stderr)

@@ -38,13 +38,16 @@ def machine_fingerprint(m: dict) -> dict:
 def rows() -> list[dict]:
     from h3kit.data import catalog as catalog_mod
     from h3kit.data.config import Config
-    from h3kit.plan import make_plan
+    from h3kit.data.settings import typed
     from h3kit.data.yamlio import parse_size
+    from h3kit.plan import make_plan
 
     cat = catalog_mod.load()
+    profiles = catalog_mod.load_profiles(cat)
     out = []
     for point in cat.data["measured"]:
-        plan = make_plan(machine_fingerprint(point["machine"]), config=Config(overrides=dict(point["settings"])))
+        config = Config(overrides=typed(point["settings"]))  # as config.yaml's overrides would be, once loaded
+        plan = make_plan(machine_fingerprint(point["machine"]), cat, profiles, config=config)
         for what, reported in point["reported"].items():
             st = plan["settings"]
             # DiT bytes on the GPU at a time: the resident blocks plus the two shard buffers in flight.

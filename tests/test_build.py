@@ -18,6 +18,8 @@ from h3kit.native import compilers
 
 from h3kit.core import subproc
 
+pytestmark = pytest.mark.fresh_native  # these tests watch the compile step itself
+
 FIXTURES = Path(__file__).parent / "fixtures" / "build"
 REQUIRED = {"schema", "library", "variant", "compiler", "flags", "cached", "seconds", "selftest"}
 

@@ -27,7 +27,7 @@ def _plan(**settings) -> dict:
 def test_tokens_follow_the_catalog_rule(cat):
     px = cat["tokens"]["spatial_tokens_px"]
     tc = cat["tokens"]["temporal_compression"]
-    assert calibrate.tokens_for(cat, 256, 256, 22) == (256 // px) ** 2 * -(-22 // tc)
+    assert calibrate.tokens_for(cat["tokens"], 256, 256, 22) == (256 // px) ** 2 * -(-22 // tc)
 
 
 def test_compute_time_scales_with_the_measured_rate_and_is_labelled(cat):

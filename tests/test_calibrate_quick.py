@@ -9,29 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from h3kit import calibrate
-
 from h3kit.calibrate import report
-
-def _why_no_native() -> str | None:
-    if not calibrate.BRIDGE.is_file():
-        return "this checkout has no native bridge (issue #5)"
-    try:
-        import h3kit.native.build  # noqa: F401
-    except ImportError:
-        if not os.environ.get("H3KIT_NATIVE_LIB"):
-            return "this checkout cannot build the native library (issue #5) and H3KIT_NATIVE_LIB is unset"
-    return None
-
-
-pytestmark = pytest.mark.skipif(_why_no_native() is not None, reason=str(_why_no_native()))
 
 
 def _positive(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
 
 
-def test_quick_calibration_writes_reports_with_measured_numbers(run_cli, h3kit_home):
+def test_quick_calibration_writes_reports_with_measured_numbers(run_cli, h3kit_home, native_library_env):
     t0 = time.monotonic()
     code, out, err = run_cli("calibrate", "--quick", "--json")
     elapsed = time.monotonic() - t0
@@ -65,7 +50,7 @@ def test_quick_calibration_writes_reports_with_measured_numbers(run_cli, h3kit_h
     assert "calibrated:" in (h3kit_home / "config.yaml").read_text()
 
 
-def test_rerun_after_profile_use_reports_against_the_new_profile(run_cli, h3kit_home):
+def test_rerun_after_profile_use_reports_against_the_new_profile(run_cli, h3kit_home, native_library_env):
     code, out, _ = run_cli("calibrate", "--quick", "--json")
     first = json.loads(out)["plan"]["profile"]
     other = "nvidia-12gb" if first != "nvidia-12gb" else "cpu-only"
@@ -80,12 +65,64 @@ def test_rerun_after_profile_use_reports_against_the_new_profile(run_cli, h3kit_
     assert other in (h3kit_home / "reports" / "latest.md").read_text()
 
 
-def test_dry_run_writes_nothing(run_cli, h3kit_home):
+def _tree(home: Path) -> dict[str, int | None]:
+    """Every path under H3KIT_HOME with its size (None for a folder), less the log every command appends to."""
+    logs = home / "state" / "logs"
+    return {str(p.relative_to(home)): (p.stat().st_size if p.is_file() else None) for p in sorted(home.rglob("*"))
+            if p != logs.parent and p != logs and logs not in p.parents}
+
+
+def test_dry_run_builds_and_writes_nothing(run_cli, h3kit_home, monkeypatch):
+    """No library in the cache's record and none named: a dry run measures without it and builds none."""
+    monkeypatch.delenv("H3KIT_NATIVE_LIB", raising=False)
+    before = _tree(h3kit_home)
     code, out, err = run_cli("calibrate", "--quick", "--json", "--dry-run")
     assert code == 0, err
-    assert json.loads(out)["report_files"]["html"] is None
-    assert not (h3kit_home / "reports").exists()
-    assert not (h3kit_home / "config.yaml").exists()
+    doc = json.loads(out)
+    assert _tree(h3kit_home) == before
+    assert doc["report_files"] == {"json": None, "md": None, "html": None}
+    assert doc["native"]["status"] == "skipped" and "dry run builds nothing" in doc["native"]["reason"]
+    assert doc["disk"]["status"] == "measured"  # the probe file came and went
+    assert "config_written" not in doc and "applied" not in doc
+
+
+def test_dry_run_with_a_library_measures_and_writes_nothing(run_cli, h3kit_home, native_library_env):
+    before = _tree(h3kit_home)
+    code, out, err = run_cli("calibrate", "--quick", "--json", "--dry-run")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert _tree(h3kit_home) == before
+    assert doc["native"]["status"] == "measured" and doc["inference"]["status"] == "measured"
+    assert doc["report_files"]["html"] is None and doc["decisions"]
+
+
+def test_calibration_in_an_installed_comfyui_applies_and_leaves_a_summary(run_cli, h3kit_home, tmp_path,
+                                                                          native_library_env):
+    """With a pack h3kit installed: the runner runs in that ComfyUI's Python, the new values are applied
+    to the pack (the same code as `h3kit apply`), and the node's summary lands in the pack."""
+    import importlib.util
+
+    from h3kit.cli.context import Context
+    from h3kit.comfy import deploy
+    from h3kit.comfy.locate import find
+
+    spec = importlib.util.spec_from_file_location("comfy_tree", Path(__file__).parent / "fixtures" / "comfyui" / "comfy_tree.py")
+    comfy_tree = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(comfy_tree)
+    comfy = comfy_tree.make_comfyui(tmp_path / "ComfyUI")
+    ctx = Context(yes=True)
+    install = find(str(comfy), None, ctx)
+    deploy.deploy(install, settings={"vae_tile_size": 256}, profile="cpu-only", library=None,
+                  state_dir=ctx.locations.state_dir, cache_dir=ctx.locations.cache_dir)
+    code, out, err = run_cli("calibrate", "--quick", "--comfyui", str(comfy), "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["comfyui"]["comfyui_path"] == str(comfy)
+    assert doc["applied"]["status"] == "applied", doc["applied"]
+    assert Path(doc["applied"]["profile_file"]).is_file()
+    summary = json.loads((install.node_dir / "h3kit_calibration.json").read_text())
+    assert summary["report_html"] == doc["report_files"]["html"] and summary["lines"]
+    assert doc["disk"]["path"] == str(comfy / "models")
 
 
 def _venv_without_numpy(root: Path) -> Path:
@@ -108,18 +145,15 @@ def _venv_without_numpy(root: Path) -> Path:
 
 
 @pytest.mark.skipif(os.name == "nt", reason="links site-packages entries with symlinks")
-def test_quick_calibration_in_a_venv_without_numpy_measures_the_scaled_dit(tmp_path, h3kit_home):
+def test_quick_calibration_in_a_venv_without_numpy_measures_the_scaled_dit(tmp_path, h3kit_home, native_library):
     """The installer's own venv has no numpy: the scaled DiT runs its native+python path and the
-    report carries its error (issue #7's acceptance, `h3kit calibrate --quick --json` with no ComfyUI)."""
+    report carries its error (`h3kit calibrate --quick --json` with no ComfyUI)."""
     import subprocess
-
-    from h3kit.native import build
 
     python = _venv_without_numpy(tmp_path / "venv")
     probe = subprocess.run([str(python), "-c", "import numpy"], capture_output=True, timeout=60)
     assert probe.returncode != 0, "numpy leaked into the test venv"
-    lib = os.environ.get("H3KIT_NATIVE_LIB") or str(build.find_library() or build.build()["library"])
-    env = {**os.environ, "H3KIT_HOME": str(h3kit_home), "H3KIT_NATIVE_LIB": lib}
+    env = {**os.environ, "H3KIT_HOME": str(h3kit_home), "H3KIT_NATIVE_LIB": str(native_library)}
     t0 = time.monotonic()
     proc = subprocess.run([str(python), "-m", "h3kit", "calibrate", "--quick", "--json"], capture_output=True,
                           text=True, env=env, timeout=120)

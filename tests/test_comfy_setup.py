@@ -2,116 +2,26 @@
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
 
-from h3kit.comfy import setup as comfy_setup
-
-from h3kit.comfy import manifest
-
-from h3kit.plan import torch_build as torchsel
+from comfy_setup_support import FP_4090, ctx, make_venv, pip_install
 from h3kit.cli.context import Context
+from h3kit.comfy import manifest
+from h3kit.comfy import setup as comfy_setup
+from h3kit.comfy.setup import create
+from h3kit.core import tools
 from h3kit.core.errors import NotReady
-from h3kit.fingerprint.schema import load_file
 from h3kit.core.paths import locations
+from h3kit.core.venv import venv_python
+from h3kit.fingerprint.schema import load_file
+from h3kit.plan import torch_build as torchsel
 from tests.conftest import FIXTURES
-
-FP_4090 = FIXTURES / "torchsel" / "linux-rtx4090-driver580.json"
-
-TORCH_INIT = '''__version__ = "{version}"
-class version:
-    cuda = {cuda!r}
-    hip = None
-class cuda:
-    @staticmethod
-    def is_available():
-        return False
-'''
-
-
-def make_wheel(folder: Path, name: str, version: str, files: dict[str, str], requires=()) -> Path:
-    """A minimal valid wheel: the files, METADATA, WHEEL and a RECORD with hashes."""
-    dist = f"{name.replace('-', '_')}-{version}"
-    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
-    contents = dict(files)
-    contents[f"{dist}.dist-info/METADATA"] = meta
-    contents[f"{dist}.dist-info/WHEEL"] = "Wheel-Version: 1.0\nGenerator: h3kit-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-    record = []
-    for path, text in contents.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-        record.append(f"{path},sha256={digest},{len(text.encode())}")
-    record.append(f"{dist}.dist-info/RECORD,,")
-    contents[f"{dist}.dist-info/RECORD"] = "\n".join(record) + "\n"
-    wheel = folder / f"{dist}-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as z:
-        for path, text in contents.items():
-            z.writestr(path, text)
-    return wheel
-
-
-def torch_wheels(folder: Path, torch_version: str, vision: str, audio: str | None, tag: str) -> None:
-    cuda = f"{tag[2:-1]}.{tag[-1]}" if tag.startswith("cu") else None
-    make_wheel(folder, "torch", f"{torch_version}+{tag}", {"torch/__init__.py": TORCH_INIT.format(version=f"{torch_version}+{tag}", cuda=cuda)})
-    make_wheel(folder, "torchvision", f"{vision}+{tag}", {"torchvision/__init__.py": f"__version__ = '{vision}+{tag}'\n"},
-               requires=[f"torch=={torch_version}"])
-    if audio:
-        make_wheel(folder, "torchaudio", f"{audio}+{tag}", {"torchaudio/__init__.py": f"__version__ = '{audio}+{tag}'\n"},
-                   requires=["torch>=2.11"])
-
-
-@pytest.fixture(scope="module")
-def wheelhouse(tmp_path_factory) -> Path:
-    house = tmp_path_factory.mktemp("wheelhouse")
-    torch_wheels(house, "2.13.0", "0.28.0", None, "cpu")          # what a user has by mistake
-    torch_wheels(house, "2.14.1", "0.29.1", "2.11.0", "cu130")     # what a 4090 with driver 580 needs
-    torch_wheels(house, "2.14.1", "0.29.1", "2.11.0", "cpu")       # a same-version decoy of the wrong build
-    # A newer torch that an unconstrained 'pip install -r requirements.txt' would grab.
-    make_wheel(house, "torch", "2.15.0", {"torch/__init__.py": TORCH_INIT.format(version="2.15.0", cuda=None)})
-    make_wheel(house, "comfy-tiny-dep", "1.0", {"comfy_tiny_dep.py": "VALUE = 42\n"})
-    return house
-
-
-@pytest.fixture
-def offline_pip(wheelhouse, monkeypatch) -> comfy_setup.PipOptions:
-    """pip sees only the wheelhouse: no config files, no index, no machine-wide find-links."""
-    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
-    for var in ("PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_CONSTRAINT"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("H3KIT_PIP_FIND_LINKS", str(wheelhouse))
-    monkeypatch.setenv("H3KIT_PIP_NO_INDEX", "1")
-    return comfy_setup.PipOptions.from_env()
-
-
-def ctx(**kw) -> Context:
-    return Context(locations=locations(), yes=True, json=True, **kw)
-
-
-@pytest.fixture(scope="session")
-def venv_template(tmp_path_factory) -> Path:
-    """One venv with pip, made once; tests get copies (a venv's prefix follows its pyvenv.cfg, so a copy works
-    with 'python -m pip'), which saves ensurepip's seconds per test."""
-    path = tmp_path_factory.mktemp("venv-template") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True, timeout=300)
-    return path
-
-
-def make_venv(template: Path, path: Path) -> str:
-    shutil.copytree(template, path, symlinks=True)
-    return str(comfy_setup.venv_python(path))
-
-
-def pip_install(python: str, *reqs: str, wheelhouse: Path) -> None:
-    subprocess.run([python, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(wheelhouse), *reqs],
-                   check=True, timeout=300)
 
 
 # -- pure parts ------------------------------------------------------------------
@@ -131,14 +41,21 @@ GIT_ERRORS = [
     ("fatal: unable to access 'https://github.com/x/y.git/': Failed to connect to github.com port 443 after 21 ms: Couldn't connect to server", "no network"),
     ("remote: Repository not found.\nfatal: repository 'https://github.com/x/nope.git/' not found", "does not exist"),
     ("fatal: cannot create directory at 'comfy': No space left on device", "disk is full"),
+    ("fatal: could not read Username for 'https://github.com': terminal prompts disabled", "asked for a login"),
+    ("git@github.com: Permission denied (publickey).\r\nfatal: Could not read from remote repository.", "asked for a login"),
+    ("remote: Permission to x/y.git denied to u.\nfatal: unable to access 'https://github.com/x/y.git/': The requested "
+     "URL returned error: 403", "asked for a login"),
+    ("fatal: unable to access 'https://github.com/x/y.git/': SSL certificate problem: self-signed certificate in "
+     "certificate chain", "TLS certificate"),
+    ("fatal: could not create work tree dir 'ComfyUI': Permission denied", "not writable"),
 ]
 
 
 @pytest.mark.parametrize("text,expect", GIT_ERRORS)
 def test_classify_git_error(text, expect):
-    sentence, fix = comfy_setup.classify_git_error(text)
+    sentence, fix = tools.classify("git", text)
     assert expect in sentence and fix
-    assert "git is not installed" in comfy_setup.classify_git_error("", "missing")[0]
+    assert "git is not installed" in tools.classify("git", "", "missing")[0]
 
 
 PIP_ERRORS = [
@@ -150,13 +67,54 @@ PIP_ERRORS = [
     ("ERROR: Could not find a version that satisfies the requirement torch==2.14.1+cu130 (from versions: none)\n"
      "ERROR: No matching distribution found for torch==2.14.1+cu130", "no wheel of torch==2.14.1+cu130"),
     ("ERROR: Could not install packages due to an OSError: [Errno 28] No space left on device", "disk is full"),
+    ("ERROR: Could not install packages due to an OSError: [Errno 13] Permission denied: "
+     "'/usr/lib/python3/dist-packages/torch'\nConsider using the `--user` option or check the permissions.", "not writable"),
+    ("Could not fetch URL https://pypi.org/simple/torch/: There was a problem confirming the ssl certificate: "
+     "HTTPSConnectionPool(host='pypi.org', port=443): Max retries exceeded with url: /simple/torch/ (Caused by "
+     "SSLError(SSLCertVerificationError(1, '[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: unable to get "
+     "local issuer certificate (_ssl.c:1006)')))", "TLS certificate"),
+    ("WARNING: Retrying ... after connection broken by 'NewConnectionError('<...>: Failed to establish a new connection: "
+     "[Errno 101] Network is unreachable')': /simple/torch/", "no network"),
 ]
 
 
 @pytest.mark.parametrize("text,expect", PIP_ERRORS)
 def test_classify_pip_error(text, expect):
-    sentence, fix = comfy_setup.classify_pip_error(text)
+    sentence, fix = tools.classify("pip", text)
     assert expect in sentence and fix
+
+
+def test_classify_adds_the_callers_way_around_the_network_only_where_it_helps():
+    offline = "or pass a downloaded ComfyUI .zip with --comfyui-source"
+    assert tools.classify("git", GIT_ERRORS[0][0], alternative=offline)[1].endswith(offline + ".")
+    assert tools.classify("git", "", "missing", alternative=offline)[1].endswith(offline + ".")
+    assert offline not in tools.classify("git", GIT_ERRORS[3][0], alternative=offline)[1]  # a wrong URL stays wrong
+    assert "H3KIT_PIP_FIND_LINKS" in tools.classify("pip", PIP_ERRORS[0][0])[1]  # pip's own: a folder of wheels
+    sentence, fix = tools.classify("pip", "something new\nERROR: the last line says it")
+    assert sentence == "pip reported: ERROR: the last line says it" and "-v" in fix
+
+
+def test_run_pip_and_git_honour_the_options(monkeypatch):
+    """One runner: offline/mirror arguments on install only, git never waits at a login prompt, failures classified."""
+    seen = []
+
+    def fake_run(argv, **kw):
+        seen.append((argv, kw))
+        return tools.subproc.ToolResult(list(argv), "error", 1, "", "ERROR: No matching distribution found for x")
+
+    monkeypatch.setattr(tools.subproc, "run", fake_run)
+    monkeypatch.setattr(tools.subproc, "which", lambda name: "/usr/bin/git")
+    opts = tools.PipOptions(["/wheels"], no_index=True)
+    with pytest.raises(NotReady) as err:
+        tools.run_pip(ctx(), "/py", ["install", "x"], "Installing x", timeout=5, opts=opts, index_url="https://i")
+    assert seen[-1][0][:7] == ["/py", "-m", "pip", "install", "x", "--no-index", "--find-links"]
+    assert err.value.message == "Installing x failed: a package was not found on the index."
+    with pytest.raises(NotReady):
+        tools.run_pip(ctx(), "/py", ["uninstall", "-y", "x"], "Removing x", timeout=5, opts=opts)
+    assert "--no-index" not in seen[-1][0]
+    with pytest.raises(NotReady):
+        tools.run_git(ctx(), ["clone", "u", "d"], "Cloning u", timeout=5)
+    assert seen[-1][0][:2] == ["/usr/bin/git", "clone"] and seen[-1][1]["env"]["GIT_TERMINAL_PROMPT"] == "0"
 
 
 def test_source_kind(tmp_path):
@@ -211,7 +169,7 @@ def test_fix_then_undo_in_a_throwaway_venv(tmp_path, wheelhouse, offline_pip, ve
 def test_fix_refuses_a_link_that_would_run_outside_its_venv(tmp_path, offline_pip):
     """A link to venv/bin/python outside the venv starts the base interpreter: pip must not touch that one."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True, timeout=120)
-    python = str(comfy_setup.venv_python(tmp_path / "venv"))
+    python = str(venv_python(tmp_path / "venv"))
     (tmp_path / "elsewhere" / "bin").mkdir(parents=True)
     link = tmp_path / "elsewhere" / "bin" / "python"
     os.symlink(python, link)
@@ -261,5 +219,5 @@ def test_offer_is_only_made_in_a_terminal(tmp_path, monkeypatch):
     assert str(tmp_path / "ComfyUI") in asked[0] and not (tmp_path / "ComfyUI").exists()
     made = []
     monkeypatch.setattr("builtins.input", lambda q: "y")
-    monkeypatch.setattr(comfy_setup, "new_comfyui", lambda c, target, source, f: made.append(target) or target)
+    monkeypatch.setattr(create, "new_comfyui", lambda c, target, source, f: made.append(target) or target)
     assert comfy_setup.offer_new_comfyui(Terminal(locations=locations()), fp) == tmp_path / "ComfyUI" == made[0]

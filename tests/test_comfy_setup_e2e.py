@@ -12,14 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from h3kit.comfy import setup as comfy_setup
-
+from comfy_setup_support import FP_4090, ctx
 from h3kit.comfy import manifest
+from h3kit.comfy import setup as comfy_setup
+from h3kit.comfy.setup import create, source
 from h3kit.core.errors import NotReady
-from h3kit.fingerprint.schema import load_file
 from h3kit.core.paths import locations
+from h3kit.core.venv import venv_python
+from h3kit.fingerprint.schema import load_file
 from tests.conftest import FIXTURES
-from tests.test_comfy_setup import FP_4090, ctx, make_wheel, offline_pip, wheelhouse  # noqa: F401 (fixtures)
 
 MAIN_PY = '''import sys
 from pathlib import Path
@@ -91,7 +92,7 @@ def test_new_comfyui_install_then_purge(tmp_path, bare_repo, offline_pip, run_cl
     assert doc["comfyui"]["torch"] == "2.14.1+cu130"
     assert "[3/5] Installing PyTorch cu130" in err and "Cloning ComfyUI" not in out
 
-    python = comfy_setup.venv_python(target / "venv")
+    python = venv_python(target / "venv")
     ran = subprocess.run([str(python), "main.py"], cwd=target, capture_output=True, text=True, timeout=60)
     assert "torch 2.14.1+cu130 cuda 13.0 dep 42" in ran.stdout, ran.stderr
     # ComfyUI's requirements name bare 'torch' and the wheelhouse has a newer torch 2.15.0: the constraints held.
@@ -117,7 +118,7 @@ def test_new_comfyui_install_then_purge(tmp_path, bare_repo, offline_pip, run_cl
     assert not manifest.manifest_path(locations().state_dir, target).exists()
 
 
-def test_interrupted_setup_resumes(tmp_path, bare_repo, wheelhouse, offline_pip, capsys):  # noqa: F811
+def test_interrupted_setup_resumes(tmp_path, bare_repo, wheelhouse, offline_pip, capsys):
     partial_house = tmp_path / "house"
     shutil.copytree(wheelhouse, partial_house)
     dep = next(partial_house.glob("comfy_tiny_dep-*.whl"))
@@ -157,11 +158,11 @@ def test_archive_source_and_missing_git(tmp_path, monkeypatch):
         for p in src.rglob("*"):
             if p.is_file():
                 z.write(p, p.relative_to(tmp_path).as_posix())
-    got = comfy_setup._fetch_source(ctx(), str(archive), tmp_path / "from-zip", 60)
+    got = source.fetch_source(ctx(), str(archive), tmp_path / "from-zip", 60)
     assert got["kind"] == "archive" and (tmp_path / "from-zip" / "main.py").is_file()
     monkeypatch.setenv("PATH", str(tmp_path / "no-tools-here"))
     with pytest.raises(NotReady) as err:
-        comfy_setup._fetch_source(ctx(), "https://github.com/Comfy-Org/ComfyUI.git", tmp_path / "x", 60)
+        source.fetch_source(ctx(), "https://github.com/Comfy-Org/ComfyUI.git", tmp_path / "x", 60)
     assert "git is not installed" in err.value.message and not (tmp_path / "x").exists()
 
 
@@ -172,11 +173,11 @@ def test_not_enough_disk_is_refused_before_anything_is_written(tmp_path, bare_re
     assert "GB free" in err.value.message and not (tmp_path / "new").exists()
 
 
-def test_cpu_machine_gets_cpu_wheels_of_all_three(tmp_path, bare_repo, offline_pip):  # noqa: F811
+def test_cpu_machine_gets_cpu_wheels_of_all_three(tmp_path, bare_repo, offline_pip):
     """The wheelhouse offers torchaudio 2.11.0 as +cpu and +cu130; 'torchaudio>=2.11' alone would take +cu130."""
     target = comfy_setup.new_comfyui(ctx(), tmp_path / "ComfyUI", str(bare_repo),
                                      load_file(FIXTURES / "torchsel" / "linux-cpu-only.json"))
-    packages = comfy_setup.probe_torch(comfy_setup.venv_python(target / "venv"))["packages"]
+    packages = comfy_setup.probe_torch(venv_python(target / "venv"))["packages"]
     assert packages == {"torch": "2.14.1+cpu", "torchvision": "0.29.1+cpu", "torchaudio": "2.11.0+cpu"}
 
 
@@ -185,12 +186,13 @@ def test_cpu_machine_gets_cpu_wheels_of_all_three(tmp_path, bare_repo, offline_p
 def test_real_comfyui_folder_as_source_and_its_placeholders_are_not_user_data(tmp_path):
     real = Path(os.environ["H3KIT_COMFYUI_DIR"])
     target = tmp_path / "ComfyUI"
-    assert comfy_setup._fetch_source(ctx(), str(real), target, 300)["kind"] in ("folder", "git-local")
+    assert source.fetch_source(ctx(), str(real), target, 300)["kind"] in ("folder", "git-local")
     assert (target / "main.py").is_file() and not (target / "venv").exists()
     man = manifest.load_or_new(locations().state_dir, target)
     man.record_dir(target, role="comfyui")
     man.extra["comfyui_setup"] = {"created_by": "h3kit", "dir": str(target),
-                                  "shipped": comfy_setup._user_area_files(target)}
+                                  "shipped": create.user_area_files(target)}
     assert comfy_setup.purge_plan(man)["user_data"] == []  # put_*_here and example nodes came with ComfyUI
+    (target / "output").mkdir(exist_ok=True)  # 0.33 no longer ships output/ with a placeholder; ComfyUI makes it
     (target / "output" / "ComfyUI_00001_.png").write_bytes(b"png")
     assert [u["path"] for u in comfy_setup.purge_plan(man)["user_data"]] == [str(target / "output")]

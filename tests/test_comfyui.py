@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from h3kit.comfy import inspect as comfy_inspect
 from h3kit.comfy import locate as comfyui
 from h3kit.cli.context import Context
 from h3kit.core.errors import BadInput, NotReady
@@ -162,12 +163,12 @@ def test_comfyui_python_from_the_config_file(tmp_path, h3kit_home):
 
 
 def test_parse_inspect_recorded():
-    info = comfyui.parse_inspect_output("noise from a sitecustomize\n" + (FIXTURES / "inspect-linux-cu130.txt").read_text())
+    info = comfy_inspect.parse_inspect_output("noise from a sitecustomize\n" + (FIXTURES / "inspect-linux-cu130.txt").read_text())
     assert info["torch"] == "2.14.1+cu130" and info["torch_build"] == "cuda" and info["python_version"] == "3.11.7"
-    assert comfyui.parse_inspect_output("Traceback (most recent call last):") is None
-    assert comfyui.torch_build({"torch": "2.5.0+rocm6.2", "torch_hip": "6.2.4", "torch_cuda": None}) == "rocm"
-    assert comfyui.torch_build({"torch": "2.5.0", "mps_built": True, "system": "darwin"}) == "mps"
-    assert comfyui.torch_build({"torch": None}) is None
+    assert comfy_inspect.parse_inspect_output("Traceback (most recent call last):") is None
+    assert comfy_inspect.torch_build({"torch": "2.5.0+rocm6.2", "torch_hip": "6.2.4", "torch_cuda": None}) == "rocm"
+    assert comfy_inspect.torch_build({"torch": "2.5.0", "mps_built": True, "system": "darwin"}) == "mps"
+    assert comfy_inspect.torch_build({"torch": None}) is None
 
 
 def test_inspect_runs_the_trees_python(tmp_path):
@@ -192,15 +193,15 @@ NVIDIA_FP = {"gpus": [{"vendor": "nvidia", "name": "RTX 3060", "cuda_driver_vers
 
 def test_torch_fit_findings():
     cpu = {"torch": "2.5.1+cpu", "torch_build": "cpu", "python": "/c/py"}
-    [f] = comfyui.torch_fit_findings(NVIDIA_FP, cpu)
+    [f] = comfy_inspect.torch_fit_findings(NVIDIA_FP, cpu)
     assert f["status"] == "fail" and "CPU-only" in f["message"] and "whl/cu124" in f["fix"] and "/c/py" in f["fix"]
     newer = {"torch": "2.9.0+cu130", "torch_build": "cuda", "torch_cuda": "13.0"}
-    [f] = comfyui.torch_fit_findings(NVIDIA_FP, newer)
+    [f] = comfy_inspect.torch_fit_findings(NVIDIA_FP, newer)
     assert f["status"] == "fail" and "CUDA 13.0" in f["message"] and "12.4" in f["message"]
     apple = {"gpus": [{"vendor": "apple", "name": "M2"}], "rosetta": True}
-    [f] = comfyui.torch_fit_findings(apple, {"torch": "2.5", "torch_build": "cpu", "machine": "x86_64", "system": "darwin"})
+    [f] = comfy_inspect.torch_fit_findings(apple, {"torch": "2.5", "torch_build": "cpu", "machine": "x86_64", "system": "darwin"})
     assert f["check"] == "python.arch" and "Rosetta" in f["message"]
-    [f] = comfyui.torch_fit_findings({"gpus": []}, cpu)
+    [f] = comfy_inspect.torch_fit_findings({"gpus": []}, cpu)
     assert f["status"] == "ok"
-    [f] = comfyui.torch_fit_findings(NVIDIA_FP, {"torch": None, "torch_error": "ModuleNotFoundError"})
+    [f] = comfy_inspect.torch_fit_findings(NVIDIA_FP, {"torch": None, "torch_error": "ModuleNotFoundError"})
     assert f["status"] == "fail"

@@ -159,7 +159,7 @@ def test_shard_override_is_rounded_to_whole_blocks(run_cli, h3kit_home):
 
 
 def test_models_mirror_and_comfyui_python_are_known_keys(run_cli, h3kit_home):
-    """#8's download mirror and #6's interpreter path are read from config.yaml, not noted as unknown."""
+    """The download mirror and ComfyUI's interpreter path are read from config.yaml, not noted as unknown."""
     (h3kit_home / "config.yaml").write_text(
         "profile: auto\ncomfyui_python: /opt/ComfyUI/venv/bin/python\nmodels:\n  mirror: https://hf-mirror.com\n")
     code, p, _ = plan(run_cli)

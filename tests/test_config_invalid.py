@@ -153,3 +153,21 @@ def test_broken_catalog_names_its_line(tmp_path):
     with pytest.raises(BadInput) as exc:
         catalog_mod.load(tmp_path)
     assert f"minimax-h3.yaml:{_line_of(text, 'eleven GB')}:" in exc.value.message and "size" in exc.value.message
+
+
+@pytest.mark.parametrize("old,new,key", [
+    ('inference_minimum: "0.8 GB"', 'inference_minimum: "0.8 gigs"', "comfyui.inference_minimum"),
+    ('large_card_from: "16 GB"', 'large_card_from: big', "comfyui.reserve.large_card_from"),
+    ("weights_share: 0.88", "weights_share: 88", "comfyui.weights_share"),
+    ("temporal_compression: 4", "temporal_compression: four", "tokens.temporal_compression"),
+    ("ladder: [22, 39,", "ladder: [twenty, 39,", "frames.ladder"),
+])
+def test_a_bad_planning_figure_names_its_line_when_the_catalog_loads(tmp_path, old, new, key):
+    """The figures the planner computes with are parsed at load, so a bad one fails there, not mid-plan."""
+    assert CATALOG.count(old) == 1, old
+    text = CATALOG.replace(old, new)
+    (tmp_path / "minimax-h3.yaml").write_text(text)
+    with pytest.raises(BadInput) as exc:
+        catalog_mod.load(tmp_path)
+    assert exc.value.message.startswith(f"{tmp_path / 'minimax-h3.yaml'}:{_line_of(text, new)}:"), exc.value.message
+    assert f"'{key}'" in exc.value.message

@@ -8,15 +8,9 @@ import os
 import pytest
 import requests
 
-from h3kit.models.download import (
-    Downloader,
-    Want,
-    apply_mirror,
-    check_free_space,
-    find_local,
-    make_session,
-    place_from_local,
-)
+from h3kit.models.download import Downloader, Want, check_free_space
+from h3kit.models.http import apply_mirror, make_session
+from h3kit.models.local import find_local, place_from_local
 from h3kit.core.errors import NotReady, VerificationFailed
 from model_server import ModelServer
 
@@ -181,7 +175,7 @@ def test_hf_token_is_sent_to_the_mirror_and_opens_a_gated_file(tmp_path, server)
 
 
 def test_hf_token_comes_from_env_then_the_login_file(tmp_path):
-    from h3kit.models.download import hf_token
+    from h3kit.models.http import hf_token
 
     (tmp_path / "token").write_text("hf_from_file\n")
     assert hf_token({"HF_TOKEN": "hf_env", "HF_HOME": str(tmp_path)}) == "hf_env"

@@ -21,7 +21,9 @@ import pytest
 
 from h3kit.data import catalog as catalog_mod
 from h3kit import models
-from h3kit.models import download
+from h3kit.core import files as core_files
+from h3kit.models import download, store
+from h3kit.models import files as model_files
 from h3kit.cli.context import Context
 from h3kit.fingerprint.schema import load_file
 from h3kit.comfy.manifest import load_or_new
@@ -65,15 +67,16 @@ def small(monkeypatch, server, h3kit_home):
     by_kind = {k: [w for w in weights if w.part == k] for k in ("dit", "text_encoder", "vae", "audio_vae")}
     fake = catalog_mod.Catalog(real.doc, real.formats, by_kind["dit"], by_kind["text_encoder"], by_kind["vae"],
                                by_kind["audio_vae"])
-    monkeypatch.setattr(models, "_catalog", lambda catalog=None: catalog or fake)
-    monkeypatch.setattr(models, "Downloader", functools.partial(download.Downloader, sleep=lambda s: None,
+    monkeypatch.setattr(model_files, "_catalog", lambda catalog=None: catalog or fake)
+    monkeypatch.setattr(store, "Downloader", functools.partial(download.Downloader, sleep=lambda s: None,
                                                                 progress=False, token=""))
     (h3kit_home / "config.yaml").write_text(f"profile: auto\nmodels:\n  mirror: {server.base}\n")
     return payloads
 
 
 def _plan(fp=FP_4090) -> dict:
-    return make_plan(load_file(fp))
+    cat = catalog_mod.load()
+    return make_plan(load_file(fp), cat, catalog_mod.load_profiles(cat))
 
 
 def _json(run_cli, *argv):
@@ -170,7 +173,7 @@ def test_fetch_wrong_size_exits_4_and_keeps_part(run_cli, server, small, comfy):
 
 
 def test_fetch_refuses_before_any_byte_when_disk_is_short(run_cli, server, small, comfy, monkeypatch):
-    monkeypatch.setattr(download, "free_bytes_at", lambda p: 5 * 10**8)
+    monkeypatch.setattr(core_files, "free_bytes", lambda p: 5 * 10**8)
     code, doc, err = _json(run_cli, "models", "fetch", "--fingerprint", str(FP_4090), "--comfyui", str(comfy))
     assert code == 3 and "short" in doc["error"] and doc["details"]["short_bytes"] > 0
     assert server.requests == [] and not list(comfy.rglob("*.part"))
@@ -243,11 +246,10 @@ def test_with_loaders_installs_the_pack_with_comfyuis_python(small, comfy, tmp_p
 
 
 def test_uninstall_keeps_models_and_models_remove_still_finds_them(run_cli, small, comfy, tmp_path):
-    """Issue #6's uninstall replays the same manifest: it removes a loader pack h3kit installed, keeps the
+    """Uninstall replays the same manifest: it removes a loader pack h3kit installed, keeps the
     weights (by design, they are tens of GB) and leaves their records, so 'models remove' still works after."""
     import subprocess
 
-    pytest.importorskip("h3kit.comfy.uninstall")
     for marker in ("comfy", "comfy_extras"):
         (comfy / marker).mkdir()
     (comfy / "nodes.py").write_text("")

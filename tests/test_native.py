@@ -4,7 +4,6 @@ against numpy, odd shapes, arena, streamer, tiles, and the library search order.
 from __future__ import annotations
 
 import array
-import ast
 import json
 import shutil
 import subprocess
@@ -14,15 +13,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-gguf = pytest.importorskip("gguf")
-from gguf import quants as gq  # noqa: E402
+from native_support import build_into
 
-from h3kit import bundled, native  # noqa: E402
+from h3kit import bundled, native
 
-from native_support import build_into  # noqa: E402
+KINDS = ("q8_0", "q4_0")
 
-GGML = {"q8_0": gguf.GGMLQuantizationType.Q8_0, "q4_0": gguf.GGMLQuantizationType.Q4_0}
-KINDS = tuple(GGML)
+
+def _gguf():
+    """gguf's reference quantizer, the byte-exact oracle; only the tests that compare with it need it."""
+    gguf = pytest.importorskip("gguf")
+    from gguf import quants
+
+    return quants, {"q8_0": gguf.GGMLQuantizationType.Q8_0, "q4_0": gguf.GGMLQuantizationType.Q4_0}
 
 
 @pytest.fixture(scope="session")
@@ -53,11 +56,13 @@ def _cases() -> dict[str, np.ndarray]:
 
 
 def _gguf_quantize(x: np.ndarray, kind: str) -> bytes:
+    gq, GGML = _gguf()
     with np.errstate(all="ignore"):
         return gq.quantize(x.reshape(-1, 32), GGML[kind]).tobytes()
 
 
 def _gguf_dequantize(data: bytes, kind: str) -> np.ndarray:
+    gq, GGML = _gguf()
     blocks = np.frombuffer(data, np.uint8).reshape(-1, native.BLOCK_BYTES[kind])
     with np.errstate(all="ignore"):
         return gq.dequantize(blocks, GGML[kind]).ravel()
@@ -361,3 +366,11 @@ def test_arena_and_streamer_from_a_plan(lib, tmp_path):
         assert (s.read_size, s.depth) == (32 << 20, 2)
     with native.Arena.from_plan(plan, lock=False, library=lib) as arena:
         assert arena.capacity == 64 << 20
+
+
+def test_big_endian_float32_is_refused_not_misread(lib):
+    """C reads bytes as they lie: a '>f4' array must be refused, not quantized as garbage."""
+    x = np.arange(64, dtype=">f4")
+    with pytest.raises(ValueError, match="byte order"):
+        lib.quantize(x, "q8_0")
+    assert bytes(lib.quantize(x.astype(np.float32), "q8_0")) == bytes(lib.quantize(np.arange(64, dtype=np.float32), "q8_0"))

@@ -1,6 +1,9 @@
 """Golden plans for the synthetic fingerprints, and the plan's contract shape.
 
-Regenerate after a deliberate change: see scripts/regen_golden_plans.py.
+Every test here runs the planner (directly or through `h3kit plan`) and
+compares what it says now with tests/fixtures/plans/, so a change in any
+plan shows up as a diff to review. Regenerate after a deliberate change: see
+scripts/regen_golden_plans.py.
 """
 
 from __future__ import annotations
@@ -10,10 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from h3kit.fingerprint.schema import validate
+from h3kit.data import catalog as catalog_mod
+from h3kit.fingerprint.schema import load_file, validate
+from h3kit.plan import make_plan
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FINGERPRINTS = sorted((FIXTURES / "fingerprints").glob("*.json"))
+CAT = catalog_mod.load()
+PROFILES = catalog_mod.load_profiles(CAT)
 SETTINGS_KEYS = {"dit_weights", "quantization", "text_encoder_weights", "vae_weights", "shard_size_bytes",
                  "preload_bytes", "vae_tile_size", "vae_tile_overlap", "vae_temporal_tile", "max_canvas",
                  "max_frames", "comfyui_args", "env"}
@@ -23,6 +30,25 @@ def test_at_least_twelve_synthetic_fingerprints_all_valid():
     assert len(FINGERPRINTS) >= 12
     for path in FINGERPRINTS:
         assert validate(json.loads(path.read_text())) == [], path.name
+
+
+def _plan(name: str) -> dict:
+    """What the planner says now for a synthetic fingerprint, with no config file."""
+    return make_plan(load_file(FIXTURES / "fingerprints" / f"{name}.json"), CAT, PROFILES)
+
+
+def _golden(name: str) -> dict:
+    return json.loads((FIXTURES / "plans" / f"{name}.json").read_text())
+
+
+def test_every_fingerprint_has_a_golden_plan_and_no_plan_is_orphaned():
+    plans = sorted(p.stem for p in (FIXTURES / "plans").glob("*.json"))
+    assert plans == [p.stem for p in FINGERPRINTS]
+
+
+@pytest.mark.parametrize("fp_path", FINGERPRINTS, ids=lambda p: p.stem)
+def test_the_planner_gives_the_golden_plan(fp_path):
+    assert _plan(fp_path.stem) == _golden(fp_path.stem), "plan changed: review it and run scripts/regen_golden_plans.py"
 
 
 @pytest.mark.parametrize("fp_path", FINGERPRINTS, ids=lambda p: p.stem)
@@ -44,29 +70,25 @@ def test_plan_command_gives_the_golden_plan(run_cli, fp_path):
         assert any("short by" in w for w in plan["warnings"])
 
 
-def _golden(name):
-    return json.loads((FIXTURES / "plans" / f"{name}.json").read_text())
-
-
-def test_golden_plans_make_sense():
-    """Reviewed expectations, written down so a regeneration cannot silently flip them."""
-    mac16, cpu16 = _golden("apple-m1-16gb"), _golden("cpu-only-16gb")
+def test_plans_make_sense():
+    """Reviewed expectations about the planner's answers, written down so a regeneration cannot silently flip them."""
+    mac16, cpu16 = _plan("apple-m1-16gb"), _plan("cpu-only-16gb")
     assert not mac16["fits"] and not cpu16["fits"]  # below the 28-32 GB RAM floor of FACTS.md
-    ultra = _golden("apple-m3ultra-192gb")
+    ultra = _plan("apple-m3ultra-192gb")
     assert ultra["settings"]["quantization"] == "bf16" and ultra["settings"]["streaming"]["resident"]
-    mps_formats = {_golden(n)["settings"]["quantization"] for n in ("apple-m2pro-32gb", "apple-m2max-64gb")}
+    mps_formats = {_plan(n)["settings"]["quantization"] for n in ("apple-m2pro-32gb", "apple-m2max-64gb")}
     assert not mps_formats & {"int8_convrot", "fp8_scaled", "w4a8", "nvfp4"}
-    assert _golden("apple-m2pro-32gb")["settings"]["stream_from"] == "disk"
-    r4060 = _golden("nvidia-rtx4060-8gb-16gb")
+    assert _plan("apple-m2pro-32gb")["settings"]["stream_from"] == "disk"
+    r4060 = _plan("nvidia-rtx4060-8gb-16gb")
     assert r4060["settings"]["quantization"] not in ("int8_convrot", "w4a8")  # driver 566 reports CUDA 12.7
     assert "--disable-pinned-memory" in r4060["settings"]["comfyui_args"]
-    assert _golden("amd-rx7900xtx-24gb-64gb")["settings"]["quantization"] in ("bf16", "q8_0", "q6_k", "q5_k_m", "q4_k_m")
+    assert _plan("amd-rx7900xtx-24gb-64gb")["settings"]["quantization"] in ("bf16", "q8_0", "q6_k", "q5_k_m", "q4_k_m")
     for name in ("nvidia-rtx3060-12gb-32gb", "nvidia-rtx4090-24gb-64gb", "nvidia-rtx5090-32gb-96gb"):
-        plan = _golden(name)
+        plan = _plan(name)
         assert plan["fits"]
         assert plan["settings"]["shard_size_bytes"] % plan["settings"]["streaming"]["block_bytes"] == 0
         assert plan["settings"]["preload_bytes"] % plan["settings"]["streaming"]["block_bytes"] == 0
-    two = _golden("nvidia-2x-rtx3090-24gb-128gb")
+    two = _plan("nvidia-2x-rtx3090-24gb-128gb")
     assert any("2 GPUs" in r for r in two["rationale"])
 
 

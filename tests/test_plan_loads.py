@@ -16,12 +16,17 @@ import pytest
 from h3kit.data import catalog as catalog_mod
 from h3kit.data import config as config_mod
 from h3kit.data.catalog import Machine
-from h3kit.plan import make_plan
-from h3kit.data.yamlio import parse_yaml
+from h3kit.plan import make_plan as _make_plan
 
 FP_DIR = Path(__file__).parent / "fixtures" / "fingerprints"
 FPS = {p.stem: json.loads(p.read_text()) for p in sorted(FP_DIR.glob("*.json"))}
 CAT = catalog_mod.load()
+PROFILES = catalog_mod.load_profiles(CAT)
+
+
+def make_plan(fp: dict, **kw) -> dict:
+    """The planner over the shipped catalog and profiles, loaded once for the module."""
+    return _make_plan(fp, CAT, PROFILES, **kw)
 
 
 def _config(text: str, tmp_path: Path) -> config_mod.Config:
@@ -62,7 +67,7 @@ def test_a_reported_broken_dit_is_chosen_only_when_no_loadable_runnable_one_fits
     if not dit.load_tier or not plan["fits"]:
         return
     machine = Machine.from_fingerprint(FPS[name])
-    profile = catalog_mod.load_profiles(CAT)[plan["profile"]]
+    profile = PROFILES[plan["profile"]]
     for alt in CAT.dit:
         if alt.load_tier < dit.load_tier and alt.format in profile.settings["formats"] \
                 and CAT.runnable(alt.format, machine)[0]:

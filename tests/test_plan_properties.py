@@ -9,10 +9,17 @@ from pathlib import Path
 import pytest
 
 from h3kit.data import catalog as catalog_mod
-from h3kit.plan import make_plan
+from h3kit.plan import make_plan as _make_plan
 
 FPS = {p.stem: json.loads(p.read_text()) for p in sorted((Path(__file__).parent / "fixtures" / "fingerprints").glob("*.json"))}
-QUALITY = {name: spec["quality"] for name, spec in catalog_mod.load().formats.items()}
+CAT = catalog_mod.load()
+PROFILES = catalog_mod.load_profiles(CAT)
+QUALITY = {name: spec["quality"] for name, spec in CAT.formats.items()}
+
+
+def make_plan(fp: dict, **kw) -> dict:
+    """The planner over the shipped catalog and profiles, loaded once for the module."""
+    return _make_plan(fp, CAT, PROFILES, **kw)
 
 
 def scaled(fp: dict, gpu: float = 1.0, ram: float = 1.0) -> dict:

@@ -12,7 +12,7 @@ from h3kit.fingerprint.schema import load_file, validate
 from tests.conftest import FIXTURES
 
 FP_DIR = FIXTURES / "torchsel"
-SHARED_FP_DIR = FIXTURES / "fingerprints"  # issue #4's shared set, when merged
+SHARED_FP_DIR = FIXTURES / "fingerprints"  # the planner's synthetic machines
 
 
 def fp(name: str) -> dict:
@@ -116,10 +116,10 @@ def test_choice_is_data_driven(tmp_path):
     assert choice["build"] == "cu130" and choice["packages"]["torch"] == "==9.9.9"
 
 
-@pytest.mark.parametrize("path", sorted(SHARED_FP_DIR.glob("*.json")) if SHARED_FP_DIR.is_dir() else [],
+@pytest.mark.parametrize("path", sorted(SHARED_FP_DIR.glob("*.json")),
                          ids=lambda p: p.stem)
 def test_shared_fingerprints_get_a_sound_choice(path):
-    """Issue #4's synthetic set: every machine gets a build or a refusal with a fix."""
+    """The planner's synthetic machines: every one gets a build or a refusal with a fix."""
     choice = torchsel.choose(load_file(path))
     assert choice["status"] in ("ok", "refuse") and choice["rationale"]
     assert (choice["fix"] is not None) == (choice["status"] == "refuse")
@@ -186,8 +186,8 @@ def test_build_from_recorded_pypi_metadata():
 
 
 def test_doctor_findings_read_the_deploy_inspect_output():
-    """h3kit.comfy.locate.inspect's recorded output (issue #6) is what doctor passes in."""
-    from h3kit.comfy.locate import parse_inspect_output
+    """h3kit.comfy.locate.inspect's recorded output is what doctor passes in."""
+    from h3kit.comfy.inspect import parse_inspect_output
 
     info = parse_inspect_output((FIXTURES / "comfyui" / "inspect-linux-cu130.txt").read_text())
     assert [f["status"] for f in torchsel.doctor_findings(fp("linux-rtx4090-driver580"), info)] == ["ok"]

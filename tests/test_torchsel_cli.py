@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 import shutil
 
+from comfy_setup_support import FP_4090, make_venv, pip_install
 from h3kit.comfy import setup as comfy_setup
-from tests.conftest import FIXTURES
 from tests.fixtures.comfyui.comfy_tree import make_comfyui
-from tests.test_comfy_setup import FP_4090, make_venv, offline_pip, pip_install, venv_template, wheelhouse  # noqa: F401
 
 
 def torch_finding(doc: dict) -> dict:
@@ -36,7 +35,7 @@ def test_doctor_bad_fingerprint_file_is_bad_input(tmp_path, run_cli):
     assert code == 2 and "does not exist" in err and "Traceback" not in err
 
 
-def test_doctor_fix_and_undo_through_the_cli(tmp_path, run_cli, wheelhouse, offline_pip, venv_template):  # noqa: F811
+def test_doctor_fix_and_undo_through_the_cli(tmp_path, run_cli, wheelhouse, offline_pip, venv_template):
     python = make_venv(venv_template, tmp_path / "venv")
     pip_install(python, "torch==2.13.0+cpu", "torchvision==0.28.0+cpu", wheelhouse=wheelhouse)
     comfy = make_comfyui(tmp_path / "ComfyUI", python=python)

@@ -24,9 +24,10 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from h3kit.calibrate.estimates import CALIBRATION_CANVAS
 from h3kit.comfy import client as comfy_api
 
-CANVAS = (256, 256, 22)  # width, height, frames: the smallest H3 canvas (issue #7)
+CANVAS = CALIBRATION_CANVAS  # width, height, frames: the smallest H3 canvas, the one the scaled DiT is sized for
 STEPS = 1
 RUN_TIMEOUT = 3600.0  # one step of a 20-33B model on a CPU can take long; still bounded
 PROMPT = "a red ball rolling across a wooden table"  # any short prompt: only time and memory are measured
@@ -112,9 +113,9 @@ def preflight(workflow: dict, object_info: dict, min_version: str | None) -> str
 def run(install, plan: dict, fingerprint: dict, cat, *, cache_dir: Path, progress=None,
         timeout: float = RUN_TIMEOUT) -> dict:
     """Start ComfyUI with the profile's flags, run the smallest H3 workflow once, measure it, stop it."""
+    from h3kit.comfy.launcher import accepted_flags
     from h3kit.comfy.locate import comfy_env, require_python
     from h3kit.core.errors import NotReady
-    from h3kit.comfy.launcher import accepted_flags
 
     models_dir = Path(install.path) / "models"
     chosen, missing = present_weights(cat, plan, models_dir)

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from h3kit.native import build
-
-from h3kit.native import compilers
 from h3kit.cli.context import Context, Outcome
+from h3kit.native import build, compilers
 
 HELP = "compile the native library from payload/ and self-test it"
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from h3kit import calibrate
-
 from h3kit.calibrate import report
 from h3kit.cli.context import Context, Outcome
 

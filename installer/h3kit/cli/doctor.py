@@ -8,13 +8,18 @@ matches the config. h3kit.models adds its findings when present.
 
 from __future__ import annotations
 
-from h3kit.comfy import locate as comfyui
-
-from h3kit.comfy import doctor
-from h3kit.comfy import manifest as mf
 from h3kit.cli.context import Context, Outcome
-from h3kit.steps.common import current_plan, load_config, locate, saved_plan, torch_findings
+from h3kit.comfy import doctor
+from h3kit.comfy import locate as comfyui
+from h3kit.comfy import manifest as mf
 from h3kit.core.errors import EXIT_NOT_READY, EXIT_VERIFY_FAILED, H3kitError, NotReady
+from h3kit.steps.common import (
+    current_plan,
+    load_config,
+    locate,
+    saved_plan,
+    torch_findings,
+)
 
 HELP = "check everything and print fixes (apply them with --fix)"
 MARK = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL"}
@@ -93,7 +98,7 @@ def _fix(args, ctx, findings, notes) -> None:
 
 
 def _fix_torch(ctx, install, fingerprint, findings, notes) -> None:
-    """A torch build that does not fit the hardware: reinstall the right one (h3kit.comfy.setup, #9)."""
+    """A torch build that does not fit the hardware: reinstall the right one (h3kit.comfy.setup)."""
     wrong = [f for f in findings if f["check"] == "torch.build" and f["status"] == "fail" and f.get("kind") != "machine"]
     if not wrong or install.python is None or fingerprint is None:
         return
@@ -107,7 +112,7 @@ def _fix_torch(ctx, install, fingerprint, findings, notes) -> None:
 
 
 def _undo(args, ctx) -> Outcome:
-    """Put back the torch an earlier --fix replaced (h3kit.comfy.setup, #9)."""
+    """Put back the torch an earlier --fix replaced (h3kit.comfy.setup)."""
     from h3kit.comfy import setup as comfy_setup
 
     install = locate(args, ctx, load_config(ctx), need_write=False)

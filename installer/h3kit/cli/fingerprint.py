@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from h3kit.cli.context import Context, Outcome
-from h3kit.core.errors import BadInput
+from h3kit.core.errors import BadInput, H3kitError
+from h3kit.data import config
+from h3kit.fingerprint import collect, render_text
 
 HELP = "probe the machine (GPUs, driver, RAM, disk, CPU, OS) and print the fingerprint"
 
@@ -16,17 +18,13 @@ def add_arguments(p) -> None:
 def _comfyui_folders() -> list[str]:
     """The configured ComfyUI folder and its models folder, so their disks are measured too."""
     try:
-        from h3kit.data import config  # issue #4; absent in builds without it
-
         path = config.load().comfyui_path
-    except Exception:
+    except H3kitError:  # a broken config is reported by the commands that use it; probing goes on
         return []
     return [path, f"{path}/models"] if path else []
 
 
 def run(args, ctx: Context) -> Outcome:
-    from h3kit.fingerprint import collect, render_text
-
     if args.timeout is not None and not args.timeout > 0:
         raise BadInput(f"--timeout must be a positive number of seconds, not {args.timeout:g}.",
                        "Pass for example --timeout 5.")

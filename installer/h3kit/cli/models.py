@@ -6,8 +6,9 @@ from pathlib import Path
 
 from h3kit import models
 from h3kit.cli.context import Context, Outcome
-from h3kit.models.download import human_bytes
+from h3kit.comfy.locate import find
 from h3kit.core.errors import BadInput, NotReady
+from h3kit.core.units import human_bytes
 
 HELP = "the weight files the plan needs: plan | status | fetch | verify | remove"
 
@@ -29,13 +30,16 @@ def _config(ctx: Context):
 
 def _plan(args, ctx: Context, cfg) -> dict:
     from h3kit.cli.plan import machine_fingerprint
+    from h3kit.data import catalog as catalog_mod
     from h3kit.plan import make_plan
 
-    return make_plan(machine_fingerprint(args.fingerprint), profile=args.profile, config=cfg)
+    cat = catalog_mod.load()
+    return make_plan(machine_fingerprint(args.fingerprint), cat, catalog_mod.load_profiles(cat), profile=args.profile,
+                     config=cfg)
 
 
 def _comfyui_dir(args, ctx: Context, cfg, *, required: bool) -> Path | None:
-    """--comfyui PATH, else issue #6's search (config, usual folders); None when not required and not found."""
+    """--comfyui PATH, else the usual search (config, usual folders); None when not required and not found."""
     if args.comfyui:
         p = Path(args.comfyui).expanduser()
         if not p.is_dir():
@@ -45,26 +49,11 @@ def _comfyui_dir(args, ctx: Context, cfg, *, required: bool) -> Path | None:
                            "Pass the ComfyUI folder itself (the one holding main.py).")
         return p.absolute()
     try:
-        from h3kit.comfy.locate import find
-    except ImportError:
-        find = None
-    if find is not None:
-        try:
-            return Path(find(None, cfg, ctx, need_write=required).path)
-        except (NotReady, BadInput):
-            if required:
-                raise
-            return None
-        except TypeError:  # an older find() without need_write
-            try:
-                return Path(find(None, cfg, ctx).path)
-            except (NotReady, BadInput):
-                if required:
-                    raise
-                return None
-    if required:
-        raise NotReady("No ComfyUI folder was given.", "Pass it with --comfyui PATH.")
-    return None
+        return Path(find(None, cfg, ctx, need_write=required).path)
+    except (NotReady, BadInput):
+        if required:
+            raise
+        return None
 
 
 def _render_files(doc: dict) -> str:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from h3kit.data import config as config_mod
 from h3kit.cli.context import Context, Outcome
-from h3kit.core.errors import NotReady
+from h3kit.core.units import gb
+from h3kit.data import config as config_mod
+from h3kit.fingerprint import collect
+from h3kit.fingerprint.schema import load_file
 
 HELP = "choose a profile and settings for this machine, with estimates and reasons"
 
@@ -15,21 +17,8 @@ def add_arguments(p) -> None:
 
 
 def machine_fingerprint(path: str | None) -> dict:
-    """The saved fingerprint FILE, else this machine's (issue #3's probe)."""
-    from h3kit.fingerprint.schema import load_file
-
-    if path:
-        return load_file(path)
-    try:
-        from h3kit.fingerprint import collect
-    except ImportError:
-        raise NotReady("This h3kit cannot probe the machine yet (the fingerprint module is missing).",
-                       "Pass a saved fingerprint: 'h3kit plan --fingerprint FILE'.") from None
-    return collect()
-
-
-def gib(n) -> str:
-    return "n/a" if n is None else f"{n / 1e9:.1f} GB"
+    """The saved fingerprint FILE, else this machine's, probed now."""
+    return load_file(path) if path else collect()
 
 
 def render(plan: dict) -> str:
@@ -38,11 +27,11 @@ def render(plan: dict) -> str:
         f"profile   {plan['profile']}   fits: {'yes' if plan['fits'] else 'NO'}",
         f"DiT       {s['dit_weights']}   text encoder {s['text_encoder_weights']}   VAE {s['vae_weights']}",
         f"canvas    {s['max_canvas'][0]}x{s['max_canvas'][1]}, up to {s['max_frames']} frames",
-        (f"streaming preload {gib(s['preload_bytes'])}, shard {gib(s['shard_size_bytes'])} from {s['stream_from']}"
+        (f"streaming preload {gb(s['preload_bytes'])}, shard {gb(s['shard_size_bytes'])} from {s['stream_from']}"
          if b["gpu_bytes"] is not None else "streaming none: no GPU, the DiT is held in RAM"),
         f"VAE tiles {s['vae_tile_size']} px, overlap {s['vae_tile_overlap']}, {s['vae_temporal_tile']} frames",
-        f"peaks     GPU {gib(e['peak_gpu_bytes'])} of {gib(b['gpu_bytes'])}, RAM {gib(e['peak_ram_bytes'])} of "
-        f"{gib(b['ram_bytes'])}, disk {gib(e['disk_bytes'])} of {gib(b['disk_bytes'])}",
+        f"peaks     GPU {gb(e['peak_gpu_bytes'])} of {gb(b['gpu_bytes'])}, RAM {gb(e['peak_ram_bytes'])} of "
+        f"{gb(b['ram_bytes'])}, disk {gb(e['disk_bytes'])} of {gb(b['disk_bytes'])}",
         f"ComfyUI   {' '.join(s['comfyui_args']) or '(no flags)'}  env {s['env'] or '{}'}",
         "why:",
     ] + [f"  - {r}" for r in plan["rationale"]]
@@ -50,9 +39,11 @@ def render(plan: dict) -> str:
 
 
 def run(args, ctx: Context) -> Outcome:
+    from h3kit.data import catalog as catalog_mod
     from h3kit.plan import make_plan
 
-    cfg = config_mod.load(ctx.locations)
+    cat = catalog_mod.load()
+    cfg = config_mod.load(ctx.locations, catalog=cat)
     fp = machine_fingerprint(args.fingerprint)
-    plan = make_plan(fp, profile=args.profile, config=cfg)
+    plan = make_plan(fp, cat, catalog_mod.load_profiles(cat), profile=args.profile, config=cfg)
     return Outcome(plan, render(plan), 0, plan["warnings"])

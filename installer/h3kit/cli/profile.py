@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from h3kit.data import catalog as catalog_mod
-from h3kit.data import config as config_mod
 from h3kit.cli.context import Context, Outcome
 from h3kit.core.errors import BadInput
+from h3kit.data import catalog as catalog_mod
+from h3kit.data import config as config_mod
 
 HELP = "list, explain or select optimization profiles (list | show NAME | use NAME)"
 
@@ -18,7 +18,7 @@ def add_arguments(p) -> None:
 def _describe(profile) -> dict:
     return {"name": profile.name, "description": profile.description, "file": str(profile.path),
             "match": {k: v for k, v in profile.doc.data.get("match", {}).items()},
-            "settings": profile.settings, "notes": profile.doc.data.get("notes")}
+            "settings": profile.written, "notes": profile.doc.data.get("notes")}
 
 
 def run(args, ctx: Context) -> Outcome:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from h3kit.cli.context import Context, Outcome
 from h3kit.comfy import manifest as mf
 from h3kit.comfy import uninstall as un
-from h3kit.cli.context import Context, Outcome
-from h3kit.steps.common import load_config, locate
 from h3kit.core.errors import BadInput, H3kitError
+from h3kit.steps.common import load_config, locate
 
 HELP = "remove exactly what h3kit installed, nothing else"
 

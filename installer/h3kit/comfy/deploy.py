@@ -22,9 +22,11 @@ from pathlib import Path
 import h3kit
 from h3kit import bundled
 from h3kit.comfy import manifest as mf
-from h3kit.comfy.locate import ComfyInstall, marked_json, run_python
-from h3kit.core.errors import BadInput, NotReady, VerificationFailed
+from h3kit.comfy.inspect import marked_json
 from h3kit.comfy.launcher import accepted_flags, filter_args, launcher_name, render
+from h3kit.comfy.locate import ComfyInstall, run_python
+from h3kit.core.errors import BadInput, NotReady, VerificationFailed
+from h3kit.core.files import atomic_write
 from h3kit.core.paths import asset_dir
 
 PROFILE_FILE = "h3kit_profile.json"
@@ -250,9 +252,7 @@ def write_launcher(install: ComfyInstall, record: mf.Manifest, settings: dict, p
 def rewrite_profile(install: ComfyInstall, record: mf.Manifest, settings: dict, profile: str) -> Path:
     """`h3kit apply`: a new h3kit_profile.json, written atomically and recorded."""
     path = install.node_dir / PROFILE_FILE
-    tmp = path.with_name(f".{PROFILE_FILE}.tmp")
-    tmp.write_bytes(profile_document(settings, profile))
-    os.replace(tmp, path)
+    atomic_write(path, profile_document(settings, profile))
     record.record_file(path, "node-pack")
     return path
 

@@ -11,9 +11,10 @@ import json
 from pathlib import Path
 
 from h3kit.comfy import manifest as mf
-from h3kit.comfy.locate import ComfyInstall, marked_json, run_python
 from h3kit.comfy.deploy import PROFILE_FILE, PROFILE_SCHEMA
+from h3kit.comfy.inspect import marked_json
 from h3kit.comfy.launcher import accepted_flags, filter_args
+from h3kit.comfy.locate import ComfyInstall, run_python
 
 NATIVE_TIMEOUT = 60.0
 

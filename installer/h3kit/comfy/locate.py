@@ -1,4 +1,4 @@
-"""Find a ComfyUI, its Python, and what that Python holds.
+"""Find a ComfyUI and its Python, and run that Python (h3kit.comfy.inspect reads what it holds).
 
 Search order for the ComfyUI folder (`find`), followed in this order:
 
@@ -21,7 +21,8 @@ we say so). None: NotReady naming --comfyui.
 Its Python, in this order: the portable build's `python_embeded`; a `.venv`
 or `venv` inside the ComfyUI folder (the Desktop app's is in its base folder);
 `comfyui_python` in the config; else ask (non-interactive: none, and the
-caller says how to name it).
+caller says how to name it). The config is h3kit.data.config's `Config`,
+read by the caller; nothing here reads config.yaml.
 """
 
 from __future__ import annotations
@@ -29,50 +30,22 @@ from __future__ import annotations
 import configparser
 import json
 import os
-import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from h3kit.comfy.inspect import (
+    INSPECT_SCRIPT,
+    INSPECT_TIMEOUT,
+    comfyui_version,
+    parse_inspect_output,
+)
 from h3kit.core import subproc
 from h3kit.core.errors import BadInput, NotReady
+from h3kit.core.venv import venv_python
 
 NODE_DIR_NAME = "ComfyUI-h3kit"
 MARKERS = ("main.py", "comfy", "nodes.py", "comfy_extras", "custom_nodes")
-INSPECT_TIMEOUT = 90.0  # importing torch on a cold disk takes tens of seconds
-
-# Runs inside ComfyUI's interpreter: stdlib only, never raises, one JSON line.
-INSPECT_SCRIPT = r"""
-import json, platform, sys
-info = {"python": sys.executable, "python_version": platform.python_version(),
-        "machine": platform.machine(), "system": platform.system().lower(), "packages": {}}
-try:
-    from importlib import metadata
-    for name in ("torch", "torchvision", "torchaudio"):
-        try:
-            info["packages"][name] = metadata.version(name)
-        except Exception:
-            pass
-except Exception:
-    pass
-try:
-    import torch
-    info["torch"] = torch.__version__
-    v = getattr(torch, "version", None)
-    info["torch_cuda"] = getattr(v, "cuda", None)
-    info["torch_hip"] = getattr(v, "hip", None)
-    mps = getattr(getattr(torch, "backends", None), "mps", None)
-    info["mps_built"] = bool(mps is not None and mps.is_built())
-    xpu = getattr(torch, "xpu", None)
-    info["xpu_available"] = bool(xpu is not None and xpu.is_available())
-    cuda = getattr(torch, "cuda", None)
-    info["cuda_available"] = bool(cuda is not None and cuda.is_available())
-except Exception as exc:
-    info["torch"] = None
-    info["torch_error"] = "%s: %s" % (type(exc).__name__, exc)
-print("H3KIT-INSPECT " + json.dumps(info))
-"""
-
 
 @dataclass
 class ComfyInstall:
@@ -303,13 +276,6 @@ def _choose(candidates: list[Path], ctx) -> Path:
 # -- its Python --------------------------------------------------------------------
 
 
-def _venv_python(venv: Path) -> Path | None:
-    for rel in ("bin/python3", "bin/python", "Scripts/python.exe"):
-        if (venv / rel).exists():
-            return venv / rel
-    return None
-
-
 def find_python(install: ComfyInstall, config=None, *, explicit_python: str | None = None) -> tuple[Path | None, str]:
     """ComfyUI's interpreter and where it came from (search order in the module docstring)."""
     if explicit_python:
@@ -319,31 +285,13 @@ def find_python(install: ComfyInstall, config=None, *, explicit_python: str | No
         if (embedded / name).exists():
             return embedded / name, "portable python_embeded"
     for name in (".venv", "venv"):
-        py = _venv_python(install.path / name)
+        py = venv_python(install.path / name)
         if py is not None:
             return py, f"{name} inside ComfyUI"
-    named = config_value(config, "comfyui_python")
+    named = getattr(config, "comfyui_python", None) if config is not None else None
     if named:
         return Path(named).expanduser().absolute(), "config comfyui_python"
     return None, ""
-
-
-def config_value(config, key: str):
-    """A key of h3kit's config that the planner's Config does not model (it leaves unknown keys alone)."""
-    if config is None:
-        return None
-    if getattr(config, key, None):
-        return getattr(config, key)
-    raw = getattr(config, "raw", None)
-    if not raw:
-        return None
-    try:
-        import yaml
-
-        doc = yaml.safe_load(Path(raw).read_text(encoding="utf-8"))
-    except (OSError, ValueError, ImportError, yaml.YAMLError):
-        return None
-    return doc.get(key) if isinstance(doc, dict) else None
 
 
 def require_python(install: ComfyInstall) -> Path:
@@ -365,63 +313,8 @@ def run_python(install: ComfyInstall, argv: list[str], timeout: float) -> subpro
     return subproc.run([str(require_python(install)), *argv], timeout=timeout, cwd=install.path, env=comfy_env(install))
 
 
-# -- what that Python holds ------------------------------------------------------------
-
-
-def parse_version_file(text: str) -> str | None:
-    m = re.search(r"""__version__\s*=\s*["']([^"']+)["']""", text)
-    return m.group(1) if m else None
-
-
-def comfyui_version(path: Path) -> str | None:
-    try:
-        return parse_version_file((path / "comfyui_version.py").read_text(encoding="utf-8"))
-    except OSError:
-        return None
-
-
-def torch_build(info: dict) -> str | None:
-    """cuda | rocm | mps | xpu | cpu from the inspect fields (None when torch is absent)."""
-    if not info.get("torch"):
-        return None
-    if info.get("torch_hip"):
-        return "rocm"
-    if info.get("torch_cuda"):
-        return "cuda"
-    if info.get("mps_built") and info.get("system") == "darwin":
-        return "mps"
-    if info.get("xpu_available") or "+xpu" in str(info.get("torch")):
-        return "xpu"
-    return "cpu"
-
-
-def marked_json(text: str, marker: str) -> dict | None:
-    """The JSON object on the last line starting with `marker` + space.
-
-    The small scripts h3kit runs in ComfyUI's Python print their result that
-    way, because site hooks and custom nodes may print anything else around it.
-    """
-    prefix = marker + " "
-    for line in reversed(text.splitlines()):
-        if line.startswith(prefix):
-            try:
-                value = json.loads(line[len(prefix):])
-            except ValueError:
-                return None
-            return value if isinstance(value, dict) else None
-    return None
-
-
-def parse_inspect_output(text: str) -> dict | None:
-    """The JSON line INSPECT_SCRIPT prints, with the torch build worked out."""
-    info = marked_json(text, "H3KIT-INSPECT")
-    if info is not None:
-        info["torch_build"] = torch_build(info)
-    return info
-
-
 def inspect(install: ComfyInstall, timeout: float = INSPECT_TIMEOUT) -> dict:
-    """Python, ComfyUI and torch versions of `install`; NotReady when its Python does not start."""
+    """Python, ComfyUI and torch versions of `install` (h3kit.comfy.inspect); NotReady when its Python does not start."""
     result = run_python(install, ["-c", INSPECT_SCRIPT], timeout)
     info = parse_inspect_output(result.stdout)
     if info is None:
@@ -432,58 +325,3 @@ def inspect(install: ComfyInstall, timeout: float = INSPECT_TIMEOUT) -> dict:
     info["comfyui_version"] = comfyui_version(install.path)
     info["comfyui_path"] = str(install.path)
     return info
-
-
-# -- does torch fit the hardware? ------------------------------------------------------
-# The basic checks; h3kit.plan.torch_build.doctor_findings (#9) supersedes them when present.
-
-
-def _version_tuple(text: str | None) -> tuple[int, ...] | None:
-    m = re.match(r"(\d+)\.(\d+)", str(text or ""))
-    return (int(m.group(1)), int(m.group(2))) if m else None
-
-
-def _finding(check: str, status: str, message: str, fix: str | None = None) -> dict:
-    return {"check": check, "status": status, "message": message, "fix": fix}
-
-
-def torch_fit_findings(fingerprint: dict | None, info: dict) -> list[dict]:
-    """Loud findings when ComfyUI's torch build cannot use this machine's hardware."""
-    fp = fingerprint or {}
-    gpus = fp.get("gpus") or []
-    py = info.get("python") or "python"
-    build = info.get("torch_build")
-    out: list[dict] = []
-    if info.get("torch") is None:
-        return [_finding("torch.present", "fail", f"ComfyUI's Python cannot import torch ({info.get('torch_error', 'not installed')}).",
-                         f'"{py}" -m pip install torch torchvision torchaudio')]
-    nvidia = [g for g in gpus if g.get("vendor") == "nvidia"]
-    apple = [g for g in gpus if g.get("vendor") == "apple"]
-    if nvidia and build == "cpu":
-        driver = _version_tuple(nvidia[0].get("cuda_driver_version"))
-        tag = f"cu{driver[0]}{driver[1]}" if driver else "cu128"
-        out.append(_finding("torch.build", "fail",
-                            f"ComfyUI runs a CPU-only torch ({info['torch']}) on a machine with an NVIDIA {nvidia[0].get('name', 'GPU')}: "
-                            "everything would run on the CPU.",
-                            f'"{py}" -m pip install --force-reinstall torch torchvision torchaudio '
-                            f"--index-url https://download.pytorch.org/whl/{tag}"))
-    if nvidia and build == "cuda":
-        built, driver = _version_tuple(info.get("torch_cuda")), _version_tuple(nvidia[0].get("cuda_driver_version"))
-        if built and driver and built > driver:
-            out.append(_finding("torch.cuda", "fail",
-                                f"ComfyUI's torch is built for CUDA {info['torch_cuda']} but the NVIDIA driver supports only CUDA "
-                                f"{nvidia[0]['cuda_driver_version']}.",
-                                f"Update the NVIDIA driver, or: \"{py}\" -m pip install --force-reinstall torch torchvision torchaudio "
-                                f"--index-url https://download.pytorch.org/whl/cu{driver[0]}{driver[1]}"))
-    if fp.get("rosetta") or (apple and info.get("system") == "darwin" and info.get("machine") == "x86_64"):
-        out.append(_finding("python.arch", "fail",
-                            "ComfyUI's Python is an x86_64 build running under Rosetta on Apple Silicon: no MPS, slow CPU code.",
-                            "Install an arm64 Python (python.org universal2 or `brew install python` on arm64), recreate ComfyUI's venv, "
-                            "reinstall its requirements."))
-    elif apple and build == "cpu":
-        out.append(_finding("torch.build", "fail",
-                            f"ComfyUI's torch {info['torch']} was built without MPS on an Apple GPU machine.",
-                            f'"{py}" -m pip install --force-reinstall torch torchvision torchaudio'))
-    if not out:
-        out.append(_finding("torch.build", "ok", f"torch {info['torch']} ({build}) fits this machine."))
-    return out

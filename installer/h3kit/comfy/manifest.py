@@ -22,31 +22,19 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 from h3kit import __version__
 from h3kit.core.errors import BadInput
+from h3kit.core.files import atomic_write, sha256_file
 
 SCHEMA = "h3kit.manifest/1"
-CHUNK = 1 << 20
 
 
 def now_iso() -> str:
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while True:
-            block = f.read(CHUNK)
-            if not block:
-                break
-            h.update(block)
-    return h.hexdigest()
 
 
 def slug_for(target: Path) -> str:
@@ -147,11 +135,7 @@ class Manifest:
             raise ValueError("manifest has no storage path")
         self.updated = now_iso()
         dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".manifest-", dir=dest.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(self.to_json(), f, indent=2, ensure_ascii=False)
-            f.write("\n")
-        os.replace(tmp, dest)
+        atomic_write(dest, json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n")
         self.path = dest
         return dest
 

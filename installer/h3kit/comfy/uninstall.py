@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from h3kit.comfy import manifest as mf
-from h3kit.comfy.locate import NODE_DIR_NAME, ComfyInstall
 from h3kit.comfy.deploy import backup_root, clean_staging, move_to_backup
+from h3kit.comfy.locate import NODE_DIR_NAME, ComfyInstall
+from h3kit.core.files import sha256_file
 
 KEEP_ROLES = {"model": "downloaded model weights are kept (remove them with 'h3kit models remove')",
               "comfyui": "the ComfyUI h3kit set up is kept (delete the folder yourself if you no longer want it)"}
@@ -153,7 +154,7 @@ def path_launchers(state_dir: Path) -> list[Path]:
     found = []
     for entry in entries:
         path = Path(entry.get("path", ""))
-        if path.is_file() and not path.is_symlink() and mf.sha256_file(path) == entry.get("sha256"):
+        if path.is_file() and not path.is_symlink() and sha256_file(path) == entry.get("sha256"):
             found.append(path)
     return found + [record]
 

@@ -3,20 +3,26 @@
 Both are data: every model size, block count, format rule and measured point
 lives in the YAML with its source, and every profile's match rules and
 settings live in its own file. This module reads them, checks them (errors
-name file:line and key) and answers two questions the planner asks: which
-weight variants exist, and can this machine run a given format.
+name file:line and key) and turns them into typed values -- sizes in bytes,
+canvases as tuples -- so the planner does arithmetic and never parses. It
+also answers two questions the planner asks: which weight variants exist,
+and can this machine run a given format.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from h3kit.core.errors import BadInput
 from h3kit.core.paths import asset_dir
-from h3kit.data.yamlio import Problems, YamlDoc, is_one_of, load_yaml, parse_size
+from h3kit.core.units import gb
+from h3kit.data import figures
 from h3kit.data import settings as validate_settings
+from h3kit.data.figures import ComfyMemory, MemoryModel
+from h3kit.data.yamlio import Problems, YamlDoc, is_one_of, load_yaml, parse_size
 
 CATALOG_SCHEMA = "h3kit.catalog/1"
 PROFILE_SCHEMA = "h3kit.profile/1"
@@ -29,7 +35,7 @@ REQUIREMENT_KEYS = ("backends", "not_backends", "min_compute_capability", "min_c
 
 @dataclass(frozen=True)
 class Weight:
-    """One weight file variant; `file` is the slot issue #8 fills with name/urls/sha256."""
+    """One weight file variant; `file` is what a download needs (folder, loader, name, urls, sha256)."""
 
     id: str
     part: str  # dit | text_encoder | vae | audio_vae
@@ -83,29 +89,51 @@ def _version(text: Any) -> tuple | None:
         return None
 
 
+def tokens_for(rule: dict, width: int, height: int, frames: int) -> int:
+    """The DiT's token count for a canvas by the catalog's `tokens:` rule: the one formula planning and calibration share."""
+    latent_frames = math.ceil(frames / rule["temporal_compression"])
+    return max(1, (width // rule["spatial_tokens_px"]) * (height // rule["spatial_tokens_px"]) * latent_frames)
+
+
 @dataclass
 class Catalog:
+    """A checked catalog. The figures below the weight lists are typed from `doc` on construction, so a
+    catalog built from a checked document (or a copy with other weights, as tests make) is always whole."""
+
     doc: YamlDoc
     formats: dict
     dit: list[Weight]
     text_encoder: list[Weight]
     vae: list[Weight]
     audio_vae: list[Weight]
+    model_id: str = field(init=False)
+    blocks: int = field(init=False)
+    canvas_ladder: tuple = field(init=False)  # ((width, height), ...), largest first
+    frames_ladder: tuple = field(init=False)
+    spatial_tokens_px: int = field(init=False)
+    temporal_compression: int = field(init=False)
+    memory: MemoryModel = field(init=False)
+    comfyui: ComfyMemory = field(init=False)
+    loader_packs: dict = field(init=False)
+    avoid_args: tuple = field(init=False)  # ComfyUI flags that harm this model
+
+    def __post_init__(self) -> None:
+        d = self.doc.data
+        self.model_id = d["model"]["id"]
+        self.blocks = d["architecture"]["blocks"]
+        self.canvas_ladder = tuple((int(w), int(h)) for w, h in d["canvas"]["ladder"])
+        self.frames_ladder = tuple(d["frames"]["ladder"])
+        self.spatial_tokens_px = d["tokens"]["spatial_tokens_px"]
+        self.temporal_compression = d["tokens"]["temporal_compression"]
+        self.memory = figures.memory_model(d["memory"])
+        self.comfyui = figures.comfy_memory(d["comfyui"])
+        self.loader_packs = dict(d.get("loader_packs") or {})
+        self.avoid_args = tuple(d.get("comfyui_avoid_args") or ())
 
     @property
     def data(self) -> dict:
+        """The document as written: for what is shown to people or not planned with (sources, measured points)."""
         return self.doc.data
-
-    def size(self, *keys: str) -> int:
-        """A size from the catalog (e.g. size('memory', 'activation_fixed')) in bytes."""
-        node: Any = self.data
-        for k in keys:
-            node = node[k]
-        return parse_size(node)
-
-    @property
-    def blocks(self) -> int:
-        return self.data["architecture"]["blocks"]
 
     def block_bytes(self, weight: Weight) -> int:
         return -(-weight.bytes // self.blocks)
@@ -167,7 +195,7 @@ def _weights(doc: YamlDoc, problems: Problems, key: str, part: str, formats: dic
             problems.add(kp + ("size",), f"is {item.get('size')!r}; allowed: a size like \"40.23 GB\" or \"25.28 GiB\"")
             continue
         if not isinstance(item.get("file", {}), dict):
-            problems.add(kp + ("file",), "must be a mapping (folder, loader; name/urls/sha256 added by issue #8)")
+            problems.add(kp + ("file",), "must be a mapping (folder, loader, name, urls, sha256)")
             continue
         if part == "dit" and item.get("variant") not in ("full", "pruned"):
             problems.add(kp + ("variant",), f"is {item.get('variant')!r}; allowed: full, pruned")
@@ -232,15 +260,7 @@ def check_catalog(doc: YamlDoc) -> Catalog:
     blocks = data["architecture"].get("blocks")
     if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks <= 0:
         problems.add(("architecture", "blocks"), f"is {blocks!r}; allowed: a whole number > 0")
-    for k in ("activation_fixed", "text_encoder_activation", "comfyui_process_ram", "gpu_resident_overhead"):
-        if parse_size(data["memory"].get(k)) is None:
-            problems.add(("memory", k), "must be a size like \"0.5 GB\"")
-    for k in ("activation_bytes_per_token", "vae_decode_bytes_per_voxel", "decoded_video_bytes_per_pixel_frame"):
-        if parse_size(data["memory"].get(k)) is None:
-            problems.add(("memory", k), "must be a whole number of bytes")
-    ladder = data["canvas"].get("ladder")
-    if not isinstance(ladder, list) or not all(isinstance(c, list) and len(c) == 2 for c in ladder):
-        problems.add(("canvas", "ladder"), "must be a list of [width, height] pairs")
+    figures.check(data, problems)
     dit = _weights(doc, problems, "dit", "dit", formats)
     te = _weights(doc, problems, "text_encoder", "text_encoder", formats)
     vae = _weights(doc, problems, "vae", "vae", formats)
@@ -280,14 +300,19 @@ MATCH_KEYS = ("backend", "gpu_memory", "ram", "unified_memory", "gpu_count", "co
 class Profile:
     name: str
     description: str
-    match: dict
-    settings: dict
+    match: dict  # sizes in bytes: gpu_memory and ram are (min, max | None)
+    settings: dict  # typed (data.settings.typed); the file's own spelling stays in doc
     doc: YamlDoc
     why: dict = field(default_factory=dict)  # settings key -> the reason (and source) for the profile's value
 
     @property
     def path(self) -> Path:
         return self.doc.path
+
+    @property
+    def written(self) -> dict:
+        """The settings as the file spells them ("4 GB", [1344, 768]), for showing and quoting."""
+        return dict(self.doc.data.get("settings") or {})
 
 
 def _range(doc: YamlDoc, problems: Problems, kp: tuple, value: Any) -> tuple | None:
@@ -355,19 +380,28 @@ def check_profile(doc: YamlDoc, catalog: Catalog) -> Profile:
         elif not isinstance(text, str) or not text.strip():
             problems.add(("why", key), "must be a sentence giving the reason and its source")
     problems.raise_if_any("Correct the value named; the allowed values are listed in the message.")
-    return Profile(name, str(data.get("description", "")), parsed, settings, doc, dict(why))
+    return Profile(name, str(data.get("description", "")), parsed, validate_settings.typed(settings), doc, dict(why))
+
+
+def _other_kind(doc: YamlDoc) -> bool:
+    """A file that says it is another h3kit document (the torch wheel table, ComfyUI node signatures) shares
+    the profiles/ folder but is not a profile; a profile with a mistyped schema version is still checked."""
+    schema = doc.data.get("schema") if isinstance(doc.data, dict) else None
+    return isinstance(schema, str) and schema.startswith("h3kit.") and not schema.startswith("h3kit.profile/")
 
 
 def load_profiles(catalog: Catalog, folder: Path | None = None) -> dict[str, Profile]:
     """All named profiles, by name (sorted)."""
     folder = folder or asset_dir("profiles")
-    paths = [p for p in sorted(folder.glob("*.yaml")) if p.name != "torch_builds.yaml"]  # #9's data, not a profile
+    paths = sorted(folder.glob("*.yaml"))
     key = ("profiles", id(catalog)) + _stamp(paths)
     if key not in _parsed:
         out: dict[str, Profile] = {}
         for path in paths:
-            profile = check_profile(load_yaml(path), catalog)
-            out[profile.name] = profile
+            doc = load_yaml(path)
+            if not _other_kind(doc):
+                profile = check_profile(doc, catalog)
+                out[profile.name] = profile
         _parsed[key] = out
     return dict(_parsed[key])
 
@@ -383,7 +417,8 @@ def matches(profile: Profile, fp: dict, machine: Machine) -> tuple[bool, str]:
     for key, have in (("gpu_memory", gpu_mem), ("ram", ram)):
         rng = m.get(key)
         if rng and (have < rng[0] or (rng[1] is not None and have > rng[1])):
-            return False, f"{key.replace('_', ' ')} {have / 2**30:.1f} GiB is outside the profile's range"
+            bounds = f"{gb(rng[0])} to {gb(rng[1])}" if rng[1] is not None else f"{gb(rng[0])} and up"
+            return False, f"{key.replace('_', ' ')} {gb(have)} is outside the profile's range of {bounds}"
     if "unified_memory" in m and bool(gpus and gpus[0].get("unified_memory")) != m["unified_memory"]:
         return False, "unified memory differs"
     if "gpu_count" in m:

@@ -31,9 +31,10 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from h3kit.data import settings as validate_settings
 from h3kit.core.errors import BadInput
-from h3kit.core.paths import Locations, locations as default_locations
+from h3kit.core.paths import Locations
+from h3kit.core.paths import locations as default_locations
+from h3kit.data import settings as validate_settings
 from h3kit.data.yamlio import Problems, YamlDoc, parse_yaml
 
 KNOWN_KEYS = ("profile", "overrides", "comfyui_path", "calibrated", "comfyui_python", "models")
@@ -50,9 +51,9 @@ HEADER = """# h3kit configuration. Edit by hand; the next `h3kit plan` uses it.
 @dataclass
 class Config:
     profile: str = "auto"
-    overrides: dict = field(default_factory=dict)
+    overrides: dict = field(default_factory=dict)  # typed like a profile's settings (data.settings.typed)
     comfyui_path: str | None = None
-    calibrated: dict = field(default_factory=dict)
+    calibrated: dict = field(default_factory=dict)  # typed the same way
     comfyui_python: str | None = None
     models: dict = field(default_factory=dict)  # {mirror: URL}
     raw: Path | None = None  # the file read (None when there was none)
@@ -65,6 +66,11 @@ class Config:
 
     def line_of(self, *keypath) -> int | None:
         return self.doc.line(keypath) if self.doc else None
+
+    def written(self, section: str) -> dict:
+        """A section as the file spells it ("1 GB", [864, 480]), for sentences that quote the user."""
+        raw = self.doc.data if self.doc is not None and isinstance(self.doc.data, dict) else {}
+        return dict(raw.get(section) or {})
 
 
 def _config_path(where: Any) -> Path:
@@ -126,6 +132,7 @@ def check(doc: YamlDoc, *, catalog=None, profile_names=None) -> Config:
     cfg.comfyui_python = python if isinstance(python, str) else None
     cfg.models = _check_models(data.get("models"), problems)
     problems.raise_if_any("Correct that line of config.yaml (or delete it to go back to the profile's value).")
+    cfg.overrides, cfg.calibrated = validate_settings.typed(cfg.overrides), validate_settings.typed(cfg.calibrated)
     return cfg
 
 

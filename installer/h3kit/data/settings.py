@@ -3,14 +3,23 @@
 One table serves all three places, so an override is checked exactly like
 the profile value it replaces. Errors go into a `Problems` collector, which
 names file:line and key; whether a valid value *fits* the machine is the
-planner's question (a warning there, never an error here).
+planner's question (a warning there, never an error here). `typed` turns
+checked settings into the values the planner computes with.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from h3kit.data.yamlio import Problems, is_int_range, is_one_of, is_size, is_str_list, is_str_map
+from h3kit.data.yamlio import (
+    Problems,
+    is_int_range,
+    is_one_of,
+    is_size,
+    is_str_list,
+    is_str_map,
+    parse_size,
+)
 
 AUTO = "auto"
 
@@ -40,6 +49,8 @@ DESCRIPTIONS = {
     "os_ram_headroom": "RAM left to the operating system and other programs",
 }
 KEYS = tuple(DESCRIPTIONS)
+SIZE_KEYS = ("shard_size_bytes", "preload_bytes", "os_ram_headroom")
+CANVAS_KEYS = ("max_canvas", "min_canvas")
 
 
 def _canvas_check(catalog, v: Any) -> str | None:
@@ -129,3 +140,15 @@ def check(settings: Any, base: tuple, problems: Problems, catalog, *, complete: 
         for i, arg in enumerate(settings.get("comfyui_args") or []):
             if arg in avoid:
                 problems.add(base + ("comfyui_args", i), f"is {arg!r}, which harms H3; not allowed: {', '.join(avoid)}")
+
+
+def typed(settings: dict) -> dict:
+    """Checked settings as the planner uses them: sizes in bytes, canvases as (width, height); auto stays auto."""
+    out = dict(settings)
+    for key in SIZE_KEYS:
+        if key in out and out[key] != AUTO:
+            out[key] = parse_size(out[key])
+    for key in CANVAS_KEYS:
+        if key in out:
+            out[key] = tuple(out[key])
+    return out

@@ -28,11 +28,8 @@ large files (it is the file's sha256). Expected size: the catalog when its
 size is exact, else what the server announced (`X-Linked-Size`,
 `Content-Range`, `Content-Length`).
 
-Network settings are requests' own: `HTTPS_PROXY`/`HTTP_PROXY`/`NO_PROXY`
-are honoured because the session keeps `trust_env` on, and TLS verification
-is never switched off. `HF_TOKEN` (or the token file `huggingface-cli login`
-wrote) is sent only to Hugging Face hosts and to a mirror the user configured
-(requests drops it on redirects to other hosts).
+Proxies, TLS, the token and the mirror are h3kit.models.http's; copying or
+hard-linking from a local folder (`--from DIR`) is h3kit.models.local's.
 """
 
 from __future__ import annotations
@@ -40,20 +37,29 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import re
-import shutil
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import requests
 from tqdm import tqdm
 
-from h3kit import __version__
+from h3kit.core import files as core_files
 from h3kit.core.errors import NotReady, VerificationFailed
+from h3kit.core.files import sha256_file
+from h3kit.core.units import human_bytes
+from h3kit.models.http import (
+    HF_HOSTS,
+    apply_mirror,
+    content_range,
+    hf_token,
+    make_session,
+    model_page,
+    published_by_server,
+)
 
 log = logging.getLogger("h3kit.models.download")
 
@@ -63,14 +69,11 @@ CHUNK = 1 << 20
 NET_CHUNK = 1 << 16
 RETRYABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 REFUSED_STATUS = frozenset({401, 403, 404, 410})
-HF_HOSTS = ("huggingface.co", "hf.co")
-DEFAULT_HF_ENDPOINT = "https://huggingface.co"
 # Kept free on top of what the files need, so a full download never leaves
 # the disk at zero bytes (the OS and ComfyUI still have to write).
 DISK_RESERVE_BYTES = 1 << 30
 # A size the catalog knows only rounded ("19.9 GB") must still match within this share.
 ROUNDED_SIZE_TOLERANCE = 0.01
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
 @dataclass
@@ -115,30 +118,14 @@ class _Refused(Exception):
 
 # -- plain helpers -------------------------------------------------------------
 
-def human_bytes(n: float | None) -> str:
-    if n is None:
-        return "unknown size"
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1000
-    return f"{n:.2f} TB"  # pragma: no cover
-
-
-def free_bytes_at(path: Path) -> int:
-    """Free bytes on the disk holding `path` (its nearest existing parent)."""
-    p = Path(path).absolute()
-    while not p.exists() and p != p.parent:
-        p = p.parent
-    return shutil.disk_usage(p).free
-
-
-def check_free_space(folder: Path, need_bytes: int, *, free_bytes: Callable[[Path], int] | None = None,
-                     reserve: int = DISK_RESERVE_BYTES) -> int:
-    """Refuse (NotReady) before any byte is written when the disk is too small; returns free bytes."""
-    measure = free_bytes or free_bytes_at
+def check_free_space(folder: Path, need_bytes: int, *, free_bytes: Callable[[Path], int | None] | None = None,
+                     reserve: int = DISK_RESERVE_BYTES) -> int | None:
+    """Refuse (NotReady) before any byte is written when the disk is too small; returns free bytes (None: unknown)."""
+    measure = free_bytes or core_files.free_bytes
     free = measure(Path(folder))
-    if need_bytes <= 0:
+    if need_bytes <= 0 or free is None:
+        if free is None:
+            log.warning("free space at %s cannot be read; downloading without the check", folder)
         return free
     if need_bytes + reserve > free:
         short = need_bytes + reserve - free
@@ -153,84 +140,18 @@ def check_free_space(folder: Path, need_bytes: int, *, free_bytes: Callable[[Pat
     return free
 
 
-def apply_mirror(url: str, mirror: str | None) -> str:
-    """Point a Hugging Face URL at a mirror base (HF_ENDPOINT-style); other URLs are unchanged."""
-    if not mirror:
-        return url
-    parts = urlsplit(url)
-    if parts.hostname not in HF_HOSTS:
-        return url
-    base = urlsplit(mirror.rstrip("/"))
-    return urlunsplit((base.scheme, base.netloc, base.path + parts.path, parts.query, ""))
-
-
-def hf_token(environ: dict | None = None) -> str | None:
-    """The Hugging Face token: env HF_TOKEN, else the file `huggingface-cli login` wrote
-    ($HF_TOKEN_PATH, else $HF_HOME/token, else ~/.cache/huggingface/token)."""
-    env = os.environ if environ is None else environ
-    if env.get("HF_TOKEN"):
-        return env["HF_TOKEN"].strip()
-    home = Path(env.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
-    path = Path(env["HF_TOKEN_PATH"]) if env.get("HF_TOKEN_PATH") else home / "token"
-    try:
-        text = path.read_text(encoding="utf-8").strip()
-    except OSError:
-        return None
-    return text or None
-
-
-def make_session() -> requests.Session:
-    """A session that keeps requests' proxy and certificate handling on."""
-    s = requests.Session()
-    s.trust_env = True  # HTTPS_PROXY / HTTP_PROXY / NO_PROXY / REQUESTS_CA_BUNDLE
-    s.verify = True
-    s.headers["User-Agent"] = f"h3kit/{__version__} (+model downloader)"
-    return s
-
-
-def _content_range(header: str | None) -> tuple[int | None, int | None]:
-    """Parse 'bytes START-END/TOTAL' or 'bytes */TOTAL' -> (start, total)."""
-    if not header:
-        return None, None
-    m = re.match(r"bytes\s+(?:(\d+)-\d+|\*)/(\d+|\*)", header.strip())
-    if not m:
-        return None, None
-    start = int(m.group(1)) if m.group(1) is not None else None
-    total = int(m.group(2)) if m.group(2) != "*" else None
-    return start, total
-
-
-def published_by_server(resp: requests.Response) -> tuple[str | None, int | None]:
-    """sha256 and size Hugging Face announces for large files (on the redirect or the answer)."""
-    sha, size = None, None
-    for r in list(resp.history) + [resp]:
-        etag = (r.headers.get("X-Linked-Etag") or "").strip().strip('"').lower()
-        if etag.startswith("w/"):
-            etag = etag[2:].strip('"')
-        if _HEX64.match(etag):
-            sha = etag
-        linked = r.headers.get("X-Linked-Size")
-        if linked and linked.isdigit():
-            size = int(linked)
-    return sha, size
-
-
-def _sha256_of(path: Path, limit: int | None = None) -> "hashlib._Hash":
+def hash_so_far(path: Path) -> "hashlib._Hash":
+    """A sha256 already fed with the bytes in `path`, to go on with the rest of a resumed file
+    (h3kit.core.files.sha256_file gives only the finished digest)."""
     h = hashlib.sha256()
-    remaining = limit
     with open(path, "rb") as f:
-        while remaining is None or remaining > 0:
-            block = f.read(CHUNK if remaining is None else min(CHUNK, remaining))
-            if not block:
-                break
+        for block in iter(lambda: f.read(CHUNK), b""):
             h.update(block)
-            if remaining is not None:
-                remaining -= len(block)
     return h
 
 
-def _bar(total: int | None, initial: int, desc: str, enabled: bool | None) -> tqdm:
-    # enabled=None: tqdm decides (off when stderr is not a terminal).
+def progress_bar(total: int | None, initial: int, desc: str, enabled: bool | None) -> tqdm:
+    """A byte bar on stderr; enabled=None: tqdm decides (off when stderr is not a terminal)."""
     disable = None if enabled is None else not enabled
     return tqdm(total=total, initial=initial, unit="B", unit_scale=True, unit_divisor=1000,
                 desc=desc[:40], file=sys.stderr, leave=False, disable=disable, dynamic_ncols=True)
@@ -296,7 +217,7 @@ class Downloader:
         auth = [r for r in refusals if r.status in (401, 403)]
         if auth:
             r = auth[0]
-            page = _model_page(r.url)
+            page = model_page(r.url)
             if self.token:
                 fix = (f"HF_TOKEN was sent but was not accepted: open {page} while logged in with the token's "
                        "account, accept the license, and check the token has read access.")
@@ -369,10 +290,10 @@ class Downloader:
                 raise _Transient(f"server answered HTTP {status}")
             server_sha, linked_size = published_by_server(resp)
             if status == 416 and have:
-                _, total = _content_range(resp.headers.get("Content-Range"))
+                _, total = content_range(resp.headers.get("Content-Range"))
                 total = total or linked_size
                 if total is not None and total == have:
-                    return self._finish(want, url, _sha256_of(part), have, total, server_sha)
+                    return self._finish(want, url, sha256_file(part), have, total, server_sha)
                 log.info("%s: server refused the range; starting over", want.name)
                 part.unlink()
                 return "restart"
@@ -380,12 +301,12 @@ class Downloader:
                 raise _Refused(status, url) if 400 <= status < 500 else _Transient(f"server answered HTTP {status}")
 
             if status == 206:
-                start, total = _content_range(resp.headers.get("Content-Range"))
+                start, total = content_range(resp.headers.get("Content-Range"))
                 if start != have:
                     log.info("%s: server resumed at %s instead of %d; starting over", want.name, start, have)
                     part.unlink(missing_ok=True)
                     return "restart"
-                mode, hasher = "ab", _sha256_of(part)
+                mode, hasher = "ab", hash_so_far(part)
             else:
                 if have:
                     log.info("%s: server ignored the Range header; starting over from zero", want.name)
@@ -397,7 +318,7 @@ class Downloader:
                 mode, hasher = "wb", hashlib.sha256()
             total = total or linked_size
 
-            bar = _bar(total, have, want.name, self.progress)
+            bar = progress_bar(total, have, want.name, self.progress)
             received = 0
             try:
                 with open(part, mode) as f:
@@ -417,23 +338,14 @@ class Downloader:
             size = have + received
             if total is not None and size < total:
                 raise _Transient(f"stream ended at {size} of {total} bytes")
-            return self._finish(want, url, hasher, size, total, server_sha)
+            return self._finish(want, url, hasher.hexdigest(), size, total, server_sha)
 
-    def _finish(self, want: Want, url: str, hasher, size: int, server_total: int | None,
+    def _finish(self, want: Want, url: str, digest: str, size: int, server_total: int | None,
                 server_sha: str | None) -> Fetched:
-        digest = hasher.hexdigest()
         verified_by = verify_or_raise(want, want.part, size, digest, server_total=server_total, server_sha=server_sha)
         os.replace(want.part, want.dest)
         return Fetched(want.dest, size, digest, url, verified_by)
 
-
-def _model_page(url: str) -> str:
-    """https://huggingface.co/ORG/REPO/resolve/... -> https://huggingface.co/ORG/REPO (best effort)."""
-    parts = urlsplit(url)
-    segs = [s for s in parts.path.split("/") if s]
-    if len(segs) >= 2:
-        return urlunsplit((parts.scheme, parts.netloc, "/" + "/".join(segs[:2]), "", ""))
-    return url
 
 
 def verify_or_raise(want: Want, path: Path, size: int, digest: str | None, *, server_total: int | None = None,
@@ -457,7 +369,7 @@ def verify_or_raise(want: Want, path: Path, size: int, digest: str | None, *, se
                                  details={"path": str(path), "bytes": size, "expected_bytes": exact})
     if exp_sha is not None:
         if digest is None:
-            digest = _sha256_of(path).hexdigest()
+            digest = sha256_file(path)
         if digest != exp_sha:
             raise VerificationFailed(
                 f"{want.name} failed its sha256 check: got {digest[:16]}..., expected {exp_sha[:16]}....", keep,
@@ -471,63 +383,3 @@ def verify_or_raise(want: Want, path: Path, size: int, digest: str | None, *, se
         f"{want.name} cannot be verified: neither the catalog nor the server states its size or hash.",
         f"It was kept at {path}; check it yourself and move it into place, or update h3kit's catalog.")
 
-
-# -- offline: --from DIR ---------------------------------------------------------
-
-def find_local(src_dir: Path, name: str, folder: str | None = None) -> Path | None:
-    """Where a file sits in a local folder. Search order: DIR/FOLDER/NAME, DIR/NAME,
-    DIR/models/FOLDER/NAME (another ComfyUI), then anywhere below DIR (first match by path order)."""
-    src = Path(src_dir)
-    candidates = []
-    if folder:
-        candidates.append(src / folder / name)
-    candidates.append(src / name)
-    if folder:
-        candidates.append(src / "models" / folder / name)
-    for c in candidates:
-        if c.is_file():
-            return c
-    matches = sorted(p for p in src.rglob(name) if p.is_file())
-    return matches[0] if matches else None
-
-
-def place_from_local(want: Want, source: Path, *, link: bool = True, progress: bool | None = None) -> Fetched:
-    """Hard-link (same disk) or copy `source` into place, with the same verification as a download."""
-    want.dest.parent.mkdir(parents=True, exist_ok=True)
-    size = source.stat().st_size
-    if link:
-        try:
-            same_disk = os.stat(source).st_dev == os.stat(want.dest.parent).st_dev
-        except OSError:
-            same_disk = False
-        if same_disk:
-            digest = _sha256_of(source).hexdigest() if want.sha256 else None
-            verified_by = verify_or_raise(want, source, size, digest)
-            tmp = want.part
-            tmp.unlink(missing_ok=True)
-            try:
-                os.link(source, tmp)
-            except OSError as exc:
-                log.info("hard link %s -> %s failed (%s); copying instead", source, tmp, exc)
-            else:
-                os.replace(tmp, want.dest)
-                if digest is None:
-                    digest = _sha256_of(want.dest).hexdigest()
-                return Fetched(want.dest, size, digest, str(source), verified_by, method="hardlink")
-    hasher = hashlib.sha256()
-    bar = _bar(size, 0, want.name, progress)
-    try:
-        with open(source, "rb") as fin, open(want.part, "wb") as fout:
-            while True:
-                block = fin.read(CHUNK)
-                if not block:
-                    break
-                fout.write(block)
-                hasher.update(block)
-                bar.update(len(block))
-    finally:
-        bar.close()
-    digest = hasher.hexdigest()
-    verified_by = verify_or_raise(want, want.part, want.part.stat().st_size, digest)
-    os.replace(want.part, want.dest)
-    return Fetched(want.dest, size, digest, str(source), verified_by, method="copy")

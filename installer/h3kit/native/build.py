@@ -33,12 +33,11 @@ from pathlib import Path
 
 from h3kit import bundled
 from h3kit.bundled import h3k_native as native
-
-from h3kit.native import compilers
-
 from h3kit.core import subproc
 from h3kit.core.errors import NotReady, VerificationFailed
+from h3kit.core.files import atomic_write
 from h3kit.core.paths import asset_dir, locations
+from h3kit.native import compilers
 
 log = logging.getLogger("h3kit.native.build")
 
@@ -143,9 +142,7 @@ def run_selftest(folder: Path) -> dict:
 
 
 def _write_json(path: Path, doc: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(doc, indent=2) + "\n")
 
 
 def build(force: bool = False, progress=None, *, prefer: str | None = None, env: dict | None = None) -> dict:

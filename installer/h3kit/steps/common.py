@@ -8,6 +8,7 @@ parse arguments or print themselves.
 from __future__ import annotations
 
 from h3kit.comfy import locate as comfyui
+from h3kit.comfy.inspect import torch_fit_findings
 from h3kit.core.session import Session as Context
 
 
@@ -17,25 +18,32 @@ def load_config(ctx: Context):
     return config.load(ctx.locations)
 
 
+def _plan(fingerprint: dict, profile: str | None, config) -> dict:
+    """The planner over the shipped catalog and profiles (it reads no file itself)."""
+    from h3kit.data import catalog
+    from h3kit.plan import make_plan
+
+    cat = catalog.load()
+    return make_plan(fingerprint, cat, catalog.load_profiles(cat), profile=profile, config=config)
+
+
 def current_plan(ctx: Context, config, profile: str | None, notes: list[str]) -> tuple[dict, dict]:
     """(fingerprint, plan) for this machine now."""
     from h3kit.fingerprint import collect
-    from h3kit.plan import make_plan
 
     ctx.progress("Fingerprinting this machine...")
     fingerprint = collect()
     ctx.progress("Planning the profile...")
-    return fingerprint, make_plan(fingerprint, profile=profile, config=config)
+    return fingerprint, _plan(fingerprint, profile, config)
 
 
 def saved_plan(config, profile: str | None, notes: list[str], fingerprint_file: str) -> tuple[dict, dict | None]:
     """(fingerprint, plan) for a saved fingerprint file (--fingerprint FILE), instead of this machine."""
     from h3kit.fingerprint.schema import load_file
-    from h3kit.plan import make_plan
 
     fingerprint = load_file(fingerprint_file)
     notes.append(f"using the saved fingerprint {fingerprint_file}, not this machine's")
-    return fingerprint, make_plan(fingerprint, profile=profile, config=config)
+    return fingerprint, _plan(fingerprint, profile, config)
 
 
 def locate(args, ctx: Context, config, *, need_write: bool) -> comfyui.ComfyInstall:
@@ -49,7 +57,7 @@ def locate(args, ctx: Context, config, *, need_write: bool) -> comfyui.ComfyInst
 def torch_findings(fingerprint: dict | None, info: dict) -> list[dict]:
     """Torch build against the hardware (h3kit.plan.torch_build); the basic checks without a fingerprint."""
     if fingerprint is None:
-        return comfyui.torch_fit_findings(fingerprint, info)
+        return torch_fit_findings(fingerprint, info)
     from h3kit.plan.torch_build import doctor_findings
 
     return doctor_findings(fingerprint, info)

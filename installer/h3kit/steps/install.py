@@ -19,7 +19,14 @@ from h3kit.core.session import Outcome
 from h3kit.core.session import Session as Context
 from h3kit.models import ensure_models
 from h3kit.native.build import build, find_library
-from h3kit.steps.common import current_plan, load_config, locate, loud, saved_plan, torch_findings
+from h3kit.steps.common import (
+    current_plan,
+    load_config,
+    locate,
+    loud,
+    saved_plan,
+    torch_findings,
+)
 
 SCHEMA = "h3kit.install/1"
 

@@ -1,6 +1,12 @@
-"""`python -m h3k_calibration_runner --bridge DIR --plan FILE --out FILE [--quick]`: one JSON result."""
+"""`python h3k_calibration_runner --bridge DIR --plan FILE --out FILE [--lib LIB] [--quick] [--progress FILE]`.
+
+Runs every measurement (each guarded, so one failing part never stops the
+others) and writes one JSON result to --out, atomically. Run as a folder or
+with `-m`; as a folder it imports its own package from the parent folder.
+"""
 
 from __future__ import annotations
+
 import argparse
 import json
 import os
@@ -9,11 +15,12 @@ import sys
 import time
 import traceback
 from pathlib import Path
+
 if __package__:
     from . import _numpy
     from ._numpy import need_numpy
     from .device import measure_device
-    from .measure import Progress, RESULT_SCHEMA
+    from .measure import RESULT_SCHEMA, Progress
     from .native_bench import load_bridge, measure_native
     from .scaled_dit import run_scaled_dit
 else:  # run as a path (python .../h3k_calibration_runner): import the package from its parent folder
@@ -21,16 +28,14 @@ else:  # run as a path (python .../h3k_calibration_runner): import the package f
     from h3k_calibration_runner import _numpy
     from h3k_calibration_runner._numpy import need_numpy
     from h3k_calibration_runner.device import measure_device
-    from h3k_calibration_runner.measure import Progress, RESULT_SCHEMA
+    from h3k_calibration_runner.measure import RESULT_SCHEMA, Progress
     from h3k_calibration_runner.native_bench import load_bridge, measure_native
     from h3k_calibration_runner.scaled_dit import run_scaled_dit
 
 
-
 def _runner_info() -> dict:
-    info = {"python": sys.executable, "python_version": platform.python_version(), "platform": platform.platform(),
+    return {"python": sys.executable, "python_version": platform.python_version(), "platform": platform.platform(),
             "numpy": getattr(_numpy.np, "__version__", None), "cpu_count": os.cpu_count()}
-    return info
 
 
 def _guard(what: str, fn, *args):
@@ -42,10 +47,18 @@ def _guard(what: str, fn, *args):
                 "traceback": traceback.format_exc(limit=4)}
 
 
+def _torch_version() -> str | None:
+    try:
+        import torch
+    except Exception:
+        return None
+    return torch.__version__
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="h3kit calibration runner (self-contained)")
-    ap.add_argument("--bridge", required=True, help="path of the native bridge (native.py / h3k_native.py)")
-    ap.add_argument("--lib", help="path of the native library (else the bridge's own search order)")
+    ap = argparse.ArgumentParser(prog="h3k_calibration_runner", description="h3kit calibration runner (self-contained)")
+    ap.add_argument("--bridge", required=True, help="the folder of the native bridge package (h3k_native)")
+    ap.add_argument("--lib", help="the native library, file or folder (else the bridge's own search order)")
     ap.add_argument("--plan", required=True, help="h3kit.plan/1 JSON, or h3kit's job JSON")
     ap.add_argument("--out", required=True, help="where to write the result JSON")
     ap.add_argument("--quick", action="store_true", help="a short run")
@@ -67,27 +80,26 @@ def main(argv: list[str] | None = None) -> int:
         why = f"the native bridge could not be loaded ({type(exc).__name__}: {exc})"
         result["native"] = {"status": "error", "reason": why}
         result["skipped"].append(f"native kernels and the scaled DiT: {why}")
-    if nat is not None:
-        result["native"] = _guard("native measurement", measure_native, nat, args.quick, progress)
     if nat is None:
         result["inference"] = {"status": "skipped", "reason": "no native library"}
-    elif "scaled_dit" not in job:
-        result["inference"] = {"status": "skipped", "reason": "the job names no scaled DiT shape"}
     else:
-        result["inference"] = _guard("scaled DiT", run_scaled_dit, nat, job, args.quick, progress)
+        result["native"] = _guard("native measurement", measure_native, nat, args.quick, progress)
+        if "scaled_dit" not in job:
+            result["inference"] = {"status": "skipped", "reason": "the job names no scaled DiT shape"}
+        else:
+            result["inference"] = _guard("scaled DiT", run_scaled_dit, nat, job, args.quick, progress)
     device = _guard("device measurement", measure_device, job, args.quick, progress)
     result["device"], result["tiles"] = device if isinstance(device, tuple) else (device, [])
     if result["device"].get("status") != "measured":
         result["skipped"].append(f"device rates and tile sweep: {result['device'].get('reason')}")
-    try:
-        import torch
-
-        result["runner"]["torch"] = torch.__version__
-    except Exception:
-        result["runner"]["torch"] = None
+    result["runner"]["torch"] = _torch_version()
     result["seconds"] = time.perf_counter() - started
     tmp = args.out + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(result, f, indent=2, default=str)
     os.replace(tmp, args.out)
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,10 +1,12 @@
-"""numpy, imported on first use: the runner also runs where there is none (h3kit's own venv)."""
+"""numpy, imported on first use: the runner also runs where there is none (h3kit's own venv).
+
+Modules read it as `_numpy.np` at call time (None until `need_numpy()` found
+it), so importing the runner never imports numpy: h3kit's own process
+imports the package for its page-cache helpers.
+"""
 
 from __future__ import annotations
 
-
-# numpy is optional (without it the scaled DiT runs its native+python path, at a smaller shape) and is
-# imported only when a measurement runs: h3kit's own process imports this module for its page-cache helpers.
 np = None
 
 

@@ -1,12 +1,14 @@
 """The torch device: matmul rates, host-to-device copies, free memory, a tile sweep."""
 
 from __future__ import annotations
+
 import math
 import time
+
 from .measure import Progress
 
 
-def _torch_device():
+def torch_device():
     """(torch, device name, backend) when torch sees a GPU, else (torch|None, None, why not)."""
     try:
         import torch
@@ -78,7 +80,7 @@ def decode_shaped(torch, dev: str, tile: int, frames: int, dtype):
 
 
 def measure_device(job: dict, quick: bool, progress: Progress) -> tuple[dict, list[dict]]:
-    torch, dev, backend = _torch_device()
+    torch, dev, backend = torch_device()
     if dev is None:
         return {"status": "skipped", "reason": backend, "torch": getattr(torch, "__version__", None)}, []
     out = {"status": "measured", "backend": backend, "torch": torch.__version__}
@@ -106,9 +108,9 @@ def measure_device(job: dict, quick: bool, progress: Progress) -> tuple[dict, li
         out["h2d_pinned"] = True
     except Exception:
         out["h2d_pinned"] = False
-    sec = _device_timed(torch, dev, lambda: host.to(dev, non_blocking=True), 3 if quick else 10)
+    sec = _device_timed(torch, dev, lambda h=host: h.to(dev, non_blocking=True), 3 if quick else 10)
     out["h2d_gb_per_s"] = size / sec / 1e9
-    del host
+    del host  # free the pinned buffer before the tile sweep
     progress("device", 2, 3)
     tiles = sweep_tiles(torch, dev, job, quick, progress)
     progress("device", 3, 3)

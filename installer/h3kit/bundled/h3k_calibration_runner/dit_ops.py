@@ -1,17 +1,16 @@
 """The scaled H3-shaped block's arithmetic, once with numpy and once in plain Python."""
 
 from __future__ import annotations
+
 import functools
 import math
 import struct
+
+from . import _numpy
 from .measure import QUANT_BLOCK
 from .native_bench import native_matmul
-from . import _numpy
-
 
 LINEARS = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
-
-
 PYTHON_PATH_LIMITS = {"quick": {"blocks": 2, "hidden": 256, "tokens": 384},
                       "full": {"blocks": 4, "hidden": 512, "tokens": 384}}
 
@@ -35,14 +34,15 @@ def python_path_shape(cfg: dict, quick: bool) -> dict:
 
 def block_weights(cfg: dict, block: int) -> dict:
     """The fp32 weights of one block (numpy), regenerated from seeds (so they need not stay in memory)."""
+    np = _numpy.np
     h, ffn = cfg["hidden"], cfg["ffn"]
     out = {}
     for i, (name, (rows, cols)) in enumerate(linear_shapes(h, ffn).items()):
-        seed = 1000 * (block + 1) + i
-        out[name] = _numpy.np.random.default_rng(seed).standard_normal((rows, cols), dtype=_numpy.np.float32) / _numpy.np.float32(math.sqrt(cols))
-    rng = _numpy.np.random.default_rng(1000 * (block + 1) + 99)
-    out["attn_norm"] = (1.0 + 0.1 * rng.standard_normal(h)).astype(_numpy.np.float32)
-    out["ffn_norm"] = (1.0 + 0.1 * rng.standard_normal(h)).astype(_numpy.np.float32)
+        rng = np.random.default_rng(1000 * (block + 1) + i)
+        out[name] = rng.standard_normal((rows, cols), dtype=np.float32) / np.float32(math.sqrt(cols))
+    rng = np.random.default_rng(1000 * (block + 1) + 99)
+    out["attn_norm"] = (1.0 + 0.1 * rng.standard_normal(h)).astype(np.float32)
+    out["ffn_norm"] = (1.0 + 0.1 * rng.standard_normal(h)).astype(np.float32)
     return out
 
 

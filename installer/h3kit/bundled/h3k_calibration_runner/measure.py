@@ -1,22 +1,18 @@
-"""What every measurement shares: progress lines, sampled peak RSS, medians, the page cache."""
+"""What every measurement shares: progress lines, sampled peak RSS, medians, random inputs, the page cache."""
 
 from __future__ import annotations
+
 import json
 import os
 import statistics
 import sys
 import threading
 import time
+
 from . import _numpy
 
-
 RESULT_SCHEMA = "h3kit.calibration-run/1"
-
-
-QUANT_BLOCK = 32
-
-
-QUANT_BYTES_PER_BLOCK = {"q8_0": 34, "q4_0": 18}  # ggml block: fp16 scale + 32 int8 / 16 packed nibbles
+QUANT_BLOCK = 32  # values per q8_0 / q4_0 block (ggml's layout)
 
 
 class Progress:
@@ -115,10 +111,11 @@ def no_cache(fd: int) -> None:
             pass
 
 
-def _floats(n: int, seed: int, scale: float = 1.0):
-    """n pseudo-random floats in [-scale, scale): numpy when present, else an array('f')."""
-    if _numpy.np is not None:
-        return (_numpy.np.random.default_rng(seed).standard_normal(n, dtype=_numpy.np.float32) * scale).astype(_numpy.np.float32)
+def random_floats(n: int, seed: int, scale: float = 1.0):
+    """n pseudo-random float32 values of about `scale`: normal (numpy) or uniform in [-scale, scale) (array('f'))."""
+    np = _numpy.np
+    if np is not None:
+        return (np.random.default_rng(seed).standard_normal(n, dtype=np.float32) * scale).astype(np.float32)
     import array
     import random
 
@@ -126,7 +123,8 @@ def _floats(n: int, seed: int, scale: float = 1.0):
     return array.array("f", (rnd.uniform(-scale, scale) for _ in range(n)))
 
 
-def _median_seconds(fn, repeats: int) -> float:
+def median_seconds(fn, repeats: int) -> float:
+    """The median wall time of `repeats` calls of `fn`, after one warm-up call."""
     fn()  # warm caches and thread pools
     times = []
     for _ in range(repeats):

@@ -1,12 +1,15 @@
-"""The native library's own kernels: self-test, quantized GEMV/GEMM rates, thread scaling."""
+"""The native library through its bridge: loading it, self-test, quantized GEMV/GEMM rates, thread scaling."""
 
 from __future__ import annotations
+
 import importlib.util
 import math
 import os
+import sys
+
 from . import _numpy
 from ._numpy import need_numpy
-from .measure import Progress, _floats, _median_seconds
+from .measure import Progress, median_seconds, random_floats
 
 
 def load_bridge(bridge_path: str, lib_path: str | None):
@@ -26,7 +29,8 @@ def native_matmul(nat, data, kind: str, rows: int, cols: int, x, batch: int, thr
 
 def as_f32(buf):
     """A float32 numpy view of whatever float32 buffer the bridge returned (array, bytes, ndarray)."""
-    return buf if isinstance(buf, _numpy.np.ndarray) and buf.dtype == _numpy.np.float32 else _numpy.np.frombuffer(buf, dtype=_numpy.np.float32)
+    np = _numpy.np
+    return buf if isinstance(buf, np.ndarray) and buf.dtype == np.float32 else np.frombuffer(buf, dtype=np.float32)
 
 
 def native_matvec(nat, data, kind: str, rows: int, cols: int, x, threads: int | None = None):
@@ -53,9 +57,9 @@ def measure_native(nat, quick: bool, progress: Progress) -> dict:
     repeats = 5 if quick else 7
     cores = os.cpu_count() or 1
     out["threads_max"] = cores
-    w = _floats(rows * cols, 1, 1.0 / math.sqrt(cols))
-    x = _floats(cols, 2)
-    xb = _floats(cols * batch, 3)
+    w = random_floats(rows * cols, 1, 1.0 / math.sqrt(cols))
+    x = random_floats(cols, 2)
+    xb = random_floats(cols * batch, 3)
     kernels = []
     steps = 4 + len(_thread_counts(cores))
     progress("native kernels", 0, steps)
@@ -63,10 +67,10 @@ def measure_native(nat, quick: bool, progress: Progress) -> dict:
         q = nat.quantize(w, kind)
         for op in ("matvec", "matmul"):
             if op == "matvec":
-                sec = _median_seconds(lambda: native_matvec(nat, q, kind, rows, cols, x), repeats)
+                sec = median_seconds(lambda: native_matvec(nat, q, kind, rows, cols, x), repeats)
                 n = 1
             else:
-                sec = _median_seconds(lambda: native_matmul(nat, q, kind, rows, cols, xb, batch), repeats)
+                sec = median_seconds(lambda: native_matmul(nat, q, kind, rows, cols, xb, batch), repeats)
                 n = batch
             kernels.append({"kind": kind, "op": op, "shape": [rows, cols], "batch": n, "threads": cores,
                             "seconds": sec, "weight_bytes": len(q), "weight_gb_per_s": len(q) / sec / 1e9,
@@ -76,7 +80,7 @@ def measure_native(nat, quick: bool, progress: Progress) -> dict:
     q8 = nat.quantize(w, "q8_0")
     scaling = []
     for i, t in enumerate(_thread_counts(cores)):
-        sec = _median_seconds(lambda: native_matmul(nat, q8, "q8_0", rows, cols, xb, batch, threads=t), repeats)
+        sec = median_seconds(lambda: native_matmul(nat, q8, "q8_0", rows, cols, xb, batch, threads=t), repeats)
         scaling.append({"threads": t, "seconds": sec, "gflop_per_s": 2.0 * rows * cols * batch / sec / 1e9})
         progress("native kernels", 4 + i + 1, steps)
     out["scaling"] = scaling
@@ -95,8 +99,6 @@ def _thread_counts(cores: int) -> list[int]:
 
 def import_package(name: str, folder: str):
     """Import the package in `folder` under `name` (its relative imports need it in sys.modules)."""
-    import sys
-
     init = os.path.join(folder, "__init__.py")
     spec = importlib.util.spec_from_file_location(name, init, submodule_search_locations=[folder])
     if spec is None or spec.loader is None or not os.path.isfile(init):

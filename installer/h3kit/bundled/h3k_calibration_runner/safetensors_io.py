@@ -1,6 +1,7 @@
 """A safetensors file written and read by hand (8-byte header length, JSON header, raw data)."""
 
 from __future__ import annotations
+
 import json
 import struct
 

@@ -1,11 +1,21 @@
 """The scaled DiT run: weights written, streamed back block by block, checked against fp32."""
 
 from __future__ import annotations
+
 import os
 import tempfile
 import time
+
 from ._numpy import need_numpy
-from .dit_ops import LINEARS, NumpyOps, PythonOps, block_forward, linear_shapes, python_path_shape, reference_forward
+from .dit_ops import (
+    LINEARS,
+    NumpyOps,
+    PythonOps,
+    block_forward,
+    linear_shapes,
+    python_path_shape,
+    reference_forward,
+)
 from .measure import PeakSampler, Progress, current_rss, drop_page_cache
 from .safetensors_io import write_safetensors
 

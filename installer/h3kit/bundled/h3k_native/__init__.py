@@ -26,13 +26,28 @@ one, else as array('f').
 """
 
 from __future__ import annotations
+
 import os
 from pathlib import Path
-from ._buffers import _as_buffer, _is_numpy  # noqa: F401 - used by tests and the runner
+
 from . import _handles
+from ._buffers import _as_buffer, _is_numpy  # noqa: F401 - used by tests and the runner
 from ._kernels import Library, Tile
-from ._library import (ABI, BLOCK, BLOCK_BYTES, ENV_LIB, FEATURE_BITS, KINDS, VARIANTS, NativeError, _linux_cpu_has,
-                       cache_dir, cached_build_dir, candidates, library_filename)
+from ._library import (
+    ABI,
+    BLOCK,
+    BLOCK_BYTES,
+    ENV_LIB,
+    FEATURE_BITS,
+    KINDS,
+    VARIANTS,
+    NativeError,
+    _linux_cpu_has,
+    cache_dir,
+    cached_build_dir,
+    candidates,
+    library_filename,
+)
 
 
 def _pick_in_folder(folder: Path, source: str) -> Library | None:

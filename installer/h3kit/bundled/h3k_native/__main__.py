@@ -1,6 +1,7 @@
 """`python -m h3k_native selftest --dir FOLDER | --lib FILE` or `info`: one JSON line on stdout."""
 
 from __future__ import annotations
+
 import json
 import sys
 from pathlib import Path

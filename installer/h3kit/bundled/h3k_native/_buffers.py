@@ -1,9 +1,10 @@
 """Turning the caller's float32 buffers (array, numpy, bytes, CPU tensors) into checked C pointers."""
 
 from __future__ import annotations
+
 import array
 import ctypes
-import sys
+
 from ._library import BLOCK, KINDS
 
 
@@ -70,9 +71,10 @@ class _FloatBuffer:
         obj = _as_buffer(obj)
         self.obj = obj  # keeps the memory alive while C uses it
         if _is_numpy(obj) and hasattr(obj, "dtype"):
-            if obj.dtype.str not in ("<f4", "=f4") and not (obj.dtype.kind == "f" and obj.dtype.itemsize == 4
-                                                             and sys.byteorder == "little"):
-                raise ValueError(f"{name} must be float32; got {obj.dtype}. Convert with .astype('float32').")
+            # Native byte order only: C reads the bytes as they lie, so a '>f4' array would be read as garbage.
+            if not (obj.dtype.kind == "f" and obj.dtype.itemsize == 4 and obj.dtype.isnative):
+                raise ValueError(f"{name} must be float32 in this machine's byte order; got {obj.dtype.str} "
+                                 f"({obj.dtype}). Convert with .astype('float32').")
             if not obj.flags["C_CONTIGUOUS"]:
                 raise ValueError(f"{name} must be C-contiguous; pass numpy.ascontiguousarray({name}).")
             self.n = int(obj.size)

@@ -1,11 +1,13 @@
 """The library's two handles: the preload arena and the block streamer."""
 
 from __future__ import annotations
+
 import ctypes
 import os
 from pathlib import Path
+
 from ._buffers import _count
-from ._library import END, NativeError, OK
+from ._library import END, OK, NativeError
 
 
 class _Handle:

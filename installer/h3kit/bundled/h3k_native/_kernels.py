@@ -1,14 +1,24 @@
 """One loaded libh3kit: every kernel as a method that checks its arguments before calling C."""
 
 from __future__ import annotations
+
 import array
 import ctypes
 import os
 from pathlib import Path
 from typing import NamedTuple
-from ._buffers import _ByteBuffer, _FloatBuffer, _address, _count, _kind, _new_floats, _require_blocks
+
+from ._buffers import (
+    _address,
+    _ByteBuffer,
+    _count,
+    _FloatBuffer,
+    _kind,
+    _new_floats,
+    _require_blocks,
+)
 from ._handles import Arena, Streamer
-from ._library import ABI, BLOCK, BLOCK_BYTES, NativeError, OK, _Api, _feature_names
+from ._library import ABI, BLOCK, BLOCK_BYTES, OK, NativeError, _Api, _feature_names
 
 
 class Library:
@@ -189,6 +199,7 @@ class Library:
         acc = _new_floats(channels * height * width, like=like, shape=(channels, height, width))
         weight = array.array("f", bytes(4 * height * width))
         acc_addr, w_addr = _address(acc, writable=True), _address(weight, writable=True)
+        acc_n, weight_n = channels * height * width, height * width
         for t in tiles:
             data = _FloatBuffer(t.data, "tile")
             if data.n != channels * t.height * t.width:
@@ -197,9 +208,10 @@ class Library:
             if t.y + t.height > height or t.x + t.width > width:
                 raise ValueError(f"tile at ({t.y}, {t.x}) of {t.height} x {t.width} leaves the "
                                  f"{height} x {width} image.")
-            self.check(self.c.h3k_tile_accumulate(acc_addr, w_addr, channels, height, width, data.address,
-                                                  t.y, t.x, t.height, t.width, overlap), "tile blend")
-        self.check(self.c.h3k_tile_finish(acc_addr, w_addr, channels, height, width), "tile finish")
+            self.check(self.c.h3k_tile_accumulate(acc_addr, acc_n, w_addr, weight_n, channels, height, width,
+                                                  data.address, data.n, t.y, t.x, t.height, t.width, overlap),
+                       "tile blend")
+        self.check(self.c.h3k_tile_finish(acc_addr, acc_n, w_addr, weight_n, channels, height, width), "tile finish")
         return acc
 
     # --- handles

@@ -1,12 +1,12 @@
 """Finding and loading libh3kit: file names, the search order, the C prototypes, the variant pick."""
 
 from __future__ import annotations
+
 import ctypes
 import json
 import os
 import sys
 from pathlib import Path
-
 
 KINDS = {"q8_0": 8, "q4_0": 2}
 
@@ -23,7 +23,7 @@ VARIANTS = ("baseline", "x86-64-v3", "arm64-dotprod")
 ENV_LIB = "H3KIT_NATIVE_LIB"
 
 
-ABI = 1  # H3K_ABI in payload/h3k.h: bumped when a C signature changes
+ABI = 2  # H3K_ABI in payload/h3k.h: bumped when a C signature changes
 
 
 # Bit names of h3k_cpu_features(), in bit order (payload/h3k.h).
@@ -135,9 +135,12 @@ class _Api:
                                            ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t,
                                            ctypes.POINTER(ctypes.c_size_t)]),
         "h3k_tile_extract": (ctypes.c_int, [ctypes.c_void_p] + [ctypes.c_size_t] * 7 + [ctypes.c_void_p, ctypes.c_size_t]),
-        "h3k_tile_accumulate": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p] + [ctypes.c_size_t] * 3
-                                + [ctypes.c_void_p] + [ctypes.c_size_t] * 5),
-        "h3k_tile_finish": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p] + [ctypes.c_size_t] * 3),
+        "h3k_tile_accumulate": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t]
+                                + [ctypes.c_size_t] * 3 + [ctypes.c_void_p, ctypes.c_size_t] + [ctypes.c_size_t] * 5),
+        "h3k_tile_finish": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t]
+                            + [ctypes.c_size_t] * 3),
+        "h3k_pool_shutdown": (None, []),
+        "h3k_pool_threads": (ctypes.c_int, []),
         "h3k_selftest": (ctypes.c_int, [ctypes.POINTER(ctypes.c_int), ctypes.c_char_p, ctypes.c_size_t]),
     }
 

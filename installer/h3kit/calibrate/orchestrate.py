@@ -1,0 +1,200 @@
+"""One calibration run, start to finish: the steps in order, each result into one document.
+
+A step that cannot run says why (in the part's `reason` and in `skipped`)
+instead of failing the run. A dry run measures what it can with what is
+already there and changes nothing: no build, no file under H3KIT_HOME, no
+report, no config, no pack.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from h3kit import __version__
+from h3kit.calibrate import report
+from h3kit.calibrate import with_model as real_model
+from h3kit.calibrate.decisions import calibrated_values, decide
+from h3kit.calibrate.disk import PROBE_BYTES, measure_disk
+from h3kit.calibrate.estimates import (
+    NATIVE_KINDS,
+    check_scaled,
+    estimate,
+    measured_rates,
+    scaled_dit_config,
+)
+from h3kit.calibrate.pack_summary import write_pack_summary
+from h3kit.calibrate.runner_client import BRIDGE, not_measured, run_runner
+from h3kit.comfy import deploy
+from h3kit.comfy import locate as comfyui
+from h3kit.core.errors import NotReady
+from h3kit.core.session import Session
+from h3kit.data import catalog as catalog_mod
+from h3kit.data import config as config_mod
+from h3kit.data.settings import KEYS as SETTINGS_KEYS
+from h3kit.fingerprint import collect as collect_fingerprint
+from h3kit.native import build
+from h3kit.plan import make_plan
+
+TILE_CANDIDATES = [128, 256, 384, 512, 640, 768]
+
+
+def _load_config(ctx: Session, cat, profiles: dict):
+    return config_mod.load(ctx.locations, catalog=cat, profile_names=sorted(profiles))
+
+
+def native_library(ctx: Session) -> tuple[Path | None, str | None]:
+    """The native library: H3KIT_NATIVE_LIB (the bridge's own override), the cache, else built now.
+
+    A dry run never builds. Returns (path, None) or (None, why not).
+    """
+    override = os.environ.get("H3KIT_NATIVE_LIB")
+    if override:
+        return (Path(override), None) if Path(override).exists() else \
+            (None, f"H3KIT_NATIVE_LIB names {override}, which does not exist")
+    lib = build.find_library()
+    if lib is not None:
+        return lib, None
+    if ctx.dry_run:
+        return None, "the native library is not built yet, and a dry run builds nothing (run 'h3kit build')"
+    ctx.progress("building the native library (first run)...")
+    try:
+        return Path(build.build()["library"]), None
+    except NotReady as exc:
+        return None, f"the native library could not be built: {exc.message}"
+
+
+def _comfyui(ctx: Session, explicit: str | None, cfg) -> tuple[object | None, dict | None, str | None]:
+    """(install, inspect info, why none) for the ComfyUI to run in, or Nones for this Python."""
+    if not explicit and not cfg.comfyui_path:
+        return None, None, "no ComfyUI is known (pass --comfyui PATH or set comfyui_path in the config)"
+    install = comfyui.find(str(explicit) if explicit else None, cfg, ctx, need_write=False)  # NotReady names the fix
+    return install, comfyui.inspect(install), None
+
+
+def run_with_model(wanted: bool, install, cat, *, plan: dict | None = None, fingerprint: dict | None = None,
+                   ctx: Session | None = None) -> dict:
+    """The optional real-workflow run (h3kit.calibrate.with_model), or plainly why it did not run."""
+    ctx = ctx or Session()
+    if not wanted:
+        return real_model.not_run("pass --with-model to run the smallest real workflow")
+    if install is None:
+        return real_model.not_run("--with-model needs a ComfyUI (pass --comfyui PATH)")
+    if ctx.dry_run:
+        return real_model.not_run("a dry run starts no ComfyUI")
+    return real_model.run(install, plan or {}, fingerprint or {}, cat, cache_dir=ctx.locations.cache_dir,
+                          progress=ctx.progress)
+
+
+def _measure(ctx: Session, python: str, lib: Path | None, why_no_lib: str | None, job: dict, quick: bool) -> dict:
+    if lib is None:
+        return not_measured(why_no_lib)
+    with tempfile.TemporaryDirectory(prefix="h3kit-calib-") as tmp:
+        return run_runner(ctx, python, BRIDGE, lib, job, quick, Path(tmp))
+
+
+def _write_config(ctx: Session, cfg, values: dict) -> str:
+    path = cfg.raw or ctx.locations.config_file
+    config_mod.write_section(path, "calibrated", values)
+    return str(path)
+
+
+def _apply(ctx: Session, install, fingerprint: dict, cat, profiles: dict, profile: str | None) -> dict:
+    """Re-plan with the config's new calibrated values and apply that to the pack: the same code as `h3kit apply`."""
+    if install is None:
+        return {"status": "skipped", "reason": "no ComfyUI known"}
+    try:
+        plan = make_plan(fingerprint, cat, profiles, profile=profile, config=_load_config(ctx, cat, profiles))
+        doc = deploy.apply(install, dict(plan["settings"]), plan["profile"], ctx.locations.state_dir,
+                           ctx.locations.cache_dir)
+    except NotReady as exc:
+        return {"status": "skipped", "reason": exc.message}
+    return {"status": "applied", "profile_file": doc.get("profile_file"),
+            "message": f"Applied profile '{doc['profile']}' to {install.node_dir}."}
+
+
+def run(ctx: Session, *, comfyui_dir: str | None = None, quick: bool = True, with_model: bool = False,
+        profile: str | None = None, fingerprint: dict | None = None, write_config: bool = True) -> dict:
+    """Calibrate and write the report; returns the `h3kit.calibration/1` document.
+
+    Used by `h3kit calibrate` and by `h3kit install`. With `ctx.dry_run`
+    nothing is built or written and `report_files` holds None.
+    """
+    started = time.perf_counter()
+    skipped: list[str] = []
+    ctx.progress("calibrate: fingerprint and plan...")
+    if fingerprint is None:
+        fingerprint = collect_fingerprint()
+    cat = catalog_mod.load()  # the catalog and profiles, read once for the whole run
+    profiles = catalog_mod.load_profiles(cat)
+    cfg = _load_config(ctx, cat, profiles)
+    # Plan without the previous calibration, so today's decisions start from profile + overrides
+    # and a rerun (or a new profile) never stacks on stale calibrated values.
+    plan = make_plan(fingerprint, cat, profiles, profile=profile, config=dataclasses.replace(cfg, calibrated={}))
+    settings = plan.get("settings") or {}
+    dit_weight = cat.weight(settings.get("dit_weights") or "")
+    lib, why_no_lib = native_library(ctx)
+    if why_no_lib:
+        skipped.append(f"native kernels and the scaled DiT: {why_no_lib}")
+    install, comfy_info, why_no_comfy = _comfyui(ctx, comfyui_dir, cfg)
+    python = (comfy_info or {}).get("python") or sys.executable
+    if why_no_comfy:
+        skipped.append(f"ComfyUI's Python: {why_no_comfy}; ran in h3kit's own Python ({python})")
+    dit = scaled_dit_config(cat.data, plan, quick)
+    if dit["plan_quantization"] not in NATIVE_KINDS:
+        skipped.append(f"the plan's quantization {dit['plan_quantization']!r} has no native kernel; "
+                       f"the scaled DiT ran in {dit['quantization']}")
+    job = {"plan": plan, "scaled_dit": dit, "quick": quick, "budget": plan.get("budget") or {},
+           "tile_candidates": TILE_CANDIDATES}
+    ctx.progress(f"calibrate: measuring in {python} ...")
+    measured = _measure(ctx, python, lib, why_no_lib, job, quick)
+    skipped += measured.get("skipped") or []
+    ctx.progress("calibrate: disk read speed...")
+    models_dir = Path(install.path) / "models" if install is not None else ctx.locations.cache_dir
+    disk = measure_disk(models_dir, PROBE_BYTES["quick" if quick else "full"], ctx.locations.cache_dir,
+                        create=not ctx.dry_run)
+    native = measured.get("native") or {}
+    inference = measured.get("inference") or {}
+    device = measured.get("device") or {}
+    rates = measured_rates(native, device, disk, inference, dit["quantization"])
+    est = estimate(cat.data, plan, rates, dit_weight.bytes if dit_weight else None)
+    est["check"] = check_scaled(dit, inference, rates["native_gflops"])
+    decisions = decide(plan, measured, est)
+    doc = {
+        "schema": report.SCHEMA,
+        "created": datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
+        "h3kit_version": __version__,
+        "quick": quick,
+        "dry_run": ctx.dry_run,
+        "fingerprint": fingerprint,
+        "plan": plan,
+        "profile": plan.get("profile"),
+        "runner": measured.get("runner") or {"python": python},
+        "comfyui": comfy_info,
+        "native": native,
+        "inference": inference,
+        "device": device,
+        "disk": disk,
+        "tiles": measured.get("tiles") or [],
+        "estimates": est,
+        "real_model": run_with_model(with_model, install, cat, plan=plan, fingerprint=fingerprint, ctx=ctx),
+        "decisions": decisions,
+        "calibrated": calibrated_values(decisions, SETTINGS_KEYS),
+        "skipped": skipped,
+        "duration_seconds": 0.0,
+        "report_files": {"json": None, "md": None, "html": None},
+    }
+    doc["duration_seconds"] = round(time.perf_counter() - started, 3)
+    if ctx.dry_run:
+        return doc
+    if write_config:
+        doc["config_written"] = _write_config(ctx, cfg, doc["calibrated"])
+        doc["applied"] = _apply(ctx, install, fingerprint, cat, profiles, profile)
+    report.write(doc, ctx.locations.reports_dir)
+    doc["pack_summary"] = write_pack_summary(ctx, install, doc)
+    return doc

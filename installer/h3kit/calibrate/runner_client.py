@@ -1,0 +1,101 @@
+"""Starting the bundled calibration runner in another Python and following its progress.
+
+The runner (`h3kit.bundled.h3k_calibration_runner`) runs in ComfyUI's
+interpreter, so the torch it measures is the torch ComfyUI uses; h3kit talks
+to it only through files in a work folder: the job (`plan.json`) in, the
+result (`result.json`) and progress lines (`progress.jsonl`,
+`{"stage", "done", "total"}` per line) out. The progress lines become
+progress bars on stderr while the runner works.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from pathlib import Path
+
+from h3kit import bundled
+from h3kit.core.session import Session
+from h3kit.core.subproc import run as run_process
+
+RUNNER = bundled.CALIBRATION_RUNNER
+BRIDGE = bundled.NATIVE_BRIDGE
+QUICK_SECONDS = 60
+FULL_SECONDS = 300
+
+
+def not_measured(reason: str) -> dict:
+    """The runner's result shape when it did not start, each part saying why."""
+    return {"native": {"status": "skipped", "reason": reason}, "inference": {"status": "skipped", "reason": reason},
+            "device": {"status": "skipped", "reason": reason}, "tiles": []}
+
+
+def run_runner(ctx: Session, python: str, bridge: Path, lib: Path | None, job: dict, quick: bool,
+               workdir: Path) -> dict:
+    """Start the runner in `python`, follow its progress file, return its result document."""
+    plan_file = workdir / "plan.json"
+    out_file = workdir / "result.json"
+    progress_file = workdir / "progress.jsonl"
+    plan_file.write_text(json.dumps(job), encoding="utf-8")
+    progress_file.write_text("", encoding="utf-8")
+    argv = [python, str(RUNNER), "--bridge", str(bridge), "--plan", str(plan_file), "--out", str(out_file),
+            "--progress", str(progress_file)]
+    if lib:
+        argv += ["--lib", str(lib)]
+    if quick:
+        argv.append("--quick")
+    timeout = (QUICK_SECONDS if quick else FULL_SECONDS) + 30
+    holder = {}
+    worker = threading.Thread(target=lambda: holder.update(result=run_process(argv, timeout=timeout)), daemon=True)
+    worker.start()
+    _follow(ctx, progress_file, worker)
+    res = holder.get("result")
+    if res is None or not out_file.exists():
+        detail = res.detail if res is not None else "no result"
+        return {"status": "error", "reason": f"the runner did not finish ({detail}); "
+                f"stderr: {(res.stderr if res else '')[-600:]}"}
+    doc = json.loads(out_file.read_text(encoding="utf-8"))
+    doc.setdefault("stderr_tail", res.stderr[-2000:])
+    return doc
+
+
+def _progress_bar(total: int, desc: str):
+    from tqdm import tqdm
+
+    # stderr only (so --json keeps stdout one document); tqdm turns itself off when stderr is no terminal.
+    return tqdm(total=total, desc=desc, unit="step", file=sys.stderr, leave=False, disable=None)
+
+
+def _follow(ctx: Session, progress_file: Path, worker: threading.Thread) -> None:
+    """Turn the runner's progress lines ({"stage", "done", "total"}) into tqdm bars until `worker` ends."""
+    bars: dict[str, object] = {}
+    seen = 0
+    try:
+        while True:
+            alive = worker.is_alive()
+            try:
+                lines = progress_file.read_text(encoding="utf-8").splitlines()
+            except OSError:
+                lines = []
+            for line in lines[seen:]:
+                try:
+                    ev = json.loads(line)
+                except ValueError:
+                    break  # a line still being written: read it again next time
+                seen += 1
+                stage = ev.get("stage", "?")
+                bar = bars.get(stage)
+                if bar is None:
+                    for old in bars.values():
+                        old.close()
+                    bar = bars[stage] = _progress_bar(int(ev.get("total") or 1), stage)
+                bar.n = int(ev.get("done") or 0)
+                bar.refresh()
+                ctx.log.debug("runner: %s", line)
+            if not alive:
+                break
+            worker.join(0.2)
+    finally:
+        for bar in bars.values():
+            bar.close()

@@ -1,0 +1,216 @@
+"""A new ComfyUI that h3kit owns, made for this hardware and resumable.
+
+source (h3kit.comfy.setup.source) -> venv with a supported Python -> the
+torch build `torch_build.choose` names -> ComfyUI's requirements under a
+constraints file that pins the torch just installed -> a check that torch
+imports and fits. Each step is written to a state file when done, so a
+re-run continues where it stopped; everything made is recorded in the
+install manifest (role "comfyui") so `uninstall --purge` can remove it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from h3kit.comfy import manifest as manifest_mod
+from h3kit.comfy.setup.pip import (
+    CONSTRAINTS_FILE,
+    install_choice,
+    install_requirements,
+    probe_torch,
+    setup_table,
+    write_constraints,
+)
+from h3kit.comfy.setup.source import fetch_source
+from h3kit.core import subproc
+from h3kit.core.errors import BadInput, NotReady, VerificationFailed
+from h3kit.core.files import atomic_write, free_bytes, nearest_existing
+from h3kit.core.tools import PipOptions, ticking
+from h3kit.core.units import gb
+from h3kit.core.venv import venv_python
+from h3kit.plan import torch_build as torchsel
+
+ROLE = "comfyui"
+STATE_SCHEMA = "h3kit.comfy_setup_state/1"
+STEPS = ("source", "venv", "torch", "requirements", "verify")
+
+
+# -- the state file a re-run continues from -------------------------------------------
+
+def state_path(ctx, target: Path) -> Path:
+    return ctx.locations.state_dir / "comfy_setup" / f"{manifest_mod.slug_for(target)}.json"
+
+
+def _load_state(path: Path, target: Path, source: str) -> dict:
+    if path.is_file():
+        try:
+            state = json.loads(path.read_text(encoding="utf-8"))
+            if state.get("schema") == STATE_SCHEMA and state.get("target") == str(target):
+                return state
+        except (OSError, ValueError):
+            pass
+    return {"schema": STATE_SCHEMA, "target": str(target), "source": source, "done": {}}
+
+
+def _save_state(path: Path, state: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, json.dumps(state, indent=2))
+
+
+# -- what a new ComfyUI needs ------------------------------------------------------------
+
+def _python_ok(version: str, spec: str) -> bool:
+    from packaging.specifiers import SpecifierSet
+
+    return version in SpecifierSet(spec)
+
+
+def find_base_python(spec: str | None = None, preference=None) -> tuple[str, str]:
+    """A Python for ComfyUI's venv, in this order: $H3KIT_COMFY_PYTHON; this Python; python3.X on PATH
+    (X from the preference list); the Windows launcher 'py -3.X'. Returns (path, version)."""
+    table = setup_table()
+    spec = spec or table["python"]
+    candidates: list[list[str]] = []
+    if os.environ.get("H3KIT_COMFY_PYTHON"):
+        candidates.append([os.environ["H3KIT_COMFY_PYTHON"]])
+    candidates.append([sys.executable])
+    for ver in preference or table["python_preference"]:
+        exe = subproc.which(f"python{ver}")
+        if exe:
+            candidates.append([exe])
+    py = subproc.which("py")
+    if py:
+        candidates += [[py, f"-{ver}"] for ver in (preference or table["python_preference"])]
+    tried = []
+    for argv in candidates:
+        r = subproc.run([*argv, "-c", "import sys, platform; print(sys.executable); print(platform.python_version())"],
+                        timeout=30)
+        lines = r.stdout.split() if r.ok else []
+        if len(lines) >= 2:
+            tried.append(f"{lines[0]} ({lines[1]})")
+            if _python_ok(lines[1], spec):
+                return lines[0], lines[1]
+    raise NotReady(f"No Python {spec} was found for ComfyUI (tried: {', '.join(tried) or 'none'}).",
+                   "Install Python 3.12 or 3.13 from python.org (or your package manager) and run again, "
+                   "or set H3KIT_COMFY_PYTHON to its path.")
+
+
+def _check_disk(target: Path, need: int) -> None:
+    where = nearest_existing(target)
+    free = free_bytes(where)
+    if free is not None and free < need:
+        raise NotReady(f"{where} has {gb(free)} free; a new ComfyUI with this torch build needs about "
+                       f"{gb(need)}.", "Free some space, or choose a folder on another disk.")
+
+
+def user_area_files(target: Path) -> list[str]:
+    """Files under the user-data folders (models/, output/, ...), relative, '/'-separated."""
+    found = []
+    for name in setup_table()["user_data"]:
+        area = target / name
+        if area.is_dir():
+            found += [f.relative_to(target).as_posix() for f in area.rglob("*") if f.is_file()]
+    return sorted(found)
+
+
+# -- the steps ------------------------------------------------------------------------------
+
+def new_comfyui(ctx, target_dir, source: str | None, fingerprint: dict, *, opts: PipOptions | None = None) -> Path:
+    """Set up a new ComfyUI in target_dir for this hardware; returns its path. Resumable (see module doc)."""
+    table = setup_table()
+    timeouts = table["timeouts_s"]
+    opts = opts or PipOptions.from_env()
+    target = Path(target_dir).expanduser().absolute()
+    source = source or table["source_url"]
+    choice = torchsel.choose(fingerprint)
+    if choice["status"] == "refuse":
+        raise NotReady(choice["rationale"][-1], choice["fix"])
+    state_file = state_path(ctx, target)
+    state = _load_state(state_file, target, source)
+    done = state["done"]
+    if target.exists() and "source" not in done and any(target.iterdir()):
+        raise BadInput(f"{target} already exists and is not empty; h3kit sets up a new ComfyUI only in a new "
+                       "or empty folder.", "Choose another folder, or use an existing ComfyUI with --comfyui PATH.")
+    if target.exists() and "source" not in done:
+        target.rmdir()  # empty; the clone creates it again
+    man = manifest_mod.load_or_new(ctx.locations.state_dir, target)
+    if ctx.dry_run:
+        return target
+    steps_total = len(STEPS)
+
+    def step(n: int, name: str, text: str) -> bool:
+        if name in done:
+            ctx.progress(f"[{n}/{steps_total}] {text}: already done, skipped.")
+            return False
+        ctx.progress(f"[{n}/{steps_total}] {text}...")
+        return True
+
+    def finish(name: str, **details) -> None:
+        done[name] = {"at": manifest_mod.now_iso(), **details}
+        _save_state(state_file, state)
+
+    if step(1, "source", f"Getting ComfyUI from {source}"):
+        _check_disk(target, int(table["min_free_bytes"].get(choice["backend"], table["min_free_bytes"]["cpu"])))
+        fetched = fetch_source(ctx, source, target, timeouts["clone"])
+        man.record_dir(target, role=ROLE)
+        man.extra["comfyui_setup"] = {"created_by": "h3kit", "dir": str(target), "source": source, **fetched,
+                                      "shipped": user_area_files(target)}
+        man.save()
+        finish("source", **fetched)
+    venv = target / "venv"
+    if step(2, "venv", f"Creating ComfyUI's Python environment in {venv}"):
+        base, version = find_base_python()
+        if venv.exists():
+            shutil.rmtree(venv)  # half-made by an interrupted run (the step is not marked done)
+        r = ticking("Creating the venv", subproc.run, [base, "-m", "venv", str(venv)], timeout=timeouts["venv"])
+        if not r.ok or venv_python(venv) is None:
+            raise NotReady(f"Python {base} could not create a venv ({r.detail or 'it has no interpreter'}).",
+                           "On Debian/Ubuntu install the venv module ('sudo apt install python3-venv'), then run again.")
+        man.record_dir(venv, role=ROLE)
+        man.extra["comfyui_setup"].update(venv=str(venv), base_python=base, python_version=version)
+        man.save()
+        finish("venv", base_python=base, python_version=version)
+    found = venv_python(venv)
+    if found is None:
+        raise NotReady(f"The venv {venv} of the new ComfyUI has no Python.",
+                       f"Remove {venv} and run the same command again; the venv is made anew.")
+    python = str(found)
+    if step(3, "torch", f"Installing PyTorch {choice['build']} ({', '.join(torchsel.requirements(choice))})"):
+        for line in choice["rationale"]:
+            ctx.progress(f"    {line}")
+        install_choice(ctx, python, choice, opts, force=False, timeout=timeouts["pip"])
+        finish("torch", build=choice["build"], requirements=torchsel.requirements(choice, local=True))
+    constraints = target / CONSTRAINTS_FILE
+    if step(4, "requirements", "Installing ComfyUI's requirements (torch pinned)"):
+        pins = write_constraints(constraints, probe_torch(python))
+        man.record_file(constraints, role=ROLE)
+        man.save()
+        reqs = target / "requirements.txt"
+        if reqs.is_file():
+            install_requirements(ctx, python, reqs, constraints, opts, timeout=timeouts["pip"])
+        finish("requirements", pins=pins)
+    if step(5, "verify", "Checking the new environment"):
+        info = probe_torch(python, import_torch=True, timeout=timeouts["verify"])
+        problems = [m for m in torchsel.check(fingerprint, info) if m["status"] == "fail"]
+        if info.get("import_error") or problems:
+            raise VerificationFailed(
+                f"The new ComfyUI's torch does not work: {info.get('import_error') or problems[0]['message']}",
+                "Run 'h3kit doctor --comfyui " + str(target) + " --fix', or remove the folder and run again.")
+        man.extra["comfyui_setup"].update(torch=info.get("packages"), python=python)
+        man.save()
+        finish("verify", torch=info.get("packages"))
+    return target
+
+
+def offer_new_comfyui(ctx, fingerprint: dict | None, source: str | None = None) -> Path | None:
+    """No ComfyUI was found: in a terminal, offer to set one up (default ~/ComfyUI). None when declined or not asked."""
+    if not ctx.interactive or fingerprint is None or ctx.dry_run:
+        return None
+    default = Path.home() / "ComfyUI"
+    if not ctx.confirm(f"No ComfyUI was found. Set up a new one for this machine in {default}?", default=False):
+        return None
+    return new_comfyui(ctx, default, source, fingerprint)

@@ -1,0 +1,152 @@
+"""The H3 workflows h3kit ships in the node pack, generated from the plan.
+
+Two graphs, text-to-video and first-frame image-to-video, built from ComfyUI's
+own H3 nodes (the smallest graph FACTS.md lists, the shape of ComfyUI's own H3
+template): the plan's DiT, text encoder and VAE files through the loader the
+catalog names, the plan's canvas and frames as defaults, sampling defaults
+from the catalog, h3kit's tiled decode (which applies the profile's tiles)
+and, when the plan unloads the text encoder before sampling, h3kit's memory
+guard between the two. The end writes an MP4 with H3's audio track through
+ComfyUI's CreateVideo/SaveVideo (PyAV inside ComfyUI, no system ffmpeg).
+
+Each graph is written twice from one `Graph`: the UI format into
+`example_workflows/` (ComfyUI lists that folder in its templates browser) and
+the API format into `workflows_api/` (outside it, so the browser shows only
+the UI ones), which is what `calibrate --with-model` runs.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from h3kit.comfy.graph import Graph
+from h3kit.core.errors import BadInput
+
+UI_DIR = "example_workflows"
+API_DIR = "workflows_api"
+NAMES = {"t2v": "h3kit_text_to_video", "i2v": "h3kit_image_to_video"}
+DEFAULT_PROMPT = ("A red fox trots through fresh snow in a quiet birch forest at dawn, soft golden light, "
+                  "its breath visible in the cold air; the crunch of snow underfoot and distant birdsong.")
+FIRST_FRAME = "example.png"  # ComfyUI ships input/example.png; the user picks their own in the UI
+
+
+@dataclass(frozen=True)
+class LoadedFile:
+    name: str  # file name under models/<folder>/
+    loader: str  # the node that loads it (UNETLoader, UnetLoaderGGUF, CLIPLoader, ...)
+
+
+@dataclass(frozen=True)
+class WorkflowSettings:
+    """Everything a generated workflow takes from the plan and the catalog."""
+
+    dit: LoadedFile
+    text_encoder: LoadedFile
+    vae: LoadedFile
+    audio_vae: LoadedFile
+    width: int
+    height: int
+    frames: int
+    steps: int
+    sampler: str
+    scheduler: str
+    shift_video: float
+    shift_audio: float
+    fps: int
+    seed: int
+    guard_memory: bool  # unload the text encoder before sampling (H3kitMemoryGuard)
+    text_encoder_type: str = "minimax"
+
+    @classmethod
+    def from_plan(cls, plan: dict, catalog) -> "WorkflowSettings":
+        s = plan["settings"]
+        sampling = catalog.data.get("sampling") or {}
+        width, height = _canvas(s)
+        return cls(
+            dit=_file(catalog, s["dit_weights"]), text_encoder=_file(catalog, s["text_encoder_weights"]),
+            vae=_file(catalog, s["vae_weights"]),
+            audio_vae=_file(catalog, s.get("audio_vae_weights") or catalog.audio_vae[0].id),
+            width=width, height=height, frames=int(s.get("frames") or s["max_frames"]),
+            steps=int(s.get("steps") or sampling.get("steps", 20)),
+            sampler=str(sampling.get("sampler", "res_multistep")), scheduler=str(sampling.get("scheduler", "simple")),
+            shift_video=float(sampling.get("shift_video", 12.0)), shift_audio=float(sampling.get("shift_audio", 3.0)),
+            fps=int(sampling.get("fps", 24)), seed=int(sampling.get("seed", 0)),
+            guard_memory=bool(s.get("unload_text_encoder", True)))
+
+
+def _canvas(settings: dict) -> tuple[int, int]:
+    canvas = settings.get("canvas") or settings["max_canvas"]
+    return int(canvas[0]), int(canvas[1])
+
+
+def _file(catalog, weight_id: str) -> LoadedFile:
+    w = catalog.weight(weight_id)
+    if w is None or not (w.file or {}).get("name"):
+        raise BadInput(f"The plan names weight '{weight_id}', which the model catalog does not list with a file.",
+                       "Re-run 'h3kit plan' with this h3kit version, or fix the override in config.yaml.")
+    return LoadedFile(w.file["name"], w.file.get("loader") or "")
+
+
+def build(kind: str, ws: WorkflowSettings, specs: dict) -> Graph:
+    """The graph for `kind` ("t2v" or "i2v")."""
+    g = Graph(specs)
+    model = _load_dit(g, ws.dit)
+    clip = _load_text_encoder(g, ws)
+    vae = g.add("VAELoader", "video VAE", vae_name=ws.vae.name)
+    audio_vae = g.add("VAELoader", "audio VAE", vae_name=ws.audio_vae.name)
+    frame = {}
+    if kind == "i2v":
+        frame = {"first_frame": g.add("LoadImage", "first frame", image=FIRST_FRAME).out(0)}
+    elif kind != "t2v":
+        raise ValueError(f"unknown workflow kind {kind!r}")
+    encode = g.add("MiniMaxH3ImageToVideo", "prompt, canvas and frames", clip=clip.out(), vae=vae.out(),
+                   prompt=DEFAULT_PROMPT, width=ws.width, height=ws.height, length=ws.frames, **frame)
+    positive = encode.out(0)
+    if ws.guard_memory:  # the 32B text encoder leaves memory before the DiT needs it
+        positive = g.add("H3kitMemoryGuard", "free the text encoder", value=positive).out(0)
+    shifted = g.add("MiniMaxH3SigmaShift", "flow shift", model=model.out(), shift_video=ws.shift_video,
+                    shift_audio=ws.shift_audio)
+    noise = g.add("RandomNoise", noise_seed=ws.seed)
+    guider = g.add("BasicGuider", model=shifted.out(), conditioning=positive)
+    sampler = g.add("KSamplerSelect", sampler_name=ws.sampler)
+    sigmas = g.add("BasicScheduler", model=shifted.out(), scheduler=ws.scheduler, steps=ws.steps, denoise=1.0)
+    sampled = g.add("SamplerCustomAdvanced", noise=noise.out(), guider=guider.out(), sampler=sampler.out(),
+                    sigmas=sigmas.out(), latent_image=encode.out(1))
+    images = g.add("H3kitTiledVAEDecode", "decode video (profile tiles)", samples=sampled.out(0), vae=vae.out(),
+                   frames_per_chunk=1)
+    audio = g.add("VAEDecodeAudio", "decode audio", samples=sampled.out(0), vae=audio_vae.out())
+    video = g.add("CreateVideo", images=images.out(), fps=float(ws.fps), audio=audio.out(), bit_depth=8)
+    # "auto"/"auto" as in ComfyUI's own H3 template: an MP4 with H.264 video and AAC audio from images,
+    # and the two-value form the frontend stores for SaveVideo's nested format/codec choice.
+    g.add("SaveVideo", video=video.out(), filename_prefix=f"h3kit/{NAMES[kind]}", format="auto",
+          format__codec="auto")
+    return g
+
+
+def _load_dit(g: Graph, f: LoadedFile):
+    if f.loader == "UnetLoaderGGUF":
+        return g.add("UnetLoaderGGUF", "DiT", unet_name=f.name)
+    return g.add("UNETLoader", "DiT", unet_name=f.name, weight_dtype="default")
+
+
+def _load_text_encoder(g: Graph, ws: WorkflowSettings):
+    f = ws.text_encoder
+    if f.loader == "CLIPLoaderGGUF":
+        return g.add("CLIPLoaderGGUF", "text encoder", clip_name=f.name, type=ws.text_encoder_type)
+    return g.add("CLIPLoader", "text encoder", clip_name=f.name, type=ws.text_encoder_type, device="default")
+
+
+def files(ws: WorkflowSettings, specs: dict, profile: str) -> dict[str, bytes]:
+    """Relative path inside the pack -> bytes, for both formats of every workflow."""
+    out = {}
+    for kind, name in NAMES.items():
+        g = build(kind, ws, specs)
+        ui = g.to_ui(extra={"h3kit": {"profile": profile, "workflow": kind}})
+        out[f"{UI_DIR}/{name}.json"] = _json(ui)
+        out[f"{API_DIR}/{name}.json"] = _json(g.to_api())
+    return out
+
+
+def _json(doc: dict) -> bytes:
+    return (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode("utf-8")

@@ -1,0 +1,198 @@
+"""pip and git, run one way: one runner that honours the offline and mirror options, one reading of failures.
+
+pip always runs as `python -m pip` of the interpreter it is to change (a
+portable build's `pip.exe` launcher may point at a foreign path, so it is
+never used), without its version check and without asking anything. Where
+packages come from, in this order: the arguments of `PipOptions`, then the
+environment (`H3KIT_PIP_FIND_LINKS`, a path list; `H3KIT_PIP_NO_INDEX=1`;
+`H3KIT_PIP_INDEX_URL`, which replaces every index URL, e.g. a local mirror),
+then pip's own configuration.
+
+git is resolved to an absolute path and runs with `GIT_TERMINAL_PROMPT=0`: a
+repository that asks for a login fails at once instead of waiting at a prompt
+nobody sees.
+
+A failed run raises NotReady with one sentence and a fix from `classify`:
+a table of what pip and git print (their own wording, recorded in the
+tests), read top to bottom, the first matching row winning.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import threading
+from dataclasses import dataclass, field
+
+from h3kit.core import subproc
+from h3kit.core.errors import NotReady
+
+# pip subcommands that read a package index (uninstall and list would refuse --index-url).
+INDEX_COMMANDS = ("install", "download", "wheel")
+
+
+@dataclass
+class PipOptions:
+    find_links: list[str] = field(default_factory=list)
+    no_index: bool = False
+    index_url: str | None = None  # replaces the caller's index (a mirror, or a local one)
+
+    @classmethod
+    def from_env(cls, environ=None) -> "PipOptions":
+        env = os.environ if environ is None else environ
+        links = [p for p in env.get("H3KIT_PIP_FIND_LINKS", "").split(os.pathsep) if p]
+        return cls(links, env.get("H3KIT_PIP_NO_INDEX", "") not in ("", "0"), env.get("H3KIT_PIP_INDEX_URL") or None)
+
+    def index_args(self, index_url: str | None) -> list[str]:
+        """pip arguments for the package sources: offline beats a mirror, a mirror beats `index_url`."""
+        args: list[str] = []
+        if self.no_index:
+            args.append("--no-index")
+        elif self.index_url or index_url:
+            args += ["--index-url", self.index_url or index_url]
+        for link in self.find_links:
+            args += ["--find-links", link]
+        return args
+
+
+# -- what a failure means ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Failure:
+    tools: tuple[str, ...]  # which tools print this ("pip", "git")
+    patterns: tuple[str, ...]  # regular expressions, searched in the lower-cased output
+    sentence: str  # what went wrong; {0} is the first pattern's first group
+    fix: str
+    offline: bool = False  # the caller's offline alternative helps here
+
+
+OFFLINE_PIP = "or set H3KIT_PIP_FIND_LINKS to a folder of wheels and H3KIT_PIP_NO_INDEX=1"
+FAILURES: tuple[Failure, ...] = (
+    Failure(("pip", "git"), (r"no space left on device", r"errno 28"),
+            "the disk is full.", "Free some space (see 'h3kit doctor') and run the command again."),
+    Failure(("pip", "git"), (r"proxyerror", r"407 proxy", r"received http code 407", r"proxy authentication required",
+                             r"tunnel connection failed", r"proxy connect aborted"),
+            "a proxy blocked the connection.",
+            "Set HTTPS_PROXY to a proxy that lets the connection through (with credentials if it needs them), "
+            "or point H3KIT_PIP_INDEX_URL at a reachable mirror.", offline=True),
+    Failure(("pip", "git"), (r"certificate verify failed", r"ssl certificate problem"),
+            "the server's TLS certificate was not trusted.",
+            "If a company proxy re-signs connections, point PIP_CERT and git's http.sslCAInfo at its CA bundle; "
+            "never switch verification off.", offline=True),
+    Failure(("pip", "git"), (r"failed to establish a new connection", r"temporary failure in name resolution",
+                             r"name or service not known", r"network is unreachable", r"could not resolve host",
+                             r"could not resolve proxy", r"failed to connect", r"connection timed out"),
+            "there is no network connection to the server.", "Connect to the internet and run the command again.",
+            offline=True),
+    Failure(("git",), (r"authentication failed", r"could not read username", r"terminal prompts disabled",
+                       r"permission denied \(publickey", r"http code 40[13]\b", r"returned error: 40[13]\b"),
+            "the repository asked for a login, so it is private or not at that address.",
+            "Check the URL (a public repository needs no login), or set up git credentials for it."),
+    Failure(("pip", "git"), (r"permission denied", r"errno 13", r"access is denied"),
+            "the files it had to change are not writable by this user.",
+            "Run h3kit as the user that owns that folder (never with sudo); or fix the folder's permissions."),
+    Failure(("pip",), (r"could not find a version that satisfies the requirement ([^\s(]+)",),
+            "no wheel of {0} fits this Python and platform on the index.",
+            "Check the index URL and the Python version (see 'h3kit doctor').", offline=True),
+    Failure(("pip",), (r"no matching distribution",),
+            "a package was not found on the index.", "Check the index URL or H3KIT_PIP_FIND_LINKS.", offline=True),
+    Failure(("git",), (r"repository '[^']*' not found", r"repository not found", r"does not appear to be a git repository",
+                       r"not found"),
+            "the repository does not exist at that address.", "Check the URL."),
+)
+STATUS_FAILURES = {  # (tool, status) -> (sentence, fix, the offline alternative helps)
+    ("pip", "timeout"): ("pip did not finish in time.",
+                         "Check the network connection and run the same command again; finished steps are kept.", True),
+    ("pip", "missing"): ("the Python interpreter could not be started.", "Check that the Python path exists and runs.",
+                         False),
+    ("git", "timeout"): ("git did not finish in time.", "Check the network connection and run the same command again.",
+                         True),
+    ("git", "missing"): ("git is not installed.", "Install git (https://git-scm.com/downloads, or your package manager).",
+                         True),
+}
+
+
+def classify(tool: str, text: str, status: str = "error", *, alternative: str | None = None) -> tuple[str, str]:
+    """(sentence, fix) for a failed pip or git run, from its status and output; pure.
+
+    `alternative` is the caller's way around the network ('pass a .zip with
+    --comfyui-source'); it is added to the fix where it helps (pip's default:
+    a folder of wheels).
+    """
+    hint = alternative or (OFFLINE_PIP if tool == "pip" else None)
+    if (tool, status) in STATUS_FAILURES:
+        sentence, fix, offline = STATUS_FAILURES[(tool, status)]
+        return sentence, _with(fix, hint if offline else None)
+    low = text.lower()
+    for row in FAILURES:
+        if tool not in row.tools:
+            continue
+        for pattern in row.patterns:
+            m = re.search(pattern, low)
+            if m:
+                return row.sentence.format(*(m.groups() or ("",))), _with(row.fix, hint if row.offline else None)
+    last = next((ln.strip() for ln in reversed(text.strip().splitlines()) if ln.strip()), "no output")
+    return f"{tool} reported: {last[:200]}", f"Run the command again with -v and read the log for {tool}'s full output."
+
+
+def _with(fix: str, alternative: str | None) -> str:
+    """The fix, then the caller's alternative (a clause: 'or pass ...') after a semicolon."""
+    if not alternative:
+        return fix
+    return f"{fix.rstrip('.')}; {alternative.rstrip('.')}."
+
+
+# -- running them ---------------------------------------------------------------------------
+
+def ticking(label: str, fn, *args, **kwargs):
+    """Run fn while a progress line counts seconds on stderr (pip and git print nothing useful captured)."""
+    from tqdm import tqdm
+
+    done = threading.Event()
+    bar = tqdm(desc=label, unit="s", total=None, file=sys.stderr, leave=False,
+               disable=not sys.stderr.isatty(), bar_format="{desc}: {elapsed}")
+
+    def tick():
+        while not done.wait(1.0):
+            bar.update(1)
+
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        done.set()
+        ticker.join()
+        bar.close()
+
+
+def run_pip(ctx, python, args: list[str], label: str, *, timeout: float, opts: PipOptions | None = None,
+            index_url: str | None = None, alternative: str | None = None) -> subproc.ToolResult:
+    """`python -m pip ARGS` with the package sources of `opts` (default: from the environment); NotReady on failure."""
+    opts = PipOptions.from_env() if opts is None else opts
+    sources = opts.index_args(index_url) if args and args[0] in INDEX_COMMANDS else []
+    argv = [os.fspath(python), "-m", "pip", *args, *sources, "--disable-pip-version-check", "--no-input"]
+    return _run(ctx, "pip", argv, label, timeout=timeout, alternative=alternative)
+
+
+def run_git(ctx, args: list[str], label: str, *, timeout: float, cwd=None,
+            alternative: str | None = None) -> subproc.ToolResult:
+    """`git ARGS` (git found on PATH, never in the current folder), never prompting; NotReady on failure."""
+    git = subproc.which("git")
+    if git is None:
+        sentence, fix = classify("git", "", "missing", alternative=alternative)
+        raise NotReady(f"{label} failed: {sentence}", fix)
+    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
+    return _run(ctx, "git", [git, *args], label, timeout=timeout, cwd=cwd, env=env, alternative=alternative)
+
+
+def _run(ctx, tool: str, argv: list[str], label: str, *, timeout: float, alternative: str | None,
+         **kwargs) -> subproc.ToolResult:
+    ctx.log.debug("%s: %s", tool, argv)
+    result = ticking(label, subproc.run, argv, timeout=timeout, **kwargs)
+    ctx.log.debug("%s exit %s\n%s\n%s", tool, result.returncode, result.stdout[-4000:], result.stderr[-4000:])
+    if not result.ok:
+        sentence, fix = classify(tool, result.stderr + result.stdout, result.status, alternative=alternative)
+        raise NotReady(f"{label} failed: {sentence}", fix, details={"argv": result.argv, "detail": result.detail})
+    return result

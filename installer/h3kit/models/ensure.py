@@ -1,0 +1,97 @@
+"""The models step of `h3kit install`, and the model findings of `h3kit doctor`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from h3kit.core.session import Session
+from h3kit.core.units import human_bytes
+from h3kit.models.files import (
+    SCHEMA,
+    file_state,
+    files_for_plan,
+    loader_packs,
+    manifest_for,
+    plan_doc,
+    status_doc,
+)
+from h3kit.models.loader_pack import install_loader_pack
+from h3kit.models.store import fetch
+
+
+def doctor_findings(plan: dict, comfyui_dir) -> list[dict]:
+    """Findings for `h3kit doctor`: files present, loader packs installed, known load problems. Never raises."""
+    try:
+        ctx = Session()
+        comfyui_dir = Path(comfyui_dir)
+        files = files_for_plan(plan)
+        man = manifest_for(ctx, comfyui_dir)
+        out = []
+        for f in files:
+            st = file_state(f, comfyui_dir, man)
+            check = f"model file {f.name}"
+            if st["state"] == "present":
+                out.append(_finding(check, "ok", f"present in models/{Path(st['path']).parent.name}", None))
+            elif st["state"] == "conflict":
+                out.append(_finding(check, "fail", f"{st['path']} has {st['bytes_on_disk']} bytes, not the expected "
+                                    "size", "Move that file away and run 'h3kit models fetch'."))
+            else:
+                out.append(_finding(check, "warn", f"{st['state']} ({human_bytes(f.exact_bytes or f.bytes)})",
+                                    "h3kit models fetch"))
+            if f.comfyui_compat:
+                out.append(_finding(f"loads in ComfyUI: {f.name}", "warn", f.comfyui_compat,
+                                    "Prefer another format ('h3kit profile list'), or use a loader pack that supports it."))
+        for pack in loader_packs(files, comfyui_dir):
+            if pack["installed"]:
+                out.append(_finding(f"loader pack {pack['name']}", "ok", "installed in custom_nodes", None))
+            else:
+                out.append(_finding(f"loader pack {pack['name']}", "fail",
+                                    f"{', '.join(pack['needed_by'])} needs {pack['name']} ({pack['git']}), which is "
+                                    "not in custom_nodes", "h3kit models fetch --with-loaders"))
+        return out
+    except Exception as exc:  # noqa: BLE001 - doctor must keep going
+        return [_finding("model files", "warn", f"could not check the model files ({exc})", "h3kit models status")]
+
+
+def _finding(check: str, status: str, message: str, fix: str | None) -> dict:
+    return {"check": check, "status": status, "message": message, "fix": fix}
+
+
+def ensure_models(ctx, plan: dict, comfyui_dir, *, skip: bool, with_loaders: bool, config=None) -> dict:
+    """The install step: state the total, ask (or --yes / --no-models), fetch, install loader packs on request.
+
+    `config` is the user's h3kit.data.config.Config (the mirror, comfyui_python); without one, the session's.
+    """
+    comfyui_dir = Path(comfyui_dir)
+    if skip:
+        try:
+            total = plan_doc(plan)["total_bytes"]
+        except Exception:  # noqa: BLE001 - skipping must never fail the install
+            total = None
+        ctx.progress(f"Skipping the model files (--no-models); the plan needs {human_bytes(total)}: "
+                     "run 'h3kit models fetch' later.")
+        return {"schema": SCHEMA, "action": "ensure", "comfyui": str(comfyui_dir), "total_bytes": total,
+                "skipped": True, "reason": "--no-models"}
+    doc = status_doc(ctx, plan, comfyui_dir)
+    missing = [r for r in doc["files"] if r["state"] != "present"]
+    total, todo = doc["total_bytes"], doc["missing_bytes"]
+    base = {"schema": SCHEMA, "action": "ensure", "comfyui": str(comfyui_dir), "total_bytes": total,
+            "missing_bytes": todo, "files": doc["files"], "fetched": None, "loader_packs": doc["loader_packs"]}
+    ctx.progress(f"The plan needs {len(doc['files'])} model files, {human_bytes(total)} in total; "
+                 f"{human_bytes(todo)} still to download.")
+    packs_needed = [p for p in doc["loader_packs"] if not p["installed"]]
+    if not missing and not (with_loaders and packs_needed):
+        return dict(base, skipped=False, reason="all present")
+    if ctx.dry_run:
+        return dict(base, skipped=True, reason="dry run")
+    if missing and not ctx.confirm(f"Download {human_bytes(todo)} of model files into {comfyui_dir / 'models'} now?"):
+        ctx.progress("Not downloading now; run 'h3kit models fetch' when you are ready.")
+        return dict(base, skipped=True, reason="declined")
+    if with_loaders:
+        files = files_for_plan(plan)
+        cat_packs = {f.loader_pack["name"]: f.loader_pack for f in files if f.loader_pack}
+        base["loader_packs"] = [install_loader_pack(ctx, cat_packs[p["name"]], comfyui_dir, config=config)
+                                for p in packs_needed]
+    if missing:
+        base["fetched"] = fetch(ctx, plan, comfyui_dir, config=config)
+    return dict(base, skipped=False, reason=None)

@@ -1,0 +1,64 @@
+"""Custom node packs that some weight formats need (e.g. ComfyUI-GGUF for .gguf files), installed on request.
+
+`install_loader_pack` clones the pack into `custom_nodes/` and installs its
+requirements with ComfyUI's own Python, both through h3kit.core.tools (so
+the offline and mirror options of pip hold, and git never waits at a login
+prompt), and records every file it wrote (role "loader-pack") so that
+`h3kit uninstall` removes exactly the pack.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from h3kit.comfy import locate
+from h3kit.core.errors import NotReady
+from h3kit.core.tools import PipOptions, run_git, run_pip
+from h3kit.models.files import PACK_ROLE, manifest_for, session_config
+
+CLONE_TIMEOUT = 600.0
+PIP_TIMEOUT = 1800.0
+
+
+def comfy_python(comfyui_dir: Path, config=None) -> Path | None:
+    """ComfyUI's own interpreter, by h3kit.comfy.locate's search order (portable python_embeded, a venv
+    inside ComfyUI, then `comfyui_python` of `config`); None when none is found."""
+    base = Path(comfyui_dir)
+    py, _source = locate.find_python(locate.ComfyInstall(base, "given", locate.detect_layout(base)), config)
+    return Path(py) if py is not None else None
+
+
+def install_loader_pack(ctx, pack: dict, comfyui_dir: Path, *, git_url: str | None = None, config=None,
+                        opts: PipOptions | None = None) -> dict:
+    """git clone the pack into custom_nodes, pip-install its requirements with ComfyUI's Python, record every file."""
+    comfyui_dir = Path(comfyui_dir)
+    dest = comfyui_dir / "custom_nodes" / pack["folder"]
+    if dest.exists():
+        return {"name": pack["name"], "path": str(dest), "installed": False, "why": "already there"}
+    source = git_url or pack["git"]
+    if ctx.dry_run:
+        return {"name": pack["name"], "path": str(dest), "installed": False, "why": "dry run"}
+    ctx.progress(f"Installing {pack['name']} from {source} into {dest} ...")
+    run_git(ctx, ["clone", "--depth", "1", source, str(dest)], f"Cloning {pack['name']} from {source}",
+            timeout=CLONE_TIMEOUT, alternative=f"or clone {source} into {dest} yourself and run again")
+    man = manifest_for(ctx, comfyui_dir)
+    man.record_dir(dest, PACK_ROLE)
+    for root, dirs, names in os.walk(dest):
+        for d in dirs:
+            man.record_dir(Path(root) / d, PACK_ROLE)
+        for n in names:
+            man.record_file(Path(root) / n, PACK_ROLE)
+    man.save()
+    req = dest / pack.get("requirements", "requirements.txt")
+    if not req.is_file():
+        return {"name": pack["name"], "path": str(dest), "installed": True, "python": None, "requirements": None}
+    python = comfy_python(comfyui_dir, session_config(ctx, config))
+    if python is None:
+        raise NotReady(f"Cannot find the Python that runs the ComfyUI in {comfyui_dir}, needed to install "
+                       f"{pack['name']}'s requirements (the pack itself is in {dest}).",
+                       f"Run ComfyUI's python -m pip install -r {req} yourself, or set comfyui_python in config.yaml.")
+    run_pip(ctx, python, ["install", "-r", str(req)], f"Installing {pack['name']}'s requirements with {python}",
+            timeout=PIP_TIMEOUT, opts=opts)
+    return {"name": pack["name"], "path": str(dest), "installed": True, "python": str(python),
+            "requirements": str(req)}

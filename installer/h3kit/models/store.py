@@ -1,0 +1,204 @@
+"""The weight files in ComfyUI's model folders: fetch the missing ones, verify, remove exactly h3kit's.
+
+Every file h3kit writes is recorded in the install manifest (role "model")
+with the hash computed while its bytes arrived, so that `models remove` and
+`h3kit uninstall` remove exactly those, and never a file the user put there
+or changed since. A file of the right name but another size is the user's:
+fetch refuses to overwrite it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from tqdm import tqdm
+
+from h3kit.comfy import manifest as manifest_mod
+from h3kit.core.errors import BadInput, NotReady, VerificationFailed
+from h3kit.core.files import nearest_existing, sha256_file
+from h3kit.core.units import human_bytes
+from h3kit.models.download import Downloader, Fetched, check_free_space
+from h3kit.models.files import (
+    ROLE,
+    SCHEMA,
+    file_state,
+    files_for_plan,
+    manifest_for,
+    remaining,
+    session_config,
+)
+from h3kit.models.http import mirror_base
+from h3kit.models.local import find_local, place_from_local
+
+
+def _record(man: manifest_mod.Manifest, got: Fetched) -> None:
+    # The hash was computed while the bytes arrived; re-reading 20 GB to record it would double the time.
+    man.forget(got.path)
+    man.entries.append(manifest_mod.Entry(str(Path(got.path).absolute()), "file", got.sha256, got.bytes, ROLE))
+    man.save()
+
+
+def _ensure_folder(man: manifest_mod.Manifest, folder: Path) -> None:
+    missing = []
+    p = folder
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    for d in reversed(missing):
+        man.record_dir(d, ROLE)
+
+
+def fetch(ctx, plan: dict, comfyui_dir: Path, *, from_dir: Path | None = None, downloader: Downloader | None = None,
+          free_bytes=None, catalog=None, config=None) -> dict:
+    """Get every missing file of the plan into ComfyUI; raises NotReady / VerificationFailed.
+
+    `config` (h3kit.data.config.Config) names the mirror; without one, the session's is read.
+    """
+    comfyui_dir = Path(comfyui_dir)
+    files = files_for_plan(plan, catalog)
+    man = manifest_for(ctx, comfyui_dir)
+    states = {f.name: file_state(f, comfyui_dir, man) for f in files}
+    conflicts = [s for s in states.values() if s["state"] == "conflict"]
+    if conflicts:
+        c = conflicts[0]
+        raise VerificationFailed(
+            f"{c['path']} already exists with a different size ({c['bytes_on_disk']} bytes) and h3kit will not "
+            "overwrite a file it did not download.",
+            "Rename or move that file (it may be another version of the model), then run 'h3kit models fetch' again.",
+            details={"conflicts": conflicts})
+    todo = [f for f in files if states[f.name]["state"] != "present"]
+    results = [{"name": f.name, "path": states[f.name]["path"], "method": "present"} for f in files if f not in todo]
+    if not todo:
+        return {"schema": SCHEMA, "action": "fetch", "comfyui": str(comfyui_dir), "files": results,
+                "downloaded_bytes": 0, "total_bytes": sum(f.bytes for f in files)}
+
+    sources: dict[str, Path] = {}
+    if from_dir is not None:
+        from_dir = Path(from_dir)
+        if not from_dir.is_dir():
+            raise BadInput(f"--from {from_dir} is not a folder.", "Pass the folder (or USB disk) that holds the model files.")
+        for f in todo:
+            src = find_local(from_dir, f.name, f.folder)
+            if src is None:
+                raise NotReady(f"{f.name} is not in {from_dir}.",
+                               f"Copy it there (from {f.urls[0] if f.urls else 'its model page'}) and run again.")
+            sources[f.name] = src
+    else:
+        for f in todo:
+            if not f.urls:
+                raise NotReady(f"No download address is known for {f.name} ({f.unverified or 'catalog has no URL'}).",
+                               "Download it yourself and run 'h3kit models fetch --from DIR'.")
+
+    need = sum(remaining(f, states[f.name]) for f in todo if not _same_disk(sources.get(f.name), comfyui_dir))
+    models_dir = comfyui_dir / "models"
+    check_free_space(models_dir, need, free_bytes=free_bytes)
+    ctx.progress(f"Fetching {len(todo)} file(s), {human_bytes(need)} to write into {models_dir}.")
+
+    dl = downloader or Downloader(mirror=mirror_base(session_config(ctx, config)))
+    downloaded = 0
+    overall = tqdm(total=sum((f.exact_bytes or f.bytes) for f in todo), unit="B", unit_scale=True,
+                   unit_divisor=1000, desc="all files", file=sys.stderr, disable=None if dl.progress is None else not dl.progress,
+                   initial=sum(states[f.name]["bytes_on_disk"] for f in todo if states[f.name]["state"] == "partial"))
+    try:
+        for f in todo:
+            _ensure_folder(man, f.dest(comfyui_dir).parent)
+            man.save()
+            want = f.want(comfyui_dir)
+            if f.name in sources:
+                got = place_from_local(want, sources[f.name], progress=dl.progress)
+                overall.update(got.bytes)
+            else:
+                got = dl.fetch(want, overall)
+            _record(man, got)
+            downloaded += got.bytes
+            ctx.log.info("fetched %s (%s, verified by %s)", got.path, got.method, got.verified_by)
+            results.append({"name": f.name, "path": str(got.path), "method": got.method, "source": got.source,
+                            "bytes": got.bytes, "sha256": got.sha256, "verified_by": got.verified_by})
+    finally:
+        overall.close()
+    return {"schema": SCHEMA, "action": "fetch", "comfyui": str(comfyui_dir), "files": results,
+            "downloaded_bytes": downloaded, "total_bytes": sum(f.bytes for f in files)}
+
+
+def _same_disk(src: Path | None, comfyui_dir: Path) -> bool:
+    """A --from file on the same disk is hard-linked: it needs no space."""
+    if src is None:
+        return False
+    try:
+        return os.stat(src).st_dev == os.stat(nearest_existing(comfyui_dir)).st_dev
+    except OSError:
+        return False
+
+
+# -- verify / remove ---------------------------------------------------------------------
+
+def verify(ctx, plan: dict, comfyui_dir: Path, *, catalog=None) -> dict:
+    """Re-hash every present file against the catalog hash, else the hash recorded when h3kit wrote it."""
+    files = files_for_plan(plan, catalog)
+    man = manifest_for(ctx, comfyui_dir)
+    rows, bad = [], []
+    for f in files:
+        st = file_state(f, Path(comfyui_dir), man)
+        row = {"name": f.name, "path": st["path"], "state": st["state"]}
+        if st["state"] == "present":
+            ctx.progress(f"Hashing {f.name} ...")
+            digest = sha256_file(st["path"])
+            entry = man.find(st["path"])
+            expected = f.sha256 or (entry.sha256 if entry is not None else None)
+            row.update(sha256=digest, expected_sha256=expected,
+                       ok=None if expected is None else digest == expected,
+                       checked_against="catalog" if f.sha256 else ("manifest" if expected else "size only"))
+            if expected is not None and digest != expected:
+                bad.append(row)
+        elif st["state"] == "conflict":
+            bad.append(row)
+        rows.append(row)
+    doc = {"schema": SCHEMA, "action": "verify", "comfyui": str(comfyui_dir), "files": rows,
+           "total_bytes": sum(f.bytes for f in files)}
+    if bad:
+        raise VerificationFailed(
+            f"{len(bad)} model file(s) do not match: {', '.join(r['name'] for r in bad)}.",
+            "Remove them ('h3kit models remove' removes the ones h3kit downloaded) and run 'h3kit models fetch' again.",
+            details=doc)
+    return doc
+
+
+def remove(ctx, comfyui_dir: Path, *, plan: dict | None = None, catalog=None) -> dict:
+    """Delete the model files h3kit recorded for this ComfyUI; a file the user put there or changed stays."""
+    comfyui_dir = Path(comfyui_dir)
+    man = manifest_for(ctx, comfyui_dir)
+    removed, kept = [], []
+    for entry in [e for e in man.by_role(ROLE) if e.kind == "file"]:
+        p = Path(entry.path)
+        if not p.exists() and not p.is_symlink():
+            man.forget(p)
+            continue
+        if man.still_ours(entry):
+            if not ctx.dry_run:
+                p.unlink()
+                man.forget(p)
+            removed.append(str(p))
+        else:
+            # Theirs now: reported once, then no longer h3kit's to remove (uninstall leaves it too).
+            kept.append({"path": str(p), "why": "changed since h3kit wrote it"})
+            if not ctx.dry_run:
+                man.forget(p)
+    recorded = {e.path for e in man.entries}
+    if plan is not None:
+        for f in files_for_plan(plan, catalog):
+            for path in f.candidates(comfyui_dir):
+                if path.is_file() and str(path.absolute()) not in recorded and str(path) not in removed:
+                    kept.append({"path": str(path), "why": "not downloaded by h3kit"})
+    for entry in sorted((e for e in man.by_role(ROLE) if e.kind == "dir"), key=lambda e: -len(e.path)):
+        d = Path(entry.path)
+        if not ctx.dry_run and d.is_dir() and not any(d.iterdir()):
+            d.rmdir()
+        if not d.exists():
+            man.forget(d)
+    if not ctx.dry_run and man.path is not None and (man.path.exists() or man.entries):
+        man.save()
+    return {"schema": SCHEMA, "action": "remove", "comfyui": str(comfyui_dir), "removed": removed, "kept": kept,
+            "dry_run": ctx.dry_run}

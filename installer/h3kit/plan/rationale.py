@@ -1,0 +1,220 @@
+"""The plan's prose: one sentence per decision with its numbers (the rationale), and the warnings.
+
+Everything here reads a finished `Candidate`; nothing decides. The sentences
+name the figures the planner used, so a reader can redo the arithmetic.
+"""
+
+from __future__ import annotations
+
+from h3kit.core.units import gb
+from h3kit.data.catalog import Catalog, Weight
+from h3kit.plan.search import Candidate
+
+# (Choice attribute, the name a person reads, the settings key that can force that file)
+PARTS = (("dit", "DiT", "dit_weights"), ("te", "text encoder", "text_encoder_weights"),
+         ("vae", "video VAE", "vae_weights"), ("audio_vae", "audio VAE", None))
+
+
+def _pool(cat: Catalog, part: str) -> list[Weight]:
+    return {"dit": cat.dit, "te": cat.text_encoder, "vae": cat.vae, "audio_vae": cat.audio_vae}[part]
+
+
+def _chosen_files(c: Candidate):
+    """(part, label, weight, settings key) of each chosen file."""
+    for part, label, key in PARTS:
+        yield part, label, getattr(c.choice, part), key
+
+
+def _user_set(c: Candidate, key: str | None) -> str | None:
+    """The config line that forced this part's file (its id, or for the DiT its format), else None."""
+    keys = [key, "quantization"] if key == "dit_weights" else [key]
+    for k in keys:
+        if k and c.settings.get(k, "auto") != "auto" and c.source.get(k, "").startswith(("override", "calibration")):
+            return f"{k} from the {c.source[k]}"
+    return None
+
+
+def _why_not_loadable(cat: Catalog, c: Candidate, part: str, w: Weight) -> str:
+    """Why no file of this part that ranks better for loading was used: not allowed, not runnable, or too big."""
+    s = c.settings
+    formats = [s["quantization"]] if s.get("quantization", "auto") != "auto" else s["formats"]
+    not_allowed: list[str] = []
+    cannot_run: list[str] = []
+    left_out: list[str] = []  # runnable-check failures the rationale already gave ("Left out: ...")
+    too_big: list[str] = []
+    for alt in sorted(_pool(cat, part), key=lambda a: a.bytes):
+        if alt.load_tier >= w.load_tier:
+            continue
+        ok, why = cat.runnable(alt.format, c.machine)
+        if part == "dit" and alt.format not in formats:
+            if alt.format not in not_allowed:
+                not_allowed.append(alt.format)
+        elif not ok and part == "dit" and why in c.skipped:
+            if alt.format not in left_out:
+                left_out.append(alt.format)
+        elif not ok:
+            if why not in cannot_run:
+                cannot_run.append(why)
+        else:
+            too_big.append(f"{alt.variant + ' ' if alt.variant else ''}{alt.format} ({gb(alt.bytes)})")
+    reasons = list(cannot_run)
+    if left_out:
+        reasons.append(f"{', '.join(left_out)} {'is' if len(left_out) == 1 else 'are'} left out above")
+    if not_allowed:
+        reasons.append(f"{', '.join(not_allowed)} {'is' if len(not_allowed) == 1 else 'are'} not among profile "
+                       f"{c.profile.name}'s formats")
+    if too_big:
+        reasons.append(", ".join(too_big) + (" does not fit" if len(too_big) == 1 else " do not fit"))
+    return "; ".join(reasons) or "none is listed"
+
+
+def _loads_rationale(cat: Catalog, c: Candidate) -> list[str]:
+    """One sentence per chosen file that needs a loader pack or is a fallback, with the report and its source."""
+    out = []
+    packs = cat.loader_packs
+    for part, label, w, key in _chosen_files(c):
+        name = w.file.get("name") or w.id
+        what = f"{label} {w.variant + ' ' if w.variant else ''}{w.format} ({name})"
+        if w.comfyui_loads == "with_loader_pack":
+            pack = w.file.get("loader_pack")
+            out.append(f"{what} loads with the custom node pack {pack} "
+                       f"({(packs.get(pack) or {}).get('git', 'see loader_packs')}), not ComfyUI's own loader; "
+                       f"reported loading: {w.file.get('comfyui_loads_source')}. "
+                       "'h3kit models fetch --with-loaders' installs the pack.")
+        elif w.load_tier and not _user_set(c, key):
+            state = ("is reported not to load in ComfyUI" if w.comfyui_loads == "reported_broken"
+                     else "has no report of loading in ComfyUI")
+            better = "that loads" if w.comfyui_loads == "reported_broken" else "reported to load"
+            out.append(f"Fallback: {what} {state}: {w.load_report}. It is used because no "
+                       f"{label} file {better} fits or runs here: {_why_not_loadable(cat, c, part, w)}.")
+    return out
+
+
+def _loads_warnings(c: Candidate) -> list[str]:
+    out = []
+    for _, label, w, key in _chosen_files(c):
+        if not w.load_tier:
+            continue
+        name = w.file.get("name") or w.id
+        forced = _user_set(c, key)
+        better = "that loads" if w.comfyui_loads == "reported_broken" else "reported to load"
+        because = f"you set it ({forced})" if forced else f"no {label} file {better} in ComfyUI fits this machine"
+        if w.comfyui_loads == "reported_broken":
+            out.append(f"The {label} file {name} is reported not to load in ComfyUI: {w.load_report}. It is in the "
+                       f"plan only because {because}; check that report before downloading it.")
+        else:
+            out.append(f"The {label} file {name} has not been reported loading in ComfyUI ({w.load_report}); "
+                       f"it is in the plan because {because}.")
+    return out
+
+
+def _profile_reasons(c: Candidate) -> list[str]:
+    """The profile's written reasons (its `why:` block) for limits that decided this plan."""
+    out = []
+    ch, s = c.choice, c.settings
+    for key, why in c.profile.why.items():
+        if not c.source.get(key, "").startswith("profile"):
+            continue  # the user replaced the profile's value
+        bound = {"max_frames": ch.frames == s.get("max_frames"),
+                 "max_canvas": ch.canvas == s.get("max_canvas")}.get(key, True)
+        if bound:
+            out.append(f"{key} {c.written[key]} is profile {c.profile.name}'s limit: {why}.")
+    return out
+
+
+def rationale_for(cat: Catalog, c: Candidate, why_profile: str) -> list[str]:
+    """One sentence per decision in `c`, with the numbers it rests on."""
+    b, e, ch, s = c.budget, c.est, c.choice, c.settings
+    out = [why_profile]
+    if b.gpu_bytes is None:
+        out.append(f"No usable GPU: everything runs from RAM; RAM budget {gb(b.ram_bytes)} = {gb(b.ram_total)} "
+                   f"- {gb(b.headroom)} OS headroom; disk {gb(b.disk_bytes)} free at {b.disk_path}.")
+    elif b.unified:
+        out.append(f"Unified memory counted once: GPU budget {gb(b.gpu_bytes)} (Metal's usable share {gb(b.gpu_total)} "
+                   f"- {gb(b.reserve)} ComfyUI reserve) inside a RAM budget of {gb(b.ram_bytes)} = {gb(b.ram_total)} "
+                   f"- {gb(b.headroom)} OS headroom; disk {gb(b.disk_bytes)} free.")
+    else:
+        out.append(f"GPU budget {gb(b.gpu_bytes)} = {gb(b.gpu_total)} card - {gb(b.reserve)} ComfyUI reserve "
+                   f"(weights capped at {gb(b.weights_cap)}); RAM budget {gb(b.ram_bytes)} = {gb(b.ram_total)} "
+                   f"- {gb(b.headroom)} OS headroom; disk {gb(b.disk_bytes)} free.")
+    if b.gpu_count > 1:
+        out.append(f"{b.gpu_count} GPUs found; ComfyUI runs a workflow on one, so the plan uses the largest.")
+    for why in c.skipped:
+        out.append(f"Left out: {why}.")
+    why_format = (c.source.get("quantization", "profile") if s.get("quantization", "auto") != "auto"
+                  else "highest-quality format that fits among files ComfyUI loads" if not ch.dit.load_tier
+                  else "a fallback, see below")
+    if b.gpu_bytes is None:
+        out.append(f"DiT {ch.dit.variant} {ch.dit.format}: {gb(ch.dit.bytes)} ({why_format}), held whole in RAM with "
+                   f"activations ({gb(e.activations)}) at {ch.canvas[0]}x{ch.canvas[1]}x{ch.frames}: sample phase "
+                   f"{gb(e.phases['sample']['ram_bytes'])} of the {gb(b.ram_bytes)} RAM budget.")
+    else:
+        out.append(f"DiT {ch.dit.variant} {ch.dit.format}: {gb(ch.dit.bytes)} ({why_format}); {gb(e.preload)} of it "
+                   f"stays on the GPU, leaving {gb(b.gpu_bytes - e.preload)} of the {gb(b.gpu_bytes)} GPU budget for "
+                   f"activations ({gb(e.activations)}) at {ch.canvas[0]}x{ch.canvas[1]}x{ch.frames}.")
+    if b.gpu_bytes is not None:
+        if e.resident:
+            out.append(f"Streaming off: all {cat.blocks} blocks ({gb(e.block)} each) stay resident "
+                       f"(DiT {gb(ch.dit.bytes)} + activations {gb(e.activations)} fit the GPU budget).")
+        else:
+            resident_blocks = e.preload // e.block
+            src = "the memory-mapped file on disk" if s["stream_from"] == "disk" else "RAM"
+            out.append(f"Streaming on: {resident_blocks} of {cat.blocks} blocks ({gb(e.block)} each) resident "
+                       f"(preload {gb(e.preload)}), the other {cat.blocks - resident_blocks} stream from {src} "
+                       f"{e.shard_blocks} block(s) ({gb(e.shard)}) per transfer, two buffers on the GPU.")
+        asked = s.get("shard_size_bytes", "auto")
+        if asked != "auto" and asked != e.shard:
+            out.append(f"shard_size_bytes {c.written['shard_size_bytes']} was rounded to {e.shard_blocks} whole "
+                       f"block(s) = {e.shard} bytes: a transfer never splits a block.")
+            if s["stream_from"] == "disk" and b.disk_kind == "hdd":
+                out.append("The model disk is a spinning disk: streaming from it starves the GPU; move models to an SSD.")
+    enc = e.phases["encode"]
+    out.append(f"Text encoder {ch.te.format}: {gb(ch.te.bytes)}, runs once per prompt and is dropped before sampling "
+               f"(peak {'' if enc['gpu_bytes'] is None else 'GPU ' + gb(enc['gpu_bytes']) + ', '}RAM {gb(enc['ram_bytes'])}).")
+    out.append(f"Video VAE {ch.vae.format} {gb(ch.vae.bytes)} + audio VAE {gb(ch.audio_vae.bytes)}; decode tiles "
+               f"{s['vae_tile_size']} px, overlap {s['vae_tile_overlap']}, {s['vae_temporal_tile']} frames: decode peak "
+               + (f"{gb(e.phases['decode']['gpu_bytes'])} on the GPU." if b.gpu_bytes is not None else
+                  f"{gb(e.phases['decode']['ram_bytes'])} of RAM (the DiT is still loaded)."))
+    out.append(f"Canvas {ch.canvas[0]}x{ch.canvas[1]} at {ch.frames} frames ({e.tokens} tokens): "
+               + ("the largest that fits within the profile's limit "
+                  f"{s['max_canvas'][0]}x{s['max_canvas'][1]}x{s['max_frames']}." if c.searched and e.fits
+                  else "the smallest the profile allows, and even that does not fit (see warnings)." if not e.fits
+                  else "set by the user."))
+    out += _profile_reasons(c)
+    out += _loads_rationale(cat, c)
+    out.append(f"Disk: {gb(e.disk)} of weight files against {gb(b.disk_bytes)} free.")
+    args, env = s.get("comfyui_args") or [], s.get("env") or {}
+    out.append(f"ComfyUI flags {args or 'none'} and env {env or 'none'} from {c.source.get('comfyui_args', 'the profile')} "
+               "(version-dependent: deploy keeps only flags the installed ComfyUI accepts).")
+    for k, src in sorted(c.source.items()):
+        if src.startswith(("override", "calibration")):
+            out.append(f"{k} = {c.written[k]!r} from the {src}.")
+    return out
+
+
+def warnings_for(cat: Catalog, c: Candidate, config) -> list[str]:
+    """What is short and by how much, settings kept although they do not suit, files not known to load."""
+    out = []
+    for what, need, have, phase in c.est.short:
+        out.append(f"{what} is short: the {phase} phase needs {gb(need)} but the {what} budget is {gb(have)} "
+                   f"(short by {gb(need - have)}).")
+    user = [k for k, v in c.source.items() if v.startswith("override")]
+    if c.est.short and user:
+        out.append(f"Your overrides ({', '.join(sorted(user))}) are kept as you set them although the plan does not fit; "
+                   "remove them from config.yaml to let h3kit choose.")
+    for k in ("quantization", "dit_weights", "text_encoder_weights", "vae_weights"):
+        v = c.settings.get(k, "auto")
+        if v == "auto":
+            continue
+        fmt = v if k == "quantization" else (cat.weight(v).format if cat.weight(v) else None)
+        ok, why = cat.runnable(fmt, c.machine) if fmt else (True, "")
+        if not ok:
+            out.append(f"{k} = {v!r} ({c.source.get(k)}): {why}; kept because you set it.")
+    out += _loads_warnings(c)
+    avoid = cat.avoid_args
+    bad = [a for a in c.settings.get("comfyui_args") or [] if a in avoid]
+    if bad:
+        out.append(f"comfyui_args {bad} are known to give black frames with H3 (it computes in bf16); remove them.")
+    if config is not None:
+        out += list(config.notes)
+    return out

@@ -6,8 +6,8 @@ import gc
 import logging
 from pathlib import Path
 
-from .h3kit_logic import (DEFAULT_CHUNK_FRAMES, PROFILE_FILE, ProfileStore, chunked_decode, decode_tile_args,
-                          describe, frame_chunks, memory_report, tile_values)
+from .h3kit_logic import (DEFAULT_CHUNK_FRAMES, PROFILE_FILE, ProfileStore, attributes_set, chunked_decode, describe,
+                          frame_chunks, memory_report, plan_decode, tile_values)
 
 STORE = ProfileStore(Path(__file__).resolve().parent / PROFILE_FILE)
 CATEGORY = "h3kit"
@@ -67,7 +67,13 @@ class H3kitProfileInfo:
 
 
 class H3kitTiledVAEDecode:
-    """VAE decode with the profile's tile sizes, chunk by chunk into one preallocated output."""
+    """VAE decode with the profile's tile sizes, chunk by chunk into one preallocated output.
+
+    ComfyUI's MiniMax H3 video VAE ignores decode_tiled's arguments and tiles
+    itself from `tile_size` / `tile_overlap_min`: for it the profile's tile and
+    overlap are set on the model for this decode and restored afterwards; its
+    17-frame clips stay its own, so the temporal tile does not apply to it.
+    """
 
     @classmethod
     def INPUT_TYPES(cls):
@@ -78,7 +84,10 @@ class H3kitTiledVAEDecode:
     RETURN_TYPES = ("IMAGE",)
     FUNCTION = "decode"
     CATEGORY = CATEGORY
-    DESCRIPTION = "Tiled VAE decode using the h3kit profile's tile size, overlap and temporal tile."
+    DESCRIPTION = ("Tiled VAE decode using the h3kit profile's tile size, overlap and temporal tile. "
+                   "MiniMax H3 video VAE: the tile size and overlap are set on the VAE for this decode "
+                   "(it ignores decode_tiled's arguments); it decodes 17-frame clips itself, so the "
+                   "temporal tile is not applied to it.")
 
     @classmethod
     def IS_CHANGED(cls, **kwargs):
@@ -94,18 +103,25 @@ class H3kitTiledVAEDecode:
         if latent.ndim == 5 and getattr(vae, "latent_dim", 3) == 2:
             latent = latent[:, :, 0]
         t = tile_values(STORE.settings())
-        args = decode_tile_args(t["tile_size"], t["overlap"], t["temporal_tile"], 8,
-                                vae.spacial_compression_decode(), vae.temporal_compression_decode())
+        model = getattr(vae, "first_stage_model", None)
+        plan = plan_decode(model, getattr(vae, "handles_tiling", False), t["tile_size"], t["overlap"],
+                           t["temporal_tile"], 8, vae.spacial_compression_decode(), vae.temporal_compression_decode())
+        if plan["h3"]:
+            logging.getLogger("h3kit").info(
+                "h3kit tiled decode: H3 video VAE tiles %d px, overlap %d px (set on the VAE for this decode)%s",
+                plan["attrs"]["tile_size"], plan["attrs"]["tile_overlap_min"],
+                "".join("; " + note for note in plan["notes"]))
         if latent.ndim == 5:
             frames_per_chunk = 1  # a video latent: whole clips, temporal tiles inside decode_tiled
         chunks = len(frame_chunks(int(latent.shape[0]), frames_per_chunk))
         bar = comfy.utils.ProgressBar(chunks)
-        images = chunked_decode(
-            latent, frames_per_chunk,
-            decode=lambda part: vae.decode_tiled(part, **args),
-            allocate=lambda shape, like: torch.empty(shape, dtype=like.dtype, device=like.device),
-            on_chunk=lambda n: bar.update(1),
-        )
+        with attributes_set(model, plan["attrs"]):  # restored in finally, also when the decode raises
+            images = chunked_decode(
+                latent, frames_per_chunk,
+                decode=lambda part: vae.decode_tiled(part, **plan["args"]),
+                allocate=lambda shape, like: torch.empty(shape, dtype=like.dtype, device=like.device),
+                on_chunk=lambda n: bar.update(1),
+            )
         if images.ndim == 5:
             images = images.reshape(-1, images.shape[-3], images.shape[-2], images.shape[-1])
         if images.shape[0] > t["max_frames"] > 0:

@@ -176,7 +176,7 @@ def test_inspect_runs_the_trees_python(tmp_path):
     inst = comfyui.find(str(comfy), None, Context(yes=True))
     info = comfyui.inspect(inst)
     assert info["torch"] == "2.5.1+cpu" and info["torch_build"] == "cpu" and isinstance(info["packages"], dict)
-    assert info["comfyui_version"] == "0.8.0"
+    assert info["comfyui_version"] == "0.33.0"
     assert info["python_version"] == ".".join(map(str, sys.version_info[:3]))
 
 

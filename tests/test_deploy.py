@@ -25,7 +25,9 @@ _spec = importlib.util.spec_from_file_location("comfy_tree", FIXTURES / "comfy_t
 comfy_tree = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(comfy_tree)
 
-SETTINGS = {"vae_tile_size": 256, "vae_tile_overlap": 64, "vae_temporal_tile": 32, "max_frames": 73,
+# A real plan's settings (its weights name the workflows' files), with the values these tests vary.
+GOLDEN = json.loads((FIXTURES.parent / "plans" / "nvidia-rtx4060-8gb-16gb.json").read_text(encoding="utf-8"))["settings"]
+SETTINGS = {**GOLDEN, "vae_tile_size": 256, "vae_tile_overlap": 64, "vae_temporal_tile": 32, "max_frames": 73,
             "comfyui_args": ["--reserve-vram", "2.5", "--disable-pinned-memory", "--no-such-flag", "7", "--lowvram"],
             "env": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}}
 
@@ -84,7 +86,7 @@ def test_launcher_keeps_accepted_flags_only_and_runs(comfy, h3kit_home):
     out = subprocess.run([str(sh), "--port", "8199"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "['--reserve-vram', '2.5', '--disable-pinned-memory', '--lowvram', '--port', '8199']" in out.stdout
-    cached = list((Path(h3kit_home) / "cache" / "comfyui-help").glob("0.8.0-*.txt"))
+    cached = list((Path(h3kit_home) / "cache" / "comfyui-help").glob("0.33.0-*.txt"))
     assert len(cached) == 1
 
 
@@ -157,7 +159,7 @@ def test_install_cli_json(comfy, run_cli, h3kit_home):
     assert code == 0, err
     doc = json.loads(out)
     assert doc["schema"] == "h3kit.install/1" and doc["verified"] is True
-    assert doc["comfyui"]["version"] == "0.8.0" and doc["node_dir"].endswith("ComfyUI-h3kit")
+    assert doc["comfyui"]["version"] == "0.33.0" and doc["node_dir"].endswith("ComfyUI-h3kit")
     assert doc["launchers"] == [str(comfy / "run_h3kit.sh")] and Path(doc["manifest"]).is_file()
 
 

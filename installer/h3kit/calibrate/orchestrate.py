@@ -30,7 +30,7 @@ from h3kit.calibrate.estimates import (
 )
 from h3kit.calibrate.pack_summary import write_pack_summary
 from h3kit.calibrate.runner_client import BRIDGE, not_measured, run_runner
-from h3kit.comfy import deploy
+from h3kit.comfy import deploy, workflows
 from h3kit.comfy import locate as comfyui
 from h3kit.core.errors import NotReady
 from h3kit.core.session import Session
@@ -111,7 +111,7 @@ def _apply(ctx: Session, install, fingerprint: dict, cat, profiles: dict, profil
     try:
         plan = make_plan(fingerprint, cat, profiles, profile=profile, config=_load_config(ctx, cat, profiles))
         doc = deploy.apply(install, dict(plan["settings"]), plan["profile"], ctx.locations.state_dir,
-                           ctx.locations.cache_dir)
+                           ctx.locations.cache_dir, generated=workflows.pack_files(plan, cat, plan["profile"]))
     except NotReady as exc:
         return {"status": "skipped", "reason": exc.message}
     return {"status": "applied", "profile_file": doc.get("profile_file"),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from h3kit.cli.context import Context, Outcome
 from h3kit.comfy import deploy
-from h3kit.steps.common import current_plan, load_config, locate
+from h3kit.steps.common import current_plan, generated_files, load_config, locate
 
 HELP = "re-apply the config and profile to the installed node pack and its launcher"
 
@@ -26,7 +26,7 @@ def run(args, ctx: Context) -> Outcome:
     install = locate(args, ctx, config, need_write=True)
     _, plan = current_plan(ctx, config, getattr(args, "profile", None), notes)
     doc = deploy.apply(install, dict(plan["settings"]), plan["profile"], ctx.locations.state_dir,
-                       ctx.locations.cache_dir, dry_run=ctx.dry_run)
+                       ctx.locations.cache_dir, dry_run=ctx.dry_run, generated=generated_files(plan))
     doc["notes"] = notes
     if ctx.dry_run:
         return Outcome(doc, f"Would apply profile '{doc['profile']}' to {install.node_dir} and rewrite the launcher (--dry-run).")

@@ -1,7 +1,8 @@
 """`h3kit doctor`: check everything and print fixes (apply them with --fix).
 
-This ComfyUI half checks: ComfyUI found and its Python starts; torch fits the
-hardware (h3kit.plan.torch_build when present); the pack is present and intact; the
+This ComfyUI half checks: ComfyUI found and its Python starts; it can run
+MiniMax H3 (version, H3's files, what H3's nodes import, PyAV's H.264/AAC
+encoders: h3kit.comfy.h3_support); torch fits the hardware (h3kit.plan.torch_build when present); the pack is present and intact; the
 launcher's flags are accepted; the native library loads; the profile file
 matches the config. h3kit.models adds its findings when present.
 """
@@ -9,10 +10,11 @@ matches the config. h3kit.models adds its findings when present.
 from __future__ import annotations
 
 from h3kit.cli.context import Context, Outcome
-from h3kit.comfy import doctor
+from h3kit.comfy import doctor, h3_support
 from h3kit.comfy import locate as comfyui
 from h3kit.comfy import manifest as mf
 from h3kit.core.errors import EXIT_NOT_READY, EXIT_VERIFY_FAILED, H3kitError, NotReady
+from h3kit.data import catalog
 from h3kit.steps.common import (
     current_plan,
     load_config,
@@ -58,6 +60,8 @@ def run(args, ctx: Context) -> Outcome:
         findings += torch_findings(fingerprint, info)
     except NotReady as exc:
         findings.append(doctor.finding("comfyui.python", "fail", exc.message, exc.fix))
+    findings.append(h3_support.finding(h3_support.check(install, catalog.load(), comfyui.run_python), install,
+                                       catalog.load()))
     record = _record(ctx, install, findings)
     findings += doctor.pack_findings(install, record)
     if install.python is not None:

@@ -52,8 +52,9 @@ class DeployResult:
 # -- what goes into the pack ---------------------------------------------------
 
 
-def pack_contents(library: Path | None, settings: dict, profile: str) -> dict[str, bytes]:
-    """Relative path -> bytes of every file of the pack."""
+def pack_contents(library: Path | None, settings: dict, profile: str,
+                  generated: dict[str, bytes] | None = None) -> dict[str, bytes]:
+    """Relative path -> bytes of every file of the pack (`generated`: files made from the plan, the workflows)."""
     files: dict[str, bytes] = {}
     nodes = asset_dir("nodes")
     for path in sorted(nodes.rglob("*")):
@@ -69,6 +70,7 @@ def pack_contents(library: Path | None, settings: dict, profile: str) -> dict[st
         for variant in sorted(library.parent.glob(f"libh3kit-*{library.suffix}")):
             files[f"lib/{variant.name}"] = variant.read_bytes()
     files[PROFILE_FILE] = profile_document(settings, profile)
+    files.update(generated or {})
     return files
 
 
@@ -159,7 +161,8 @@ def _record_tree(record: mf.Manifest, root: Path, role: str) -> None:
 
 
 def deploy(install: ComfyInstall, *, settings: dict, profile: str, library: Path | None,
-           state_dir: Path, cache_dir: Path, progress=None, windows: bool | None = None) -> DeployResult:
+           state_dir: Path, cache_dir: Path, progress=None, windows: bool | None = None,
+           generated: dict[str, bytes] | None = None) -> DeployResult:
     """Install or upgrade the pack and launcher; returns what was done (manifest saved)."""
     say = progress or (lambda msg: None)
     record = mf.load_or_new(state_dir, install.path)
@@ -168,7 +171,7 @@ def deploy(install: ComfyInstall, *, settings: dict, profile: str, library: Path
     target = install.node_dir
     if ours and (target / STAGING_MARK).is_file():
         (target / STAGING_MARK).unlink()  # left by a crash right after the rename
-    files = pack_contents(library, settings, profile)
+    files = pack_contents(library, settings, profile, generated)
     if library is None:
         notes.append("no native library was built: the pack works, nodes that need it say so")
     staging = install.custom_nodes / (target.name + STAGING_SUFFIX)
@@ -307,12 +310,13 @@ def verify(install: ComfyInstall, timeout: float = VERIFY_TIMEOUT) -> dict:
 
 
 def apply(install: ComfyInstall, settings: dict, profile: str, state_dir: Path, cache_dir: Path,
-          dry_run: bool = False) -> dict:
-    """Rewrite the pack's profile and the launcher from `settings`; the `h3kit.apply/1` document.
+          dry_run: bool = False, generated: dict[str, bytes] | None = None) -> dict:
+    """Rewrite the pack's profile, its generated files (workflows) and the launcher; the `h3kit.apply/1` document.
 
     One function for `h3kit apply` and for calibration's "apply what was
-    measured": the nodes re-read the profile at their next run, and the
-    launcher's flags take effect when ComfyUI is restarted.
+    measured": the nodes re-read the profile at their next run, the workflows
+    open with the new defaults, and the launcher's flags take effect when
+    ComfyUI is restarted. A generated file the user edited in place is kept.
     """
     record = mf.load_or_new(state_dir, install.path)
     if record.find(install.node_dir) is None or not install.node_dir.is_dir():
@@ -326,11 +330,32 @@ def apply(install: ComfyInstall, settings: dict, profile: str, state_dir: Path, 
         doc["dry_run"] = True
         return doc
     path = rewrite_profile(install, record, settings, profile)
+    doc["generated"], doc["kept"] = write_generated(install, record, generated or {})
     launcher = write_launcher(install, record, settings, profile, state_dir, cache_dir)
     record.extra.update({"profile": profile, "launcher": launcher})
     record.save()
     doc.update({"profile_file": str(path), "launcher": launcher, "manifest": str(record.path)})
     return doc
+
+
+def write_generated(install: ComfyInstall, record: mf.Manifest, files: dict[str, bytes]) -> tuple[list[str], list[str]]:
+    """Write plan-made pack files (recorded); one the user changed since h3kit wrote it is left as it is."""
+    written, kept = [], []
+    for rel, data in sorted(files.items()):
+        dest = install.node_dir / rel
+        entry = record.find(dest)
+        if (dest.exists() or dest.is_symlink()) and (entry is None or not record.still_ours(entry)):
+            kept.append(str(dest))
+            continue
+        for parent in reversed(dest.relative_to(install.node_dir).parents[:-1]):
+            folder = install.node_dir / parent
+            if not folder.is_dir():
+                folder.mkdir()
+                record.record_dir(folder, "node-pack")
+        atomic_write(dest, data)
+        record.record_file(dest, "node-pack")
+        written.append(str(dest))
+    return written, kept
 
 
 def installed_profile(install: ComfyInstall) -> dict:

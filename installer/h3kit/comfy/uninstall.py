@@ -31,6 +31,7 @@ KEEP_ROLES = {"model": "downloaded model weights are kept (remove them with 'h3k
               "comfyui": "the ComfyUI h3kit set up is kept (delete the folder yourself if you no longer want it)"}
 LAUNCHER_NAMES = ("run_h3kit.sh", "run_h3kit.bat")
 BOOTSTRAP_RECORD = "bootstrap-record.json"  # written by scripts/bootstrap.py when it puts h3kit on the PATH
+UNDO_RECORDS = ("torch_before", "comfyui_upgrade")  # what 'doctor --undo' reads (h3kit.comfy.setup)
 
 
 @dataclass
@@ -172,10 +173,11 @@ def purge(locations, dry_run: bool) -> list[str]:
 
 
 def forget_record(record: mf.Manifest, result: Removal) -> None:
-    """Drop the record once everything in it is handled; keep it listing only what was kept."""
+    """Drop the record once everything in it is handled; keep it listing only what was kept, and while it
+    still holds what an undo needs (a restore that failed during this uninstall)."""
     kept = {k["path"] for k in result.kept}
     record.entries = [e for e in record.entries if e.path in kept]
-    if record.entries:
+    if record.entries or any(record.extra.get(k) for k in UNDO_RECORDS):
         record.save()
     elif record.path is not None and record.path.exists():
         os.unlink(record.path)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from h3kit.comfy.graph import Graph
 from h3kit.core.errors import BadInput
+from h3kit.data import comfy_nodes
 
 UI_DIR = "example_workflows"
 API_DIR = "workflows_api"
@@ -135,6 +136,11 @@ def _load_text_encoder(g: Graph, ws: WorkflowSettings):
     if f.loader == "CLIPLoaderGGUF":
         return g.add("CLIPLoaderGGUF", "text encoder", clip_name=f.name, type=ws.text_encoder_type)
     return g.add("CLIPLoader", "text encoder", clip_name=f.name, type=ws.text_encoder_type, device="default")
+
+
+def pack_files(plan: dict, catalog, profile: str, specs: dict | None = None) -> dict[str, bytes]:
+    """Relative path inside the pack -> bytes, for both formats of every workflow of `plan`."""
+    return files(WorkflowSettings.from_plan(plan, catalog), specs if specs is not None else comfy_nodes.load(), profile)
 
 
 def files(ws: WorkflowSettings, specs: dict, profile: str) -> dict[str, bytes]:

@@ -46,6 +46,16 @@ def saved_plan(config, profile: str | None, notes: list[str], fingerprint_file: 
     return fingerprint, _plan(fingerprint, profile, config)
 
 
+def generated_files(plan: dict | None) -> dict[str, bytes]:
+    """The files deploy and apply make from the plan: the H3 workflows, in both formats."""
+    if not plan:
+        return {}
+    from h3kit.comfy import workflows
+    from h3kit.data import catalog
+
+    return workflows.pack_files(plan, catalog.load(), plan["profile"])
+
+
 def locate(args, ctx: Context, config, *, need_write: bool) -> comfyui.ComfyInstall:
     install = comfyui.find(getattr(args, "comfyui", None), config, ctx, need_write=need_write,
                            python=getattr(args, "comfyui_python", None))

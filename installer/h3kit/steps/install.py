@@ -11,16 +11,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from h3kit.calibrate import run as calibrate
-from h3kit.comfy import deploy
+from h3kit.comfy import deploy, h3_support
 from h3kit.comfy import locate as comfyui
 from h3kit.comfy.setup import new_comfyui, offer_new_comfyui
 from h3kit.core.errors import H3kitError, NotReady, VerificationFailed
 from h3kit.core.session import Outcome
 from h3kit.core.session import Session as Context
+from h3kit.data import catalog
 from h3kit.models import ensure_models
 from h3kit.native.build import build, find_library
 from h3kit.steps.common import (
     current_plan,
+    generated_files,
     load_config,
     locate,
     loud,
@@ -76,7 +78,8 @@ def run(args, ctx: Context) -> Outcome:
                             "and write a launcher; nothing changed (--dry-run).", 0, warnings)
 
     result = deploy.deploy(install, settings=settings, profile=profile, library=library,
-                           state_dir=ctx.locations.state_dir, cache_dir=ctx.locations.cache_dir, progress=ctx.progress)
+                           state_dir=ctx.locations.state_dir, cache_dir=ctx.locations.cache_dir, progress=ctx.progress,
+                           generated=generated_files(plan))
     notes += result.notes
     doc["manifest"] = str(result.manifest.path)
     doc["launchers"] = [result.launcher["path"]] if result.launcher.get("path") else []
@@ -92,7 +95,16 @@ def run(args, ctx: Context) -> Outcome:
     except VerificationFailed as exc:
         exc.details = doc
         raise
-    _after_deploy(args, ctx, plan, install, doc, notes)
+    ctx.progress("Checking that this ComfyUI can run MiniMax H3...")
+    support = h3_support.check(install, catalog.load(), comfyui.run_python)
+    doc["h3"] = support.to_json()
+    _after_deploy(args, ctx, plan, install, doc, notes, support)
+    if not support.ready:
+        # Installed and verified, but this ComfyUI cannot load H3: no weights were fetched for it.
+        raise NotReady(f"h3kit is installed in {install.node_dir}, but {_lower_first(h3_support.problem(support))} "
+                       "No model weights were downloaded, since this ComfyUI cannot load them.",
+                       h3_support.fix(support, install, catalog.load()) + "; then run the install again",
+                       details=doc)
     if plan is not None and not plan.get("fits", True):
         # Installed and verified, but the contract's "machine below the floor":
         # exit 3 with what is short, after everything that helps the user ran.
@@ -119,8 +131,16 @@ def _build(ctx: Context, notes: list[str], warnings: list[str]) -> Path | None:
         return None
 
 
-def _after_deploy(args, ctx: Context, plan: dict | None, install: comfyui.ComfyInstall, doc: dict, notes: list[str]) -> None:
+def _lower_first(text: str) -> str:
+    return text[:1].lower() + text[1:] if text.startswith("This ") else text
 
+
+def _after_deploy(args, ctx: Context, plan: dict | None, install: comfyui.ComfyInstall, doc: dict, notes: list[str],
+                  support: h3_support.H3Support) -> None:
+    if not support.ready:
+        notes.append("models skipped: this ComfyUI cannot load MiniMax H3 yet, so no weights are downloaded")
+        doc["report"] = _calibrate(args, ctx, install.path, notes)
+        return
     if not plan.get("fits", True):
         notes.append("models skipped: the plan does not fit this machine, so no weights are downloaded")
         doc["report"] = _calibrate(args, ctx, install.path, notes)

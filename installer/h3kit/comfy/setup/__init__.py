@@ -1,6 +1,6 @@
 """Setting up ComfyUI's Python for this hardware: a new ComfyUI, or a torch repair, and undoing both.
 
-The front for what other layers call; the work is in four modules:
+The front for what other layers call; the work is in these modules:
 
 - `pip`: ComfyUI's interpreter and its pip (always `python -m pip` of that
   interpreter, through `h3kit.core.tools.run_pip`, so the offline and mirror
@@ -11,8 +11,12 @@ The front for what other layers call; the work is in four modules:
   recording what was there; `doctor --undo` puts it back.
 - `create` (with `source`): a new ComfyUI from a git URL, a local
   repository, a folder or an archive, resumable step by step.
+- `upgrade` (with `freeze`): `doctor --fix` moves a git checkout without
+  MiniMax H3 to the newest release tag with it (torch pinned, the commit,
+  branch and `pip freeze` recorded first); `doctor --undo` and `uninstall`
+  go back. Portable and Desktop builds get their own update action instead.
 - `purge`: what `uninstall --purge` removes of a ComfyUI h3kit created, and
-  the torch that uninstall puts back.
+  what uninstall puts back (the torch, the checkout and its packages).
 """
 
 from __future__ import annotations
@@ -33,8 +37,17 @@ from h3kit.comfy.setup.torch_repair import (
                                      linked_venv,
                                      undo_torch,
 )
+from h3kit.comfy.setup.upgrade import (
+                                     below_h3,
+                                     kind_of,
+                                     recorded_actions,
+                                     undo_recorded,
+                                     undo_upgrade,
+                                     upgrade_to_h3,
+)
 from h3kit.core.tools import PipOptions
 
-__all__ = ["PipOptions", "check_target_env", "created_comfyui", "find_base_python", "fix_torch", "linked_venv",
-           "new_comfyui", "offer_new_comfyui", "probe_torch", "purge_comfyui", "purge_on_uninstall", "purge_plan",
-           "restore_on_uninstall", "setup_table", "source_kind", "torch_info_from_probe", "undo_torch"]
+__all__ = ["PipOptions", "below_h3", "check_target_env", "created_comfyui", "find_base_python", "fix_torch", "kind_of",
+           "linked_venv", "new_comfyui", "offer_new_comfyui", "probe_torch", "purge_comfyui", "purge_on_uninstall",
+           "purge_plan", "recorded_actions", "restore_on_uninstall", "setup_table", "source_kind",
+           "torch_info_from_probe", "undo_recorded", "undo_torch", "undo_upgrade", "upgrade_to_h3"]

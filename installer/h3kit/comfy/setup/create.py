@@ -1,6 +1,7 @@
 """A new ComfyUI that h3kit owns, made for this hardware and resumable.
 
-source (h3kit.comfy.setup.source) -> venv with a supported Python -> the
+source (h3kit.comfy.setup.source; a git source at its newest release tag with
+MiniMax H3, any source without H3 refused) -> venv with a supported Python -> the
 torch build `torch_build.choose` names -> ComfyUI's requirements under a
 constraints file that pins the torch just installed -> a check that torch
 imports and fits. Each step is written to a state file when done, so a
@@ -17,6 +18,7 @@ import sys
 from pathlib import Path
 
 from h3kit.comfy import manifest as manifest_mod
+from h3kit.comfy.inspect import comfyui_version
 from h3kit.comfy.setup.pip import (
     CONSTRAINTS_FILE,
     install_choice,
@@ -25,7 +27,8 @@ from h3kit.comfy.setup.pip import (
     setup_table,
     write_constraints,
 )
-from h3kit.comfy.setup.source import fetch_source
+from h3kit.comfy.setup.source import fetch_source, source_kind
+from h3kit.comfy.setup.upgrade import release_for_source, source_below_h3
 from h3kit.core import subproc
 from h3kit.core.errors import BadInput, NotReady, VerificationFailed
 from h3kit.core.files import atomic_write, free_bytes, nearest_existing
@@ -119,8 +122,31 @@ def user_area_files(target: Path) -> list[str]:
 
 # -- the steps ------------------------------------------------------------------------------
 
-def new_comfyui(ctx, target_dir, source: str | None, fingerprint: dict, *, opts: PipOptions | None = None) -> Path:
-    """Set up a new ComfyUI in target_dir for this hardware; returns its path. Resumable (see module doc)."""
+def _fetch_h3_release(ctx, source: str, target: Path, timeout: float, catalog) -> dict:
+    """The source into `target`, at the newest release tag with H3 when it is a git source; refused without H3."""
+    if catalog is None:
+        from h3kit.data import catalog as catalog_mod
+
+        catalog = catalog_mod.load()
+    tag = release_for_source(ctx, source, catalog) if source_kind(source) in ("git-url", "git-local") else None
+    fetched = fetch_source(ctx, source, target, timeout, ref=tag)
+    refusal = source_below_h3(source, target, catalog)
+    if refusal is not None:
+        shutil.rmtree(target)  # ours: fetched just now, and refused
+        raise refusal
+    version = comfyui_version(target)
+    ctx.progress(f"    took ComfyUI {version}" + (f" (release tag {tag}, the newest with MiniMax H3)" if tag else
+                                                  f" ({source} has no release tag of it; its version has H3)"))
+    return {**fetched, "tag": tag, "version": version}
+
+
+def new_comfyui(ctx, target_dir, source: str | None, fingerprint: dict, *, opts: PipOptions | None = None,
+                catalog=None) -> Path:
+    """Set up a new ComfyUI in target_dir for this hardware; returns its path. Resumable (see module doc).
+
+    A git source is cloned at its newest release tag with H3 (catalog `comfyui_min_version` or newer);
+    a source without H3 is refused (BadInput) and removed again.
+    """
     table = setup_table()
     timeouts = table["timeouts_s"]
     opts = opts or PipOptions.from_env()
@@ -155,7 +181,7 @@ def new_comfyui(ctx, target_dir, source: str | None, fingerprint: dict, *, opts:
 
     if step(1, "source", f"Getting ComfyUI from {source}"):
         _check_disk(target, int(table["min_free_bytes"].get(choice["backend"], table["min_free_bytes"]["cpu"])))
-        fetched = fetch_source(ctx, source, target, timeouts["clone"])
+        fetched = _fetch_h3_release(ctx, source, target, timeouts["clone"], catalog)
         man.record_dir(target, role=ROLE)
         man.extra["comfyui_setup"] = {"created_by": "h3kit", "dir": str(target), "source": source, **fetched,
                                       "shipped": user_area_files(target)}

@@ -96,14 +96,22 @@ def install_choice(ctx, python: str, choice: dict, opts: PipOptions, *, force: b
                 f"Installing {' '.join(reqs)} ({choice['build']})", timeout=timeout, opts=opts, index_url=index)
     label = f"Installing the dependencies of {choice['build']} torch" if force else f"Installing {' '.join(reqs)}"
     run_pip(ctx, python, ["install", *reqs], label, timeout=timeout, opts=opts, index_url=index)
-    # A range (torchaudio>=2.11) cannot name a build label; when a folder of wheels offered another build's,
-    # put the matching one in its place.
-    tag = choice.get("local_tag")
-    wrong = torchsel.companion_mismatches(probe_torch(python)) if tag else []
+    if choice.get("local_tag"):
+        match_companions(ctx, python, choice["local_tag"], opts, index_url=index, timeout=timeout)
+
+
+def match_companions(ctx, python: str, tag: str, opts: PipOptions, *, index_url: str | None, timeout: float) -> list[str]:
+    """torchvision/torchaudio of another build than torch's `tag`: put the `tag` build of the same version in place.
+
+    A range (torchaudio>=2.11) cannot name a build label, so a folder of wheels or
+    an index holding several builds may hand over another build's. Returns what it replaced.
+    """
+    wrong = torchsel.companion_mismatches(probe_torch(python))
     if wrong:
         fixed = [f"{item.split()[0]}=={item.split()[1].split('+')[0]}+{tag}" for item in wrong]
         run_pip(ctx, python, ["install", "--force-reinstall", "--no-deps", *fixed],
-                f"Replacing {', '.join(wrong)} with the {tag} build", timeout=timeout, opts=opts, index_url=index)
+                f"Replacing {', '.join(wrong)} with the {tag} build", timeout=timeout, opts=opts, index_url=index_url)
+    return wrong
 
 
 def write_constraints(path: Path, info: dict) -> list[str]:

@@ -1,5 +1,5 @@
-"""What `h3kit uninstall` does to a ComfyUI setup: `--purge` removes a ComfyUI h3kit created, and a torch
-that `doctor --fix` replaced is put back.
+"""What `h3kit uninstall` does to a ComfyUI setup: `--purge` removes a ComfyUI h3kit created, and what
+`doctor --fix` changed (a torch it replaced, a checkout it moved to a release with H3) is put back.
 
 A ComfyUI counts as h3kit's only when the manifest says h3kit created it
 (`extra.comfyui_setup.created_by`) and records its folder. Its user-data
@@ -17,6 +17,8 @@ from pathlib import Path
 from h3kit.comfy.setup.create import ROLE, state_path
 from h3kit.comfy.setup.pip import setup_table
 from h3kit.comfy.setup.torch_repair import undo_torch
+from h3kit.comfy.setup.upgrade import RECORD as UPGRADE
+from h3kit.comfy.setup.upgrade import recorded_actions, undo_upgrade
 from h3kit.core.errors import H3kitError
 from h3kit.core.units import human_bytes
 
@@ -95,16 +97,25 @@ def purge_comfyui(ctx, manifest, *, remove_user_data: bool = False) -> dict:
 # -- hooks for `h3kit uninstall` --------------------------------------------------------------
 
 def restore_on_uninstall(ctx, record) -> list[str]:
-    """Uninstall puts back the torch an earlier 'doctor --fix' replaced; a failure is a note, not a stop."""
-    if not record.extra.get("torch_before") or created_comfyui(record) is not None:
+    """Uninstall undoes what earlier 'doctor --fix' runs changed, newest first: a ComfyUI moved to a release
+    with H3 goes back to its commit and packages, a replaced torch is put back; a failure is a note, not a stop."""
+    if created_comfyui(record) is not None:
         return []
-    try:
-        result = undo_torch(ctx, record)
-    except H3kitError as exc:
-        return [f"the torch that 'doctor --fix' replaced was not restored: {exc.message} {exc.fix or ''}".strip()]
-    restored = result.get("restored", result.get("would_restore", {}))
     verb = "would restore" if ctx.dry_run else "restored"
-    return [f"{verb} {', '.join(f'{n} {v}' for n, v in restored.items())} (replaced by 'doctor --fix')"]
+    notes = []
+    for action in recorded_actions(record):
+        what = "ComfyUI checkout that 'doctor --fix' moved" if action == UPGRADE else "torch that 'doctor --fix' replaced"
+        try:
+            result = undo_upgrade(ctx, None, record) if action == UPGRADE else undo_torch(ctx, record)
+        except H3kitError as exc:
+            notes.append(f"the {what} was not restored: {exc.message} {exc.fix or ''}".strip())
+            continue
+        if action == UPGRADE:
+            notes.append(f"{verb} the {what}: {result.get('checked_out') or result.get('would_checkout')}")
+            continue
+        restored = result.get("restored", result.get("would_restore", {}))
+        notes.append(f"{verb} {', '.join(f'{n} {v}' for n, v in restored.items())} (replaced by 'doctor --fix')")
+    return notes
 
 
 def purge_on_uninstall(ctx, record) -> dict | None:

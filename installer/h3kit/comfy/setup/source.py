@@ -42,8 +42,10 @@ def source_kind(source: str) -> str:
                    "Pass a git URL, a ComfyUI folder, or a .zip/.tar.gz of one with --comfyui-source.")
 
 
-def fetch_source(ctx, source: str, target: Path, timeout: float) -> dict:
-    """Put ComfyUI's source into `target` (which must not exist); returns {kind, commit}."""
+def fetch_source(ctx, source: str, target: Path, timeout: float, *, ref: str | None = None) -> dict:
+    """Put ComfyUI's source into `target` (which must not exist); returns {kind, commit}.
+
+    `ref`: a tag (or branch) of a git source to clone instead of its default branch (a tag: detached HEAD)."""
     kind = source_kind(source)
     partial = target.with_name(target.name + ".h3kit-partial")
     if partial.exists():
@@ -51,7 +53,8 @@ def fetch_source(ctx, source: str, target: Path, timeout: float) -> dict:
     commit = None
     if kind in ("git-url", "git-local"):
         try:
-            run_git(ctx, ["clone", "--depth", "1", "--progress", source, str(partial)],
+            run_git(ctx, ["clone", "--depth", "1", "--progress", *(["--branch", ref] if ref else []), source,
+                          str(partial)],
                     f"Cloning ComfyUI from {source}", timeout=timeout, alternative=OFFLINE)
         except NotReady:
             shutil.rmtree(partial, ignore_errors=True)

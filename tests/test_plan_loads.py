@@ -137,3 +137,14 @@ def test_the_user_can_lift_the_209_cap(tmp_path):
     plan = make_plan(_card("nvidia-rtx4090-24gb-64gb", 16), config=cfg)
     assert plan["settings"]["max_frames"] == 243
     assert not any(r.startswith("max_frames 209") for r in plan["rationale"])
+
+
+def test_a_users_workflow_defaults_win_and_are_checked_against_the_memory_limits(tmp_path):
+    cfg = _config("overrides:\n  canvas: [1344, 768]\n  frames: 362\n  steps: 8\n", tmp_path)
+    plan = make_plan(FPS["nvidia-rtx4060-8gb-16gb"], config=cfg)
+    s = plan["settings"]
+    assert (s["canvas"], s["frames"], s["steps"]) == ([1344, 768], 362, 8)
+    assert s["max_canvas"] != [1344, 768] and plan["settings_source"]["canvas"].startswith("override")
+    assert any("beyond the largest canvas that fits" in w for w in plan["warnings"])
+    assert any("beyond the most frames that fit" in w for w in plan["warnings"])
+    assert any("8 steps, as override" in r for r in plan["rationale"])

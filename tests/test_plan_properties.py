@@ -100,3 +100,15 @@ def test_a_machine_that_holds_the_dit_keeps_it_and_one_that_cannot_streams_it():
     st = small["settings"]
     assert not st["streaming"]["resident"] and st["preload_bytes"] < small["budget"]["gpu_bytes"]
     assert st["shard_size_bytes"] == st["streaming"]["shard_blocks"] * st["streaming"]["block_bytes"]
+
+
+def test_workflow_defaults_stay_within_the_memory_limits_unless_the_user_says_otherwise():
+    from h3kit.data import catalog as catalog_mod
+    from h3kit.plan import make_plan
+
+    cat = catalog_mod.load()
+    profiles = catalog_mod.load_profiles(cat)
+    for name, fp in FPS.items():
+        s = make_plan(fp, cat, profiles)["settings"]
+        assert s["canvas"][0] * s["canvas"][1] <= s["max_canvas"][0] * s["max_canvas"][1], name
+        assert s["frames"] <= s["max_frames"] and s["steps"] == cat.data["sampling"]["steps"], name

@@ -45,7 +45,7 @@ def test_the_plan_reaches_the_graph():
     s = plan["settings"]
     api = json.loads(workflows.pack_files(plan, CAT, "p")[f"{workflows.API_DIR}/h3kit_text_to_video.json"])
     (encode,) = _nodes(api, "MiniMaxH3ImageToVideo")
-    assert [encode["inputs"][k] for k in ("width", "height", "length")] == [*s["max_canvas"], s["max_frames"]]
+    assert [encode["inputs"][k] for k in ("width", "height", "length")] == [*s["canvas"], s["frames"]]
     assert _nodes(api, "UNETLoader")[0]["inputs"]["unet_name"] == CAT.weight(s["dit_weights"]).file["name"]
     assert _nodes(api, "CLIPLoader")[0]["inputs"]["clip_name"] == CAT.weight(s["text_encoder_weights"]).file["name"]
     vaes = {n["inputs"]["vae_name"] for n in _nodes(api, "VAELoader")}
@@ -100,7 +100,7 @@ def test_apply_after_a_config_edit_changes_canvas_frames_files_and_tiles(tmp_pat
     i2v_ui = node / workflows.UI_DIR / "h3kit_image_to_video.json"
     before = json.loads(t2v.read_text(encoding="utf-8"))
     i2v_ui.write_text(i2v_ui.read_text(encoding="utf-8").replace("A red fox", "My own fox"), encoding="utf-8")
-    plans["settings"] = dict(base, max_canvas=[640, 384], max_frames=124, vae_tile_size=192,
+    plans["settings"] = dict(base, canvas=[640, 384], frames=124, vae_tile_size=192,
                              dit_weights="h3-dit-pruned-fp8_scaled")
     code, out, err = run_cli("apply", "--comfyui", str(comfy), "--yes", "--json")
     assert code == 0, err

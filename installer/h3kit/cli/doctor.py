@@ -75,6 +75,12 @@ def run(args, ctx: Context) -> Outcome:
     if args.fix and not ctx.dry_run:
         _fix_torch(ctx, install, fingerprint, findings, notes)
         _fix(args, ctx, findings, notes)
+    if args.fix:  # last: a refused upgrade stops here, with the findings attached
+        try:
+            _fix_comfyui(ctx, install, findings, notes)
+        except H3kitError as exc:
+            exc.details = {**exc.details, **_outcome(findings, notes, install).doc}
+            raise
     return _outcome(findings, notes, install)
 
 
@@ -115,16 +121,67 @@ def _fix_torch(ctx, install, fingerprint, findings, notes) -> None:
             f["status"], f["message"] = "ok", f"fixed: {f['message']}"
 
 
+def _fix_comfyui(ctx, install, findings, notes) -> None:
+    """A ComfyUI without H3: a git checkout moves to the newest release with it (h3kit.comfy.setup.upgrade),
+    after a yes; other layouts get their update action. --dry-run says what would happen."""
+    from h3kit.comfy import h3_support
+    from h3kit.comfy import setup as comfy_setup
+    from h3kit.data import catalog
+
+    cat = catalog.load()
+    h3 = next((f for f in findings if f["check"] == "comfyui.h3"), None)
+    if (h3 is not None and h3["status"] != "fail") or not comfy_setup.below_h3(install, cat):
+        return
+    if h3 is None:  # the check did not run: say what --fix found
+        h3 = h3_support.finding(h3_support.check_tree(install.path, cat), install, cat)
+        findings.append(h3)
+    if comfy_setup.kind_of(install) != "git":
+        try:
+            comfy_setup.upgrade_to_h3(ctx, install, cat)
+        except NotReady as exc:
+            h3["fix"] = exc.fix
+            notes.append(f"ComfyUI was not updated: {exc.message} Fix: {exc.fix}")
+        return
+    if not ctx.dry_run and not ctx.confirm(f"Move the ComfyUI checkout in {install.path} to the newest release "
+                                           "with MiniMax H3 ('h3kit doctor --undo' goes back)?", default=False):
+        notes.append("ComfyUI was not moved (not confirmed); 'h3kit doctor --fix --yes' moves it")
+        return
+    result = comfy_setup.upgrade_to_h3(ctx, install, cat)
+    notes += result["notes"]
+    if ctx.dry_run:
+        notes.append(f"--dry-run: would move ComfyUI in {install.path} from {result['version']} to "
+                     f"{result['would_checkout']} ({result['would_version']}) with "
+                     f"{', '.join(f'{n} {v}' for n, v in (result.get('would_pin') or {}).items()) or 'torch'} "
+                     "pinned; nothing changed")
+        return
+    to = result["to"]
+    notes.append(f"ComfyUI moved from {result['version']} to {to['tag']} ({to['version']}); packages: "
+                 f"{'; '.join(result['packages']) or 'unchanged'}; 'h3kit doctor --undo' goes back")
+    after = h3_support.finding(h3_support.check(install, cat, comfyui.run_python), install, cat)
+    h3.update(after, message=f"fixed: {after['message']}" if after["status"] == "ok" else after["message"])
+
+
 def _undo(args, ctx) -> Outcome:
-    """Put back the torch an earlier --fix replaced (h3kit.comfy.setup)."""
+    """Undo what earlier --fix runs changed, newest first: a moved ComfyUI checkout, a replaced torch."""
     from h3kit.comfy import setup as comfy_setup
 
     install = locate(args, ctx, load_config(ctx), need_write=False)
-    result = comfy_setup.undo_torch(ctx, mf.load_or_new(ctx.locations.state_dir, install.path))
-    doc = {"schema": "h3kit.doctor/1", "comfyui": str(install.path), "undo": result}
+    done = comfy_setup.undo_recorded(ctx, install, mf.load_or_new(ctx.locations.state_dir, install.path))
+    torch = next((d for d in done if d["action"] == "torch"), None)
+    doc = {"schema": "h3kit.doctor/1", "comfyui": str(install.path), "undo": torch or done[0], "undone": done}
     verb = "Would restore" if ctx.dry_run else "Restored"
-    restored = result.get("restored", result.get("would_restore", {}))
-    return Outcome(doc, f"{verb} {', '.join(f'{n} {v}' for n, v in restored.items())} in {result['python']}.")
+    lines = []
+    for result in done:
+        if result["action"] == "torch":
+            restored = result.get("restored", result.get("would_restore", {}))
+            lines.append(f"{verb} {', '.join(f'{n} {v}' for n, v in restored.items())} in {result['python']}.")
+            continue
+        packages = result["packages"].get("undone", result["packages"].get("would_undo", []))
+        lines.append(f"{verb} the ComfyUI checkout in {result['comfyui']}: "
+                     f"{result.get('checked_out') or result.get('would_checkout')}"
+                     f"; packages: {'; '.join(packages) or 'as they were'}.")
+        lines += [f"  note: {n}" for n in result.get("notes", [])]
+    return Outcome(doc, "\n".join(lines))
 
 
 def _outcome(findings, notes, install) -> Outcome:

@@ -40,6 +40,9 @@ DESCRIPTIONS = {
     "max_canvas": "largest [width, height] the planner may choose",
     "min_canvas": "smallest [width, height] worth planning",
     "max_frames": "largest frame count (5 + 17n)",
+    "canvas": "[width, height] the generated workflows open with (default: max_canvas)",
+    "frames": "frame count the generated workflows open with (5 + 17n; default: max_frames)",
+    "steps": "sampling steps the generated workflows open with (default: the catalog's)",
     "min_frames": "frame count a format must fit to be chosen (5 + 17n)",
     "formats": "DiT formats this profile may choose from",
     "stream_from": "where streamed DiT blocks wait: ram (offloaded copy) or disk (memory-mapped file)",
@@ -50,7 +53,7 @@ DESCRIPTIONS = {
 }
 KEYS = tuple(DESCRIPTIONS)
 SIZE_KEYS = ("shard_size_bytes", "preload_bytes", "os_ram_headroom")
-CANVAS_KEYS = ("max_canvas", "min_canvas")
+CANVAS_KEYS = ("max_canvas", "min_canvas", "canvas")
 
 
 def _canvas_check(catalog, v: Any) -> str | None:
@@ -101,6 +104,9 @@ def _checks(catalog) -> dict:
         "max_canvas": lambda v: _canvas_check(catalog, v),
         "min_canvas": lambda v: _canvas_check(catalog, v),
         "max_frames": lambda v: _frames_check(catalog, v),
+        "canvas": lambda v: _canvas_check(catalog, v),
+        "frames": lambda v: _frames_check(catalog, v),
+        "steps": is_int_range(1, 200),
         "min_frames": lambda v: _frames_check(catalog, v),
         "formats": lambda v: is_str_list(v) or next((f"contains {f!r}; allowed: {', '.join(dit_formats)}"
                                                      for f in v if f not in dit_formats), None),

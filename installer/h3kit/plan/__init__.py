@@ -30,6 +30,7 @@ from typing import Mapping
 from h3kit.core.errors import BadInput
 from h3kit.data import catalog as catalog_mod
 from h3kit.data.catalog import Catalog, Machine, Profile
+from h3kit.plan.defaults import workflow_defaults
 from h3kit.plan.rationale import rationale_for, warnings_for
 from h3kit.plan.search import Candidate, plan_profile
 
@@ -94,6 +95,8 @@ def make_plan(fingerprint: dict, catalog: Catalog, profiles: Mapping[str, Profil
                       "resident_blocks": catalog.blocks if e.resident else e.preload // e.block,
                       "shard_blocks": e.shard_blocks},
     }
+    defaults, defaults_why, defaults_warnings = workflow_defaults(catalog, s, best.source, ch.canvas, ch.frames)
+    settings.update(defaults)
     return {
         "schema": SCHEMA,
         "model": catalog.model_id,
@@ -108,6 +111,6 @@ def make_plan(fingerprint: dict, catalog: Catalog, profiles: Mapping[str, Profil
                       "tokens": e.tokens, "activation_bytes": e.activations, "phases": e.phases},
         "candidates": [{"profile": p.profile.name, "fits": p.est.fits, "quantization": p.choice.dit.format,
                         "max_canvas": list(p.choice.canvas), "max_frames": p.choice.frames} for p in plans],
-        "rationale": rationale_for(catalog, best, why_profile),
-        "warnings": notes + warnings_for(catalog, best, config),
+        "rationale": rationale_for(catalog, best, why_profile) + defaults_why,
+        "warnings": notes + warnings_for(catalog, best, config) + defaults_warnings,
     }

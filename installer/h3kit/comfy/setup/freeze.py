@@ -52,11 +52,11 @@ def diff(before: dict[str, str], now: dict[str, str]) -> dict[str, list[str]]:
 
 
 def changes(before: dict[str, str], now: dict[str, str]) -> list[str]:
-    """The difference as short phrases for people: 'torchaudio added', 'h3-dep 2.0 -> 1.0'."""
+    """What happened since `before`, as short phrases for people: 'added x==1', 'y==1 -> y==2', 'removed z==3'."""
     d = diff(before, now)
-    out = [f"{now[n]} added" for n in d["added"]]
+    out = [f"added {now[n]}" for n in d["added"]]
     out += [f"{before[n]} -> {now[n]}" for n in d["changed"]]
-    out += [f"{before[n]} removed" for n in d["missing"]]
+    out += [f"removed {before[n]}" for n in d["missing"]]
     return out
 
 
@@ -81,7 +81,7 @@ def plan(recorded: list[str], current: list[str]) -> dict:
     for name in d["changed"] + d["missing"]:
         by_index.setdefault(_index(name, before[name]), []).append(before[name])
     return {"install": by_index, "remove": [now[n].split("==")[0].split(" @ ")[0] for n in d["added"]],
-            "changes": changes(before, now), "editable": editables(recorded)}
+            "changes": changes(now, before), "editable": editables(recorded)}
 
 
 def restore(ctx, python: str, recorded: list[str], opts: PipOptions | None = None) -> dict:

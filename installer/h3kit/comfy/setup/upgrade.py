@@ -57,7 +57,11 @@ from h3kit.comfy.setup.pip import (
     setup_table,
     write_constraints,
 )
-from h3kit.comfy.setup.torch_repair import _index_for_version, check_target_env, undo_torch
+from h3kit.comfy.setup.torch_repair import (
+    _index_for_version,
+    check_target_env,
+    undo_torch,
+)
 from h3kit.core.errors import BadInput, NotReady, VerificationFailed
 from h3kit.core.files import atomic_write
 from h3kit.core.tools import PipOptions, run_git, run_pip

@@ -16,11 +16,11 @@ from types import SimpleNamespace
 
 import psutil
 import pytest
-
 from h3kit import calibrate
 from h3kit.calibrate import with_model as real_model
 from h3kit.cli.context import Context
 from h3kit.comfy import client as comfy_api
+from h3kit.comfy import workflows
 from h3kit.core.units import human_bytes
 from h3kit.data import catalog as catalog_mod
 
@@ -30,67 +30,58 @@ FIXTURES = Path(__file__).parent / "fixtures" / "comfyui"
 
 # -- the H3 workflow, structurally ---------------------------------------------------------
 
-def _plan_weights(cat):
-    """The first DiT / text encoder / video VAE per loader kind the catalog offers (stock and GGUF)."""
-    return [(d, t, v) for d, t, v in [(cat.dit[0], cat.text_encoder[0], cat.vae[0]),
-                                      (next(w for w in cat.dit if w.file.get("loader") == "UnetLoaderGGUF"),
-                                       next(w for w in cat.text_encoder if w.file.get("loader") == "CLIPLoaderGGUF"),
-                                       cat.vae[-1])]]
+PLAN = json.loads((Path(__file__).parent / "fixtures" / "plans" / "nvidia-rtx3060-12gb-32gb.json").read_text())
 
 
-@pytest.mark.parametrize("index", [0, 1])
-def test_h3_workflow_is_wired_and_uses_catalog_files(index):
+def test_the_measured_graph_is_the_workflow_the_user_opens_cut_to_two_steps(tmp_path):
     cat = catalog_mod.load()
-    dit, te, vae = _plan_weights(cat)[index]
-    wf = real_model.h3_workflow(dit, te, vae)
-    for node_id, node in wf.items():
-        for name, value in node["inputs"].items():
-            if isinstance(value, list):  # a link: [node id, output index]
-                assert value[0] in wf, f"{node_id}.{name} points at missing node {value[0]}"
-                assert value[0] != node_id and isinstance(value[1], int)
-    loaders = {n["class_type"]: n["inputs"] for n in wf.values() if n["class_type"] in real_model.LOADER_INPUTS}
-    assert set(loaders) == {dit.file["loader"], te.file["loader"], vae.file["loader"]}
-    names = {v for inputs in loaders.values() for k, v in inputs.items() if k.endswith("_name")}
-    assert names == {dit.file["name"], te.file["name"], vae.file["name"]}
-    latent = next(n for n in wf.values() if n["class_type"] == "MiniMaxH3ImageToVideo")["inputs"]
-    assert (latent["width"], latent["height"], latent["length"]) == (256, 256, 22)
-    sched = next(n for n in wf.values() if n["class_type"] == "BasicScheduler")["inputs"]
-    assert sched["steps"] == 1
-    sampler = next(n for n in wf.values() if n["class_type"] == "SamplerCustomAdvanced")["inputs"]
-    assert wf[sampler["latent_image"][0]]["class_type"] == "MiniMaxH3ImageToVideo"
-    assert any(n["class_type"] in ("PreviewImage", "SaveImage") for n in wf.values())  # ComfyUI runs only graphs with an output
+    install = SimpleNamespace(path=tmp_path, node_dir=tmp_path / "custom_nodes" / "ComfyUI-h3kit")
+    generated, source = real_model.workflow_for(install, PLAN, cat)
+    assert source == "generated from the plan"
+    shipped = json.loads(workflows.pack_files(PLAN, cat, PLAN["profile"])[f"{workflows.API_DIR}/h3kit_text_to_video.json"])
+    assert generated == shipped
+    installed = install.node_dir / workflows.API_DIR / "h3kit_text_to_video.json"
+    installed.parent.mkdir(parents=True)
+    edited = json.loads(json.dumps(shipped))
+    next(n for n in edited.values() if n["class_type"] == "MiniMaxH3ImageToVideo")["inputs"]["width"] = 96
+    installed.write_text(json.dumps(edited), encoding="utf-8")
+    got, source = real_model.workflow_for(install, PLAN, cat)
+    assert source == str(installed) and got == edited  # the pack's own file wins
+    cut, had = real_model.measured_copy(got)
+    assert had == PLAN["settings"]["steps"]
+    assert next(n for n in cut.values() if n["class_type"] == "BasicScheduler")["inputs"]["steps"] == 2
+    assert real_model.canvas_of(cut) == [96, *PLAN["settings"]["canvas"][1:], PLAN["settings"]["frames"]]
 
 
 def test_preflight_names_missing_nodes_and_unknown_choices():
-    cat = catalog_mod.load()
-    dit, te, vae = _plan_weights(cat)[0]
-    wf = real_model.h3_workflow(dit, te, vae)
+    wf, _ = real_model.workflow_for(SimpleNamespace(path=Path("/nowhere"), node_dir=None), PLAN, catalog_mod.load())
     info = {n["class_type"]: {"input": {"required": {}}} for n in wf.values()}
-    assert real_model.preflight(wf, info, "0.9.0") is None
+    assert real_model.preflight(wf, info, "0.31.0") is None
     del info["MiniMaxH3ImageToVideo"]
-    reason = real_model.preflight(wf, info, "0.9.0")
-    assert "has no node MiniMaxH3ImageToVideo" in reason and "0.9.0" in reason
+    reason = real_model.preflight(wf, info, "0.31.0")
+    assert "has no node MiniMaxH3ImageToVideo" in reason and "0.31.0" in reason
     info["MiniMaxH3ImageToVideo"] = {"input": {"required": {}}}
-    info["CLIPLoader"] = {"input": {"required": {"clip_name": [[te.file["name"]]], "type": [["wan", "ltxv"]]}}}
-    assert "CLIPLoader.type = 'minimax'" in real_model.preflight(wf, info, "0.9.0")
+    clip = next(n for n in wf.values() if n["class_type"] == "CLIPLoader")["inputs"]
+    info["CLIPLoader"] = {"input": {"required": {"clip_name": [[clip["clip_name"]]], "type": [["wan", "ltxv"]]}}}
+    assert "CLIPLoader.type = 'minimax'" in real_model.preflight(wf, info, "0.31.0")
 
 
 # -- "not run" reasons, no server --------------------------------------------------------
 
 def test_not_run_reasons_without_a_server(tmp_path):
     cat = catalog_mod.load()
-    dit, te, vae = _plan_weights(cat)[0]
-    plan = {"settings": {"dit_weights": dit.id, "text_encoder_weights": te.id, "vae_weights": vae.id}}
-    install = SimpleNamespace(path=tmp_path)
-    assert "pass --with-model" in calibrate.run_with_model(False, install, cat, plan=plan)["reason"]
-    assert "needs a ComfyUI" in calibrate.run_with_model(True, None, cat, plan=plan)["reason"]
-    out = calibrate.run_with_model(True, install, cat, plan=plan)
-    assert out["status"] == "not run" and dit.file["name"] in out["reason"] and "video VAE" in out["reason"]
-    for w in (dit, te, vae):  # all three present: the next step would start ComfyUI
-        (tmp_path / "models" / w.file["folder"]).mkdir(parents=True, exist_ok=True)
-        (tmp_path / "models" / w.file["folder"] / w.file["name"]).write_bytes(b"x")
-    chosen, missing = real_model.present_weights(cat, plan, tmp_path / "models")
-    assert not missing and chosen == {"dit": dit, "text_encoder": te, "vae": vae}
+    install = SimpleNamespace(path=tmp_path, node_dir=None)
+    assert "pass --with-model" in calibrate.run_with_model(False, install, cat, plan=PLAN)["reason"]
+    assert "needs a ComfyUI" in calibrate.run_with_model(True, None, cat, plan=PLAN)["reason"]
+    out = calibrate.run_with_model(True, install, cat, plan=PLAN)
+    dit = cat.weight(PLAN["settings"]["dit_weights"]).file["name"]
+    assert out["status"] == "not run" and dit in out["reason"]
+    wf, _ = real_model.workflow_for(install, PLAN, cat)
+    for folder, name in real_model.needed_files(wf):  # all present: the next step would start ComfyUI
+        (tmp_path / "models" / folder).mkdir(parents=True, exist_ok=True)
+        (tmp_path / "models" / folder / name).write_bytes(b"x")
+    assert real_model.missing_files(wf, tmp_path / "models") == []
+    assert {f for f, _ in real_model.needed_files(wf)} == {"diffusion_models", "text_encoders", "vae"}
 
 
 def test_launch_args_follow_the_launcher_and_add_cpu():
@@ -189,9 +180,8 @@ def test_with_model_on_a_comfyui_without_h3_nodes_says_so(monkeypatch):
 
     comfy = Path(COMFY).resolve()
     cat = catalog_mod.load()
-    dit, te, vae = _plan_weights(cat)[0]
-    plan = {"settings": {"dit_weights": dit.id, "text_encoder_weights": te.id, "vae_weights": vae.id, "comfyui_args": []}}
-    monkeypatch.setattr(real_model, "present_weights", lambda *a: ({"dit": dit, "text_encoder": te, "vae": vae}, []))
+    plan = {**PLAN, "settings": {**PLAN["settings"], "comfyui_args": []}}
+    monkeypatch.setattr(real_model, "missing_files", lambda *a: [])
     ctx = Context(yes=True)
     install = find(str(comfy), None, ctx, need_write=False)
     out = calibrate.run_with_model(True, install, cat, plan=plan, fingerprint={"gpus": []}, ctx=ctx)

@@ -1,0 +1,82 @@
+"""A throwaway ComfyUI with H3 for the real-ComfyUI tests, built from the one in H3KIT_COMFYUI_DIR.
+
+The tests never write into the user's ComfyUI: `make_test_comfyui` makes a
+new tree whose code files are hard links to the real one (cheap, read-only
+use), whose `venv` is a link to the real venv, and whose `custom_nodes/`
+holds only the test node that lets tiny H3 files load (`tiny_h3_testnode`:
+ComfyUI builds the text encoder and the VAEs at their real size whatever
+the file holds). `make_tiny_h3.py` writes the random-weight files; it runs
+in ComfyUI's Python because it needs torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SKIP_TOP = {".git", "venv", ".venv", "models", "output", "input", "user", "custom_nodes", "temp", "__pycache__"}
+PROBE_MP4 = r"""
+import av, json, sys
+with av.open(sys.argv[1]) as c:
+    v = [s for s in c.streams if s.type == "video"]
+    a = [s for s in c.streams if s.type == "audio"]
+    frames = sum(1 for _ in c.decode(video=0)) if v else 0
+print(json.dumps({"video_streams": len(v), "audio_streams": len(a), "frames": frames,
+                  "video_codec": v[0].codec_context.name if v else None,
+                  "audio_codec": a[0].codec_context.name if a else None}))
+"""
+
+
+def h3_comfyui() -> tuple[Path | None, Path | None, str]:
+    """(ComfyUI folder, its Python, why not): a ComfyUI >= 0.31 from H3KIT_COMFYUI_DIR with its own venv."""
+    raw = os.environ.get("H3KIT_COMFYUI_DIR")
+    if not raw:
+        return None, None, "set H3KIT_COMFYUI_DIR to a ComfyUI >= 0.31 checkout with a venv (README: Development)"
+    comfy = Path(raw).expanduser().resolve()
+    if not (comfy / "comfy_extras" / "nodes_minimax_h3.py").is_file():
+        return None, None, f"{comfy} has no H3 support (ComfyUI >= 0.31 needed for these tests)"
+    python = next((p for p in (comfy / "venv/bin/python", comfy / ".venv/bin/python") if p.exists()), None)
+    if python is None:
+        return None, None, f"{comfy} has no venv/ with a Python"
+    return comfy, python, ""
+
+
+def make_test_comfyui(real: Path, where: Path) -> Path:
+    """A new ComfyUI tree at `where` sharing `real`'s code (hard links) and venv (a link)."""
+    def ignore(folder, names):
+        return [n for n in names if n == "__pycache__" or (Path(folder) == real and n in SKIP_TOP)]
+
+    shutil.copytree(real, where, ignore=ignore, copy_function=os.link, symlinks=True)
+    venv = next(p for p in (real / "venv", real / ".venv") if p.exists())
+    os.symlink(venv, where / venv.name)
+    for folder in ("models/diffusion_models", "models/text_encoders", "models/vae", "output", "input", "user"):
+        (where / folder).mkdir(parents=True, exist_ok=True)
+    shutil.copytree(HERE / "tiny_h3_testnode", where / "custom_nodes" / "tiny_h3_testnode",
+                    ignore=shutil.ignore_patterns("__pycache__", "example_workflows"))
+    example = real / "input" / "example.png"
+    if example.is_file():
+        shutil.copy(example, where / "input" / "example.png")
+    return where
+
+
+def write_tiny_files(comfy: Path, python: Path, names: dict[str, str], dit: dict | None = None) -> None:
+    """Tiny H3 files under `names` ({part: path under models/}; parts: dit, text_encoder, video_vae, audio_vae)."""
+    wanted = {"dit": None, "text_encoder": None, "taeh3": None, "video_vae": None, "audio_vae": None, **names}
+    argv = [str(python), str(HERE / "make_tiny_h3.py"), "--out", str(comfy / "models"), "--names", json.dumps(wanted)]
+    if dit:
+        argv += ["--dit", json.dumps(dit)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(f"make_tiny_h3.py failed: {done.stderr[-2000:]}")
+
+
+def probe_mp4(python: Path, path: Path) -> dict:
+    """Streams and decoded frame count of an MP4, read with PyAV in ComfyUI's Python."""
+    done = subprocess.run([str(python), "-c", PROBE_MP4, str(path)], capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        raise RuntimeError(f"PyAV could not read {path}: {done.stderr[-1000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -67,7 +67,18 @@ def fill_wheelhouse(house: Path) -> Path:
     # A newer torch that an unconstrained 'pip install -r requirements.txt' would grab.
     make_wheel(house, "torch", "2.15.0", {"torch/__init__.py": TORCH_INIT.format(version="2.15.0", cuda=None)})
     make_wheel(house, "comfy-tiny-dep", "1.0", {"comfy_tiny_dep.py": "VALUE = 42\n"})
+    h3_python_wheels(house)
     return house
+
+
+def h3_python_wheels(house: Path) -> None:
+    """What ComfyUI 0.33's requirements add for H3 (PyAV with H.264/AAC encoders, comfy-kitchen, comfy-aimdo),
+    as tiny wheels of the fake modules the test trees use."""
+    from tests.fixtures.comfyui.comfy_tree import FAKE_MODULES
+
+    for name, version, module in (("av", "18.1.0", "av"), ("comfy-kitchen", "0.2.31", "comfy_kitchen"),
+                                  ("comfy-aimdo", "0.4.13", "comfy_aimdo")):
+        make_wheel(house, name, version, {rel: text for rel, text in FAKE_MODULES.items() if rel.startswith(module + "/")})
 
 
 def ctx(**kw) -> Context:

@@ -21,6 +21,7 @@ from h3kit.core.paths import locations
 from h3kit.core.venv import venv_python
 from h3kit.fingerprint.schema import load_file
 from tests.conftest import FIXTURES
+from tests.fixtures.comfyui.comfy_tree import H3_FILES
 
 MAIN_PY = '''import sys
 from pathlib import Path
@@ -33,7 +34,8 @@ print("ComfyUI-shaped tree runs: torch", torch.__version__, "cuda", torch.versio
 
 
 def comfy_source_tree(root: Path) -> Path:
-    """A small ComfyUI-shaped tree: markers, user-data folders with ComfyUI's placeholder files, requirements."""
+    """A small ComfyUI-shaped tree of a release with H3 (0.33.0 and H3's files: a new ComfyUI must have it):
+    markers, user-data folders with ComfyUI's placeholder files, requirements."""
     files = {
         "main.py": MAIN_PY,
         "help.txt": (FIXTURES / "comfyui" / "help-0.8.0.txt").read_text(encoding="utf-8"),
@@ -41,13 +43,14 @@ def comfy_source_tree(root: Path) -> Path:
         "comfy/__init__.py": "",
         "comfy/cli_args.py": "# argument parser lives here in real ComfyUI\n",
         "comfy_extras/__init__.py": "",
-        "comfyui_version.py": '__version__ = "0.8.0"\n',
+        "comfyui_version.py": '__version__ = "0.33.0"\n',
+        **{rel: "# H3 support (fake)\n" for rel in H3_FILES},
         "custom_nodes/websocket_image_save.py": "NODE_CLASS_MAPPINGS = {}\n",
         "models/checkpoints/put_checkpoints_here": "",
         "models/vae/put_vae_here": "",
         "output/_output_images_will_be_put_here": "",
         "input/example.png": "png",
-        "requirements.txt": "torch\ntorchvision\ntorchaudio\ncomfy-tiny-dep\n",
+        "requirements.txt": "torch\ntorchvision\ntorchaudio\ncomfy-tiny-dep\nav>=16\ncomfy-kitchen\ncomfy-aimdo\n",
     }
     for rel, text in files.items():
         p = root / rel
@@ -67,6 +70,7 @@ def bare_repo(tmp_path_factory) -> Path:
     git("init", "-q", cwd=work)
     git("add", "-A", cwd=work)
     git("commit", "-q", "-m", "ComfyUI-shaped tree", cwd=work)
+    git("tag", "v0.33.0", cwd=work)  # a new ComfyUI is cloned at its newest release tag with H3
     bare = work.parent / "ComfyUI.git"
     git("clone", "-q", "--bare", str(work), str(bare))
     return bare

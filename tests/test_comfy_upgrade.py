@@ -31,7 +31,7 @@ from tests.fixtures.comfyui.comfy_tree import make_comfyui
 CAT = catalog_mod.load()
 H3_FILES = CAT.data["comfyui_h3"]["files"]
 OLD_REQS = "torch\ntorchvision\nh3-test-dep==1.0\n"
-NEW_REQS = "torch\ntorchvision\ntorchaudio\nh3-test-dep>=2.0\ncomfy-tiny-dep\n"
+NEW_REQS = "torch\ntorchvision\ntorchaudio\nh3-test-dep>=2.0\ncomfy-tiny-dep\nav>=16\ncomfy-kitchen\ncomfy-aimdo\n"
 
 
 def git(*args, cwd=None) -> str:
@@ -284,6 +284,8 @@ def test_doctor_fix_then_undo_through_the_cli(setup, run_cli):
     code, out, err = run_cli("doctor", *pick, "--fix", "--yes", "--json")
     doc = json.loads(out)
     assert any("ComfyUI moved from 0.8.0 to v0.33.0 (0.33.0)" in n for n in doc["notes"]), err
+    h3 = next(f for f in doc["findings"] if f["check"] == "comfyui.h3")
+    assert h3["status"] == "ok" and h3["message"].startswith("fixed: ComfyUI 0.33.0 has MiniMax H3 support"), h3
     assert head(install.path)[1] == "HEAD" and packages(python)["h3-test-dep"] == "2.0"
 
     code, out, err = run_cli("doctor", "--comfyui", str(install.path), "--comfyui-python", python, "--undo", "--yes",

@@ -8,6 +8,7 @@ config.yaml, the way a user behind a slow link would use a mirror.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -18,15 +19,15 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-
-from h3kit.data import catalog as catalog_mod
 from h3kit import models
+from h3kit.cli.context import Context
+from h3kit.comfy.manifest import load_or_new
 from h3kit.core import files as core_files
+from h3kit.core.errors import NotReady  # noqa: E402 (sorted below)
+from h3kit.data import catalog as catalog_mod
+from h3kit.fingerprint.schema import load_file
 from h3kit.models import download, store
 from h3kit.models import files as model_files
-from h3kit.cli.context import Context
-from h3kit.fingerprint.schema import load_file
-from h3kit.comfy.manifest import load_or_new
 from h3kit.plan import make_plan
 from model_server import ModelServer
 
@@ -271,3 +272,72 @@ def test_uninstall_keeps_models_and_models_remove_still_finds_them(run_cli, smal
     assert not any(f.dest(comfy).exists() for f in files)
     assert (comfy / "models" / "diffusion_models").is_dir()  # there before h3kit: kept
     assert not (comfy / "models" / "vae").exists()  # h3kit created it for the VAE files: removed once empty
+
+
+# -- downloads the user can trust ------------------------------------------------------------------
+
+FIXTURES_PLANS = Path(__file__).parent / "fixtures" / "plans"
+
+
+def test_yes_fetches_only_files_reported_to_load_and_names_the_rest(tmp_path, monkeypatch):
+    from h3kit.cli.context import Context
+    from h3kit.models import ensure
+
+    plan = json.loads((FIXTURES_PLANS / "cpu-only-16gb.json").read_text(encoding="utf-8"))
+    comfy = tmp_path / "ComfyUI"
+    (comfy / "models").mkdir(parents=True)
+    fetched = {}
+
+    def fake_fetch(ctx, plan, comfyui_dir, *, config=None, skip_names=frozenset()):
+        fetched["skip"] = set(skip_names)
+        return {"files": []}
+
+    monkeypatch.setattr(ensure, "fetch", fake_fetch)
+    monkeypatch.setattr(ensure, "install_loader_pack", lambda ctx, pack, comfyui_dir, config=None: {"name": pack["name"]})
+    files = ensure.files_for_plan(plan)
+    doubtful = ensure.distrusted(plan, files)
+    assert doubtful, "the CPU plan here picks files not reported to load (the issue's 32 GB case)"
+    with pytest.raises(NotReady) as held:
+        ensure.ensure_models(Context(yes=True), plan, comfy, skip=False, with_loaders=False)
+    assert fetched["skip"] == set(doubtful)
+    for name in doubtful:
+        assert name in held.value.message
+    assert "--allow-unverified" in held.value.fix and "smaller canvas" in held.value.fix
+    fetched.clear()
+    out = ensure.ensure_models(Context(yes=True), plan, comfy, skip=False, with_loaders=False, allow_unverified=True)
+    assert fetched["skip"] == set() and out["reason"] is None
+
+
+def test_interactive_question_per_doubtful_file_defaults_to_no(tmp_path, monkeypatch):
+    from dataclasses import dataclass, field
+
+    from h3kit.core.session import Session
+    from h3kit.models import ensure
+
+    @dataclass
+    class Scripted(Session):
+        answers: list = field(default_factory=list)
+        asked: list = field(default_factory=list)
+
+        @property
+        def interactive(self) -> bool:
+            return True
+
+        def ask(self, question: str, default: str = "") -> str:
+            self.asked.append(question)
+            return self.answers.pop(0) if self.answers else default
+
+    plan = json.loads((FIXTURES_PLANS / "cpu-only-16gb.json").read_text(encoding="utf-8"))
+    comfy = tmp_path / "ComfyUI"
+    (comfy / "models").mkdir(parents=True)
+    fetched = {}
+    monkeypatch.setattr(ensure, "fetch", lambda ctx, plan, d, *, config=None, skip_names=frozenset():
+                        fetched.setdefault("skip", set(skip_names)) or {"files": []})
+    monkeypatch.setattr(ensure, "install_loader_pack", lambda ctx, pack, d, config=None: {"name": pack["name"]})
+    doubtful = sorted(ensure.distrusted(plan, ensure.files_for_plan(plan)))
+    files_in_order = [r.name for r in ensure.files_for_plan(plan) if r.name in doubtful]
+    ctx = Scripted(answers=["y"] + [""] * (len(files_in_order) - 1) + ["y"])
+    with pytest.raises(NotReady) if len(files_in_order) > 1 else contextlib.nullcontext():
+        ensure.ensure_models(ctx, plan, comfy, skip=False, with_loaders=False)
+    assert "Download it anyway? [y/N]" in ctx.asked[0]
+    assert fetched["skip"] == set(files_in_order[1:])  # yes to the first, the default (no) to the others

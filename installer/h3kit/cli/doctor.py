@@ -74,13 +74,14 @@ def run(args, ctx: Context) -> Outcome:
         findings += model_findings(plan, install.path)
     if args.fix and not ctx.dry_run:
         _fix_torch(ctx, install, fingerprint, findings, notes)
-        _fix(args, ctx, findings, notes)
-    if args.fix:  # last: a refused upgrade stops here, with the findings attached
+    if args.fix:  # before apply, which then follows the new ComfyUI; a refusal stops here, findings attached
         try:
             _fix_comfyui(ctx, install, findings, notes)
         except H3kitError as exc:
             exc.details = {**exc.details, **_outcome(findings, notes, install).doc}
             raise
+    if args.fix and not ctx.dry_run:
+        _fix(args, ctx, findings, notes)
     return _outcome(findings, notes, install)
 
 
@@ -97,6 +98,8 @@ def _record(ctx, install, findings) -> mf.Manifest | None:
 
 def _fix(args, ctx, findings, notes) -> None:
     """The fixes h3kit can make itself: a stale profile or launcher is re-applied."""
+    if any(f["check"] == "pack.present" and f["status"] == "fail" for f in findings):
+        return  # nothing to re-apply before 'h3kit install' (that finding names it)
     stale = [f for f in findings if f["check"] in ("profile.current", "launcher.flags") and f["status"] != "ok"]
     if stale:
         from h3kit.cli import apply
@@ -159,6 +162,9 @@ def _fix_comfyui(ctx, install, findings, notes) -> None:
                  f"{'; '.join(result['packages']) or 'unchanged'}; 'h3kit doctor --undo' goes back")
     after = h3_support.finding(h3_support.check(install, cat, comfyui.run_python), install, cat)
     h3.update(after, message=f"fixed: {after['message']}" if after["status"] == "ok" else after["message"])
+    for f in findings:  # another version accepts other flags: let apply (next) write the launcher again
+        if f["check"] == "launcher.flags" and f["status"] == "ok":
+            f.update(status="warn", message=f"ComfyUI moved to {to['version']}: {f['message']}")
 
 
 def _undo(args, ctx) -> Outcome:

@@ -21,7 +21,11 @@ def add_arguments(p) -> None:
     p.add_argument("--skip-calibrate", action="store_true", help="do not run the calibration at the end")
     p.add_argument("--no-models", action="store_true", help="do not download model weights")
     p.add_argument("--with-loaders", action="store_true", help="also install custom node packs the chosen weights need")
-    p.add_argument("--new-comfyui", metavar="DIR", help="set up a new ComfyUI in DIR first")
+    p.add_argument("--allow-unverified", action="store_true",
+                   help="also download files not reported to load in ComfyUI (asked about one by one otherwise)")
+    p.add_argument("--new-comfyui", metavar="DIR",
+                   help="set up a new ComfyUI in DIR first (a release with MiniMax H3: the newest release tag of a git "
+                        "source; an older source is refused)")
     p.add_argument("--comfyui-source", metavar="SRC", help="git URL, archive or folder to take ComfyUI from (with --new-comfyui)")
     p.add_argument("--fingerprint", metavar="FILE", help="use this saved fingerprint instead of probing the machine")
 

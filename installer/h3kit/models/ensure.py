@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from h3kit.core.errors import NotReady
 from h3kit.core.session import Session
 from h3kit.core.units import human_bytes
 from h3kit.models.files import (
@@ -57,9 +58,32 @@ def _finding(check: str, status: str, message: str, fix: str | None) -> dict:
     return {"check": check, "status": status, "message": message, "fix": fix}
 
 
-def ensure_models(ctx, plan: dict, comfyui_dir, *, skip: bool, with_loaders: bool, config=None) -> dict:
+TRUSTED = ("stock", "with_loader_pack")  # file.comfyui_loads values that are reported to load in ComfyUI
+
+
+def distrusted(plan: dict, files) -> dict[str, str]:
+    """name -> why, for the plan's files that are not reported to load in ComfyUI (or have no confirmed source)."""
+    loads = plan.get("comfyui_loads") or {}
+    out = {}
+    for f in files:
+        state = loads.get(f.part, "unknown")
+        if f.unverified:
+            out[f.name] = f"unverified: {f.unverified}"
+        elif state not in TRUSTED:
+            out[f.name] = (f"reported not to load in ComfyUI ({f.comfyui_compat})" if state == "reported_broken"
+                           else "not yet reported to load in ComfyUI" + (f" ({f.comfyui_compat})" if f.comfyui_compat else ""))
+    return out
+
+
+def ensure_models(ctx, plan: dict, comfyui_dir, *, skip: bool, with_loaders: bool, config=None,
+                  allow_unverified: bool = False) -> dict:
     """The install step: state the total, ask (or --yes / --no-models), fetch, install loader packs on request.
 
+    Only files reported to load in ComfyUI are fetched without a question; a
+    file reported broken or unverified is asked about one by one, and under
+    --yes it is skipped and the step ends with NotReady naming it and the
+    alternatives (`allow_unverified` fetches it anyway). A loader pack that a
+    fetched file needs is installed with it.
     `config` is the user's h3kit.data.config.Config (the mirror, comfyui_python); without one, the session's.
     """
     comfyui_dir = Path(comfyui_dir)
@@ -84,14 +108,33 @@ def ensure_models(ctx, plan: dict, comfyui_dir, *, skip: bool, with_loaders: boo
         return dict(base, skipped=False, reason="all present")
     if ctx.dry_run:
         return dict(base, skipped=True, reason="dry run")
-    if missing and not ctx.confirm(f"Download {human_bytes(todo)} of model files into {comfyui_dir / 'models'} now?"):
+    files = files_for_plan(plan)
+    doubtful = {} if allow_unverified else distrusted(plan, files)
+    held = []
+    for r in missing:
+        why = doubtful.get(r["name"])
+        if why and not (ctx.interactive and ctx.confirm(f"{r['name']} is {why}. Download it anyway?", default=False)):
+            held.append({"name": r["name"], "why": why})
+    held_names = {h["name"] for h in held}
+    wanted = [r for r in missing if r["name"] not in held_names]
+    if held:
+        wanted_names = {r["name"] for r in wanted}
+        todo = sum((f.exact_bytes or f.bytes) for f in files if f.name in wanted_names)
+    if wanted and not ctx.confirm(f"Download {human_bytes(todo)} of model files into {comfyui_dir / 'models'} now?"):
         ctx.progress("Not downloading now; run 'h3kit models fetch' when you are ready.")
         return dict(base, skipped=True, reason="declined")
-    if with_loaders:
-        files = files_for_plan(plan)
+    # A file that loads only with its loader pack gets the pack too, or it would not load.
+    need_packs = with_loaders or any(f.loader_pack for f in files if f.name in {r["name"] for r in wanted})
+    if need_packs:
         cat_packs = {f.loader_pack["name"]: f.loader_pack for f in files if f.loader_pack}
         base["loader_packs"] = [install_loader_pack(ctx, cat_packs[p["name"]], comfyui_dir, config=config)
                                 for p in packs_needed]
-    if missing:
-        base["fetched"] = fetch(ctx, plan, comfyui_dir, config=config)
+    if wanted:
+        base["fetched"] = fetch(ctx, plan, comfyui_dir, config=config, skip_names=held_names)
+    if held:
+        raise NotReady(
+            "Not downloaded: " + "; ".join(f"{h['name']} ({h['why']})" for h in held) + ".",
+            "Pick files that load: a smaller canvas or another format ('h3kit profile list'; set it in config.yaml "
+            "and run 'h3kit apply'), or download them anyway with --allow-unverified.",
+            details=dict(base, held=held))
     return dict(base, skipped=False, reason=None)

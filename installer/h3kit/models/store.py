@@ -52,7 +52,7 @@ def _ensure_folder(man: manifest_mod.Manifest, folder: Path) -> None:
 
 
 def fetch(ctx, plan: dict, comfyui_dir: Path, *, from_dir: Path | None = None, downloader: Downloader | None = None,
-          free_bytes=None, catalog=None, config=None) -> dict:
+          free_bytes=None, catalog=None, config=None, skip_names: set | frozenset = frozenset()) -> dict:
     """Get every missing file of the plan into ComfyUI; raises NotReady / VerificationFailed.
 
     `config` (h3kit.data.config.Config) names the mirror; without one, the session's is read.
@@ -69,7 +69,7 @@ def fetch(ctx, plan: dict, comfyui_dir: Path, *, from_dir: Path | None = None, d
             "overwrite a file it did not download.",
             "Rename or move that file (it may be another version of the model), then run 'h3kit models fetch' again.",
             details={"conflicts": conflicts})
-    todo = [f for f in files if states[f.name]["state"] != "present"]
+    todo = [f for f in files if states[f.name]["state"] != "present" and f.name not in skip_names]
     results = [{"name": f.name, "path": states[f.name]["path"], "method": "present"} for f in files if f not in todo]
     if not todo:
         return {"schema": SCHEMA, "action": "fetch", "comfyui": str(comfyui_dir), "files": results,

@@ -13,6 +13,10 @@ from h3kit.plan.search import Candidate
 # (Choice attribute, the name a person reads, the settings key that can force that file)
 PARTS = (("dit", "DiT", "dit_weights"), ("te", "text encoder", "text_encoder_weights"),
          ("vae", "video VAE", "vae_weights"), ("audio_vae", "audio VAE", None))
+# ComfyUI's MiniMax H3 video VAE (comfy/ldm/minimax/vae.py): 256 px tiles unless h3kit's node sets others,
+# and 17-frame clips fixed when it is built (changing them would change what it outputs).
+H3_VAE_OWN_TILE = 256
+H3_VAE_CLIP_FRAMES = 17
 
 
 def _pool(cat: Catalog, part: str) -> list[Weight]:
@@ -172,9 +176,12 @@ def rationale_for(cat: Catalog, c: Candidate, why_profile: str) -> list[str]:
     out.append(f"Text encoder {ch.te.format}: {gb(ch.te.bytes)}, runs once per prompt and is dropped before sampling "
                f"(peak {'' if enc['gpu_bytes'] is None else 'GPU ' + gb(enc['gpu_bytes']) + ', '}RAM {gb(enc['ram_bytes'])}).")
     out.append(f"Video VAE {ch.vae.format} {gb(ch.vae.bytes)} + audio VAE {gb(ch.audio_vae.bytes)}; decode tiles "
-               f"{s['vae_tile_size']} px, overlap {s['vae_tile_overlap']}, {s['vae_temporal_tile']} frames: decode peak "
+               f"{s['vae_tile_size']} px, overlap {s['vae_tile_overlap']} (h3kit Tiled VAE Decode sets them on the H3 "
+               f"video VAE for the decode; its own are {H3_VAE_OWN_TILE} px): decode peak "
                + (f"{gb(e.phases['decode']['gpu_bytes'])} on the GPU." if b.gpu_bytes is not None else
                   f"{gb(e.phases['decode']['ram_bytes'])} of RAM (the DiT is still loaded)."))
+    out.append(f"The H3 video VAE chunks time itself ({H3_VAE_CLIP_FRAMES}-frame clips), so vae_temporal_tile "
+               f"({s['vae_temporal_tile']} frames) only applies to other VAEs.")
     out.append(f"Canvas {ch.canvas[0]}x{ch.canvas[1]} at {ch.frames} frames ({e.tokens} tokens): "
                + ("the largest that fits within the profile's limit "
                   f"{s['max_canvas'][0]}x{s['max_canvas'][1]}x{s['max_frames']}." if c.searched and e.fits

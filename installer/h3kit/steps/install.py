@@ -20,6 +20,7 @@ from h3kit.core.session import Session as Context
 from h3kit.data import catalog
 from h3kit.models import ensure_models
 from h3kit.native.build import build, find_library
+from h3kit.steps import next_steps
 from h3kit.steps.common import (
     current_plan,
     generated_files,
@@ -113,9 +114,11 @@ def run(args, ctx: Context) -> Outcome:
                        f"even at the smallest settings: {short}.",
                        "Read 'h3kit plan' for the shortfall; add RAM or use a GPU with more memory, or override "
                        "settings in config.yaml at your own risk and run 'h3kit apply'.", details=doc)
-    launcher = doc["launchers"][0] if doc["launchers"] else "ComfyUI as usual"
-    text = (f"h3kit installed into {install.node_dir} (profile '{profile}', verified).\n"
-            f"Start ComfyUI with {launcher}." + "".join(f"\nnote: {n}" for n in notes))
+    closing = next_steps.lines(doc["launchers"][0] if doc["launchers"] else None, plan,
+                               {"estimates": doc.get("calibration_estimates")}, cpu_only=not (fingerprint or {}).get("gpus"))
+    doc["next_steps"] = closing
+    text = (f"h3kit installed into {install.node_dir} (profile '{profile}', verified)."
+            + "".join(f"\nnote: {n}" for n in notes) + "\n" + "\n".join(closing))
     return Outcome(doc, text, 0, warnings)
 
 
@@ -139,31 +142,34 @@ def _after_deploy(args, ctx: Context, plan: dict | None, install: comfyui.ComfyI
                   support: h3_support.H3Support) -> None:
     if not support.ready:
         notes.append("models skipped: this ComfyUI cannot load MiniMax H3 yet, so no weights are downloaded")
-        doc["report"] = _calibrate(args, ctx, install.path, notes)
+        doc["report"] = _calibrate(args, ctx, install.path, notes, doc)
         return
     if not plan.get("fits", True):
         notes.append("models skipped: the plan does not fit this machine, so no weights are downloaded")
-        doc["report"] = _calibrate(args, ctx, install.path, notes)
+        doc["report"] = _calibrate(args, ctx, install.path, notes, doc)
         return
     try:
-        doc["models"] = ensure_models(ctx, plan, install.path, skip=args.no_models, with_loaders=args.with_loaders)
+        doc["models"] = ensure_models(ctx, plan, install.path, skip=args.no_models, with_loaders=args.with_loaders,
+                                      allow_unverified=getattr(args, "allow_unverified", False))
     except H3kitError as failed:
         # The pack is installed and verified; the calibration needs no weights, so it still runs
         # (its report says what the machine can do), and the models error is the exit.
         notes.append(f"models not complete: {failed.message}")
-        doc["report"] = _calibrate(args, ctx, install.path, notes)
+        doc["report"] = _calibrate(args, ctx, install.path, notes, doc)
         failed.details = {**doc, **failed.details}
         raise
-    doc["report"] = _calibrate(args, ctx, install.path, notes)
+    doc["report"] = _calibrate(args, ctx, install.path, notes, doc)
 
 
-def _calibrate(args, ctx: Context, comfyui_dir: Path | None, notes: list[str]) -> str | None:
+def _calibrate(args, ctx: Context, comfyui_dir: Path | None, notes: list[str], doc: dict | None = None) -> str | None:
     if args.skip_calibrate or ctx.dry_run:
         notes.append("calibration skipped (--skip-calibrate)" if args.skip_calibrate else "calibration skipped (--dry-run)")
         return None
 
     ctx.progress("Calibrating (quick)...")
     result = calibrate(ctx, comfyui_dir=comfyui_dir, quick=True, with_model=False) or {}
+    if doc is not None:
+        doc["calibration_estimates"] = result.get("estimates")
     files = result.get("report_files") or {}
     return files.get("md") or files.get("json")
 

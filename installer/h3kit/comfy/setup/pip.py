@@ -100,13 +100,15 @@ def install_choice(ctx, python: str, choice: dict, opts: PipOptions, *, force: b
         match_companions(ctx, python, choice["local_tag"], opts, index_url=index, timeout=timeout)
 
 
-def match_companions(ctx, python: str, tag: str, opts: PipOptions, *, index_url: str | None, timeout: float) -> list[str]:
+def match_companions(ctx, python: str, tag: str, opts: PipOptions, *, index_url: str | None, timeout: float,
+                     only: tuple[str, ...] | None = None) -> list[str]:
     """torchvision/torchaudio of another build than torch's `tag`: put the `tag` build of the same version in place.
 
     A range (torchaudio>=2.11) cannot name a build label, so a folder of wheels or
-    an index holding several builds may hand over another build's. Returns what it replaced.
+    an index holding several builds may hand over another build's. `only`: the
+    packages just installed (others are left as they are). Returns what it replaced.
     """
-    wrong = torchsel.companion_mismatches(probe_torch(python))
+    wrong = [w for w in torchsel.companion_mismatches(probe_torch(python)) if only is None or w.split()[0] in only]
     if wrong:
         fixed = [f"{item.split()[0]}=={item.split()[1].split('+')[0]}+{tag}" for item in wrong]
         run_pip(ctx, python, ["install", "--force-reinstall", "--no-deps", *fixed],

@@ -25,7 +25,8 @@ that ComfyUI came from (`kind_of`):
      wins, so a second upgrade still goes back to what the user had), check
      the tag out as a detached HEAD (no branch is moved, made or deleted),
      install torchaudio of torch's build when it is missing, then
-     requirements.txt under the pins, and check the tree again.
+     requirements.txt under the pins (torch, torchvision, torchaudio stay as
+     they are), and check the tree again.
 - portable or Desktop: nothing is changed; NotReady with the catalog's
   update action (`comfyui_h3.update`).
 - a folder without git: NotReady naming `install --new-comfyui`.
@@ -227,17 +228,18 @@ def _install(ctx, python: str, path: Path, info: dict, constraints: Path, opts: 
     timeout = setup_table()["timeouts_s"]["pip"]
     torch = info["packages"]["torch"]
     index = _index_for_version(torch)
+    tag = torchsel.local_tag(torch)
     try:
         if "torchaudio" not in info["packages"]:
             run_pip(ctx, python, ["install", "torchaudio", "-c", str(constraints)],
                     f"Installing torchaudio for torch {torch} (ComfyUI's H3 nodes import it)", timeout=timeout,
                     opts=opts, index_url=index)
+            if tag:  # only the one installed here; a torchaudio the user had stays as it is
+                match_companions(ctx, python, tag, opts, index_url=index, timeout=timeout, only=("torchaudio",))
             write_constraints(constraints, probe_torch(python))
         if (path / "requirements.txt").is_file():
             install_requirements(ctx, python, path / "requirements.txt", constraints, opts, timeout=timeout,
                                  label=f"Installing the requirements of ComfyUI {version} (torch pinned)")
-        if torchsel.local_tag(torch):
-            match_companions(ctx, python, torchsel.local_tag(torch), opts, index_url=index, timeout=timeout)
     except NotReady as exc:
         raise NotReady(exc.message, f"{exc.fix.rstrip('.')}; {UNDO_HINT}.", details=exc.details) from None
 

@@ -1,0 +1,41 @@
+"""The three lines install ends with."""
+
+from __future__ import annotations
+
+import json
+
+from fixtures.comfyui import comfy_tree
+from h3kit.steps import next_steps
+
+PLAN = {"settings": {"canvas": [864, 480], "frames": 124, "steps": 20}}
+
+
+def test_three_lines_start_open_and_time():
+    start, open_it, took = next_steps.lines("/home/zoë/Comfy UI/run_h3kit.sh", PLAN,
+                                            {"estimates": {"seconds_per_step": 30.0}}, cpu_only=False)
+    assert start == 'Start ComfyUI: "/home/zoë/Comfy UI/run_h3kit.sh"'
+    assert "h3kit_text_to_video (864x480, 124 frames = 5.2 s of video, 20 steps)" in open_it
+    assert took.startswith("One clip takes about 10 min here")
+
+
+def test_cpu_only_or_hours_per_clip_says_so_and_what_would_help():
+    for estimate, cpu in (({"seconds_per_step": 3000.0}, False), ({"seconds_per_step": 30.0}, True)):
+        took = next_steps.lines("x", PLAN, {"estimates": estimate}, cpu_only=cpu)[2]
+        assert "too slow to be useful" in took and "12 GB or more" in took
+
+
+def test_without_a_calibration_the_line_says_how_to_get_the_time():
+    assert "run 'h3kit calibrate'" in next_steps.lines(None, PLAN, None, cpu_only=False)[2]
+    assert "Desktop app" in next_steps.lines(None, PLAN, None, cpu_only=False)[0]
+
+
+def test_install_ends_with_the_three_lines(tmp_path, run_cli):
+    comfy = comfy_tree.make_comfyui(tmp_path / "Mein Comfy ü")
+    code, out, err = run_cli("install", "--comfyui", str(comfy), "--yes", "--no-models")
+    assert code == 0, err
+    last = out.strip().splitlines()[-3:]
+    assert last[0] == f'Start ComfyUI: "{comfy / "run_h3kit.sh"}"'
+    assert last[1].startswith("Then open Templates > ComfyUI-h3kit > h3kit_text_to_video")
+    assert "clip" in last[2]
+    code, out, err = run_cli("install", "--comfyui", str(comfy), "--yes", "--no-models", "--skip-calibrate", "--json")
+    assert json.loads(out)["next_steps"][2].startswith("How long a clip takes here")

@@ -126,7 +126,7 @@ def pip_here(house, monkeypatch) -> PipOptions:
 
 
 @pytest.fixture
-def setup(tmp_path, house, pip_here, venv_template):
+def checkout(tmp_path, house, pip_here, venv_template):
     """(install, python): the user's checkout at 'mine', its venv outside the tree with a cu130 torch, no torchaudio."""
     upstream = release_repo(tmp_path / "upstream")
     comfy = user_checkout(tmp_path, upstream)
@@ -163,10 +163,19 @@ def test_freeze_diff_and_restore_plan():
     assert again["install"] == {"https://download.pytorch.org/whl/cpu": ["torch==2.13.0+cpu"]}
 
 
+def test_undo_order_is_newest_first():
+    record = manifest.Manifest("/c", extra={"torch_before": {"recorded": "2026-12-01T10:00:00+00:00"},
+                                            "comfyui_upgrade": {"recorded": "2026-12-01T09:00:00+00:00"}})
+    assert upgrade.recorded_actions(record) == ["torch", "comfyui_upgrade"]
+    record.extra["comfyui_upgrade"]["recorded"] = "2026-12-01T10:00:00+00:00"  # one --fix run: torch, then upgrade
+    assert upgrade.recorded_actions(record) == ["comfyui_upgrade", "torch"]
+    assert upgrade.recorded_actions(manifest.Manifest("/c")) == []
+
+
 # -- the fix and its undo ------------------------------------------------------------------------
 
-def test_upgrade_takes_the_newest_release_with_h3_then_undo_restores_tree_branch_and_packages(setup, pip_here):
-    install, python = setup
+def test_upgrade_takes_the_newest_release_with_h3_then_undo_restores_tree_branch_and_packages(checkout, pip_here):
+    install, python = checkout
     comfy = install.path
     tree_before, head_before, pkgs_before = digest(comfy), head(comfy), packages(python)
     assert comfy_setup.below_h3(install, CAT) and upgrade.kind_of(install) == "git"
@@ -197,8 +206,8 @@ def test_upgrade_takes_the_newest_release_with_h3_then_undo_restores_tree_branch
     assert "no ComfyUI upgrade to undo" in err.value.message
 
 
-def test_local_changes_are_refused_and_nothing_changes(setup, pip_here):
-    install, python = setup
+def test_local_changes_are_refused_and_nothing_changes(checkout, pip_here):
+    install, python = checkout
     (install.path / "nodes.py").write_text("# the user's edit\n")
     tree, where, pkgs = digest(install.path), head(install.path), packages(python)
     with pytest.raises(NotReady) as err:
@@ -209,8 +218,8 @@ def test_local_changes_are_refused_and_nothing_changes(setup, pip_here):
     assert "comfyui_upgrade" not in record_of(install.path).extra
 
 
-def test_a_file_the_release_would_overwrite_is_refused(setup, pip_here):
-    install, _python = setup
+def test_a_file_the_release_would_overwrite_is_refused(checkout, pip_here):
+    install, _python = checkout
     taken = install.path / H3_FILES[0]
     taken.parent.mkdir(parents=True)
     taken.write_text("# the user's own copy, untracked\n")
@@ -220,8 +229,8 @@ def test_a_file_the_release_would_overwrite_is_refused(setup, pip_here):
     assert taken.read_text() == "# the user's own copy, untracked\n" and head(install.path)[1] == "refs/heads/mine"
 
 
-def test_dry_run_says_what_it_would_do_and_changes_nothing(setup, pip_here):
-    install, python = setup
+def test_dry_run_says_what_it_would_do_and_changes_nothing(checkout, pip_here):
+    install, python = checkout
     tree, where, tags, pkgs = digest(install.path), head(install.path), git("tag", cwd=install.path), packages(python)
     result = comfy_setup.upgrade_to_h3(ctx(dry_run=True), install, CAT, opts=pip_here)
     assert result["would_checkout"] == "v0.33.0" and result["would_fetch"] == "v0.33.0 from origin"
@@ -244,11 +253,12 @@ def test_no_release_with_h3_is_a_clear_not_ready(tmp_path, house, pip_here, venv
     with pytest.raises(NotReady) as err:
         comfy_setup.upgrade_to_h3(ctx(), install, CAT, opts=pip_here)
     assert err.value.message == (f"No release tag of ComfyUI 0.31.0 or newer with H3 (named like v0.31.0) is in "
-                                 f"{comfy} (it has no reachable remote).")
+                                 f"{comfy} (it has no git remote).")
     assert "--new-comfyui" in err.value.fix
     git("remote", "add", "origin", str(tmp_path / "gone.git"), cwd=comfy)  # a remote that cannot be reached
     with pytest.raises(NotReady) as err:
         comfy_setup.upgrade_to_h3(ctx(), install, CAT, opts=pip_here)
+    assert "or its remotes (origin), and listing the tags of origin failed" in err.value.message
     assert "does not exist at that address" in err.value.message and digest(comfy) == tree
 
 
@@ -270,8 +280,8 @@ def test_portable_and_desktop_get_their_update_action_and_no_change(tmp_path):
 
 # -- through the CLI: doctor --fix / --undo, uninstall ---------------------------------------------
 
-def test_doctor_fix_then_undo_through_the_cli(setup, run_cli):
-    install, python = setup
+def test_doctor_fix_then_undo_through_the_cli(checkout, run_cli):
+    install, python = checkout
     pick = ("--comfyui", str(install.path), "--comfyui-python", python, "--fingerprint", str(FP_4090))
     code, out, err = run_cli("install", *pick, "--yes", "--skip-calibrate", "--no-models", "--json")
     assert code in (0, 3), err  # 3: installed, but this ComfyUI cannot run H3 yet
@@ -295,8 +305,8 @@ def test_doctor_fix_then_undo_through_the_cli(setup, run_cli):
     assert (digest(install.path, ours), head(install.path), packages(python)) == (tree, where, pkgs)
 
 
-def test_uninstall_puts_the_checkout_and_packages_back(setup, pip_here, run_cli):
-    install, python = setup
+def test_uninstall_puts_the_checkout_and_packages_back(checkout, pip_here, run_cli):
+    install, python = checkout
     tree, where, pkgs = digest(install.path), head(install.path), packages(python)
     comfy_setup.upgrade_to_h3(ctx(), install, CAT, opts=pip_here)
     assert head(install.path)[1] == "HEAD"

@@ -70,7 +70,7 @@ def test_forced_format_the_machine_cannot_run_is_warned(run_cli, h3kit_home):
 def test_profile_use_rewrites_only_the_profile_key(run_cli, h3kit_home):
     cfg = h3kit_home / "config.yaml"
     original = ("# my settings, keep me\nprofile: auto   # was auto\n\ncomfyui_path: /opt/ComfyUI  # mine\n"
-                "overrides:\n  # smaller tiles for my laptop\n  vae_tile_size: 256\nprobe_timeout: 9\n")
+                "overrides:\n  # smaller tiles for my laptop\n  vae_tile_size: 256\n")
     cfg.write_text(original)
     code, out, err = run_cli("profile", "use", "nvidia-16gb")
     assert code == 0, err
@@ -120,10 +120,16 @@ def test_catalog_ids_are_stable_and_have_a_file_slot():
     assert cat.block_bytes(cat.weight("h3-dit-pruned-bf16")) * 50 >= cat.weight("h3-dit-pruned-bf16").bytes
 
 
-def test_unknown_top_level_key_is_kept_and_noted(run_cli, h3kit_home):
-    (h3kit_home / "config.yaml").write_text("profile: auto\nprobe_timeout: 5\n")
-    code, p, _ = plan(run_cli)
-    assert code == 0 and any("probe_timeout" in w and "config.yaml:2" in w for w in p["warnings"])
+@pytest.mark.parametrize("command", [["plan"], ["apply", "--comfyui", "/nonexistent"], ["models", "plan"],
+                                     ["calibrate", "--dry-run"]])
+def test_a_misspelt_or_duplicated_key_is_an_error_in_every_command(run_cli, h3kit_home, command):
+    cfg = h3kit_home / "config.yaml"
+    cfg.write_text("# mine\nprofle: nvidia-12gb\n")
+    code, out, err = run_cli(*command)
+    assert code == 2 and "config.yaml:2: 'profle' is not a config key; did you mean 'profile'?" in err, err
+    cfg.write_text("profile: auto\noverrides:\n  vae_tile_size: 256\n  vae_tile_size: 192\n")
+    code, out, err = run_cli(*command)
+    assert code == 2 and "config.yaml:4: 'overrides.vae_tile_size' is set twice (first on line 3)" in err, err
 
 
 def test_write_section_refuses_invalid_settings_and_leaves_the_file(tmp_path):

@@ -51,7 +51,7 @@ def run(args, ctx: Context) -> Outcome:
     lines += [f"  moved to backup (changed or added by you): {b['path']} -> {b['backup']}" for b in result.backed_up]
     lines += [f"  kept: {k['path']} ({k['why']})" for k in result.kept]
     lines += [f"  purged: {p}" for p in purged]
-    lines += [f"  torch: {n}" for n in torch_notes]
+    lines += [f"  undone (doctor --fix): {n}" for n in torch_notes]
     if comfyui_purge and comfyui_purge.get("removed"):
         lines.append(f"  removed the ComfyUI h3kit created: {comfyui_purge['removed']}")
         lines += [f"  kept your files in {k}" for k in comfyui_purge.get("kept", [])]

@@ -11,8 +11,10 @@ h3kit.core.paths). Keys:
     models:                   # model downloads (h3kit.models / h3kit.models.download)
       mirror: URL             # an http(s) base URL that replaces huggingface.co
 
-Settings merge: profile < calibrated < overrides. Other top-level keys are
-kept untouched (other commands may own them) and reported as a note.
+Settings merge: profile < calibrated < overrides. Any other top-level key,
+and any key written twice, is an error with its file:line (and the nearest
+known key): a misspelt `profle:` silently planning with the default profile
+is the mistake this prevents.
 
 `set_value` and `write_section` change only their key's lines, so the user's
 comments, order and other keys survive -- the file is edited as text, using
@@ -20,6 +22,8 @@ the line spans yaml.compose reports, never re-dumped whole.
 """
 
 from __future__ import annotations
+
+import difflib
 
 import os
 import re
@@ -107,9 +111,11 @@ def check(doc: YamlDoc, *, catalog=None, profile_names=None) -> Config:
     if not isinstance(data, dict):
         problems.add((), f"must be a mapping ({', '.join(k + ':' for k in KNOWN_KEYS)})")
         problems.raise_if_any("Start the file with 'profile: auto' and put settings under 'overrides:'.")
-    for key, value in data.items():
+    for key in data:
         if key not in KNOWN_KEYS:
-            cfg.notes.append(f"{doc.where((key,))}: '{key}' is not one of h3kit's planner keys ({', '.join(KNOWN_KEYS)}); left alone.")
+            near = difflib.get_close_matches(str(key), KNOWN_KEYS, n=1)
+            hint = f"did you mean '{near[0]}'? " if near else ""
+            problems.add((key,), f"is not a config key; {hint}allowed: {', '.join(KNOWN_KEYS)}")
     profile = data.get("profile", "auto")
     if profile is None:
         profile = "auto"

@@ -50,17 +50,22 @@ def dotted(keypath: KeyPath) -> str:
     return out or "(top level)"
 
 
-def _record_lines(node: yaml.Node, keypath: KeyPath, lines: dict) -> None:
+def _record_lines(node: yaml.Node, keypath: KeyPath, lines: dict, path: Path | None = None) -> None:
+    """Line of every key path; a key written twice in one mapping is an error (YAML would keep the last silently)."""
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
             kp = keypath + (key_node.value,)
+            if kp in lines:
+                raise BadInput(f"{path}:{key_node.start_mark.line + 1}: '{dotted(kp)}' is set twice (first on line "
+                               f"{lines[kp]}); only one of them could count.",
+                               "Delete one of the two lines.")
             lines[kp] = key_node.start_mark.line + 1
-            _record_lines(value_node, kp, lines)
+            _record_lines(value_node, kp, lines, path)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             kp = keypath + (i,)
             lines[kp] = item.start_mark.line + 1
-            _record_lines(item, kp, lines)
+            _record_lines(item, kp, lines, path)
 
 
 def parse_yaml(text: str, path: Path) -> YamlDoc:
@@ -78,7 +83,7 @@ def parse_yaml(text: str, path: Path) -> YamlDoc:
         loader.dispose()
     lines: dict = {(): 1}
     if node is not None:
-        _record_lines(node, (), lines)
+        _record_lines(node, (), lines, path)
     return YamlDoc(path, data, lines)
 
 

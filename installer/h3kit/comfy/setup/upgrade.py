@@ -167,7 +167,8 @@ def _choose_release(ctx, path: Path, catalog, *, fetch: bool) -> dict:
     local = set(_git(ctx, path, ["tag", "--list"], "Listing the release tags").split())
     remote_of: dict[str, str] = {}
     notes, failures = [], []
-    for remote in _git(ctx, path, ["remote"], "Listing the remotes").split():
+    remotes = _git(ctx, path, ["remote"], "Listing the remotes").split()
+    for remote in remotes:
         try:
             listed = _git(ctx, path, ["ls-remote", "--tags", "--refs", remote], f"Listing the tags of {remote}",
                           timeout=setup_table()["timeouts_s"]["clone"])
@@ -187,7 +188,7 @@ def _choose_release(ctx, path: Path, catalog, *, fetch: bool) -> dict:
         if version is not None:
             return {"tag": tag, "version": version, "notes": notes}
         notes.append(f"{tag} was skipped: its tree lacks H3 ({', '.join(need.get('files') or [])})")
-    where = f"{path} or its remotes" if remote_of or failures else f"{path} (it has no reachable remote)"
+    where = f"{path} or its remotes ({', '.join(remotes)})" if remotes else f"{path} (it has no git remote)"
     if failures:
         raise NotReady(f"No release tag of ComfyUI {minimum} or newer with H3 is in {where}, and "
                        f"{failures[0].message[0].lower() + failures[0].message[1:]}", failures[0].fix)
@@ -224,7 +225,7 @@ def _preflight(ctx, python: str, path: Path, tag: str, constraints: Path, opts: 
 
 
 def _install(ctx, python: str, path: Path, info: dict, constraints: Path, opts: PipOptions, version: str) -> None:
-    """torchaudio of torch's build when missing, then requirements.txt with torch pinned, then matching builds."""
+    """torchaudio of torch's build when missing (its build label checked), then requirements.txt with torch pinned."""
     timeout = setup_table()["timeouts_s"]["pip"]
     torch = info["packages"]["torch"]
     index = _index_for_version(torch)

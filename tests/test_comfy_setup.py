@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -204,20 +205,57 @@ def test_fix_reports_an_unreachable_index(tmp_path, wheelhouse, monkeypatch, ven
     assert comfy_setup.probe_torch(python)["packages"]["torch"] == "2.13.0+cpu"
 
 
-def test_offer_is_only_made_in_a_terminal(tmp_path, monkeypatch):
-    """--yes, --json or no terminal: no question, so scripts never get a ComfyUI they did not ask for."""
+def test_no_comfyui_found_offers_one_next_to_h3kits_data(tmp_path, monkeypatch):
+    """The question lists what was searched and defaults to yes; --yes answers it; a script without a
+    terminal and without --yes gets nothing it did not ask for."""
     fp = load_file(FP_4090)
-    assert comfy_setup.offer_new_comfyui(ctx(), fp) is None
-
-    class Terminal(Context):
-        interactive = True
-
-    monkeypatch.setattr(Path, "home", classmethod(lambda cls: tmp_path))
-    asked = []
-    monkeypatch.setattr("builtins.input", lambda q: asked.append(q) or "n")
-    assert comfy_setup.offer_new_comfyui(Terminal(locations=locations()), fp) is None
-    assert str(tmp_path / "ComfyUI") in asked[0] and not (tmp_path / "ComfyUI").exists()
     made = []
-    monkeypatch.setattr("builtins.input", lambda q: "y")
     monkeypatch.setattr(create, "new_comfyui", lambda c, target, source, f: made.append(target) or target)
-    assert comfy_setup.offer_new_comfyui(Terminal(locations=locations()), fp) == tmp_path / "ComfyUI" == made[0]
+    default = create.new_comfyui_dir(locations())
+    assert default == Path(os.environ["H3KIT_HOME"]) / "ComfyUI"  # next to h3kit's data, never a system folder
+    assert comfy_setup.offer_new_comfyui(Context(), fp) is None and made == []  # no terminal, no --yes
+
+    @dataclass
+    class Terminal(Context):
+        answers: list = field(default_factory=list)
+        asked: list = field(default_factory=list)
+        said: list = field(default_factory=list)
+
+        @property
+        def interactive(self) -> bool:
+            return True
+
+        def ask(self, question, default=""):
+            self.asked.append(question)
+            return self.answers.pop(0)
+
+        def progress(self, message):
+            self.said.append(message)
+
+    term = Terminal(locations=locations(), answers=["n"])
+    assert comfy_setup.offer_new_comfyui(term, fp, searched=["~/ComfyUI", "the current folder"]) is None
+    assert term.asked == [f"Set up ComfyUI 0.31.0 or newer with MiniMax H3 support at {default}? [Y/n] "]
+    assert "Searched:" in term.said[0] and "~/ComfyUI" in term.said[0] and made == []
+    term = Terminal(locations=locations(), answers=[""])  # Enter takes the default: yes
+    assert comfy_setup.offer_new_comfyui(term, fp) == default == made[-1]
+    assert comfy_setup.offer_new_comfyui(Context(yes=True), fp) == default and len(made) == 2  # --yes: no question
+
+
+def test_install_without_comfyui_and_no_new_comfyui_exits_3_naming_comfyui(tmp_path, run_cli, monkeypatch):
+    monkeypatch.setattr(Path, "home", classmethod(lambda cls: tmp_path))
+    monkeypatch.delenv("COMFYUI_PATH", raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(create, "new_comfyui", lambda *a: pytest.fail("--no-new-comfyui must not set one up"))
+    code, out, err = run_cli("install", "--yes", "--no-new-comfyui", "--skip-calibrate", "--no-models",
+                             "--fingerprint", str(FP_4090))
+    assert code == 3 and "--comfyui" in err
+
+
+def test_offline_new_comfyui_is_one_sentence_naming_comfyui_source(tmp_path, run_cli, monkeypatch):
+    monkeypatch.setattr(Path, "home", classmethod(lambda cls: tmp_path))
+    monkeypatch.delenv("COMFYUI_PATH", raising=False)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli("install", "--yes", "--skip-calibrate", "--no-models", "--fingerprint", str(FP_4090),
+                             "--comfyui-source", "https://127.0.0.1:9/nothing-here/ComfyUI.git")
+    assert code == 3, err
+    assert "--comfyui-source" in err and "Traceback" not in err

@@ -21,6 +21,8 @@ def add_arguments(p) -> None:
     p.add_argument("--skip-calibrate", action="store_true", help="do not run the calibration at the end")
     p.add_argument("--no-models", action="store_true", help="do not download model weights")
     p.add_argument("--with-loaders", action="store_true", help="also install custom node packs the chosen weights need")
+    p.add_argument("--no-new-comfyui", action="store_true",
+                   help="when no ComfyUI is found, do not offer to set one up (exit 3 naming --comfyui)")
     p.add_argument("--allow-unverified", action="store_true",
                    help="also download files not reported to load in ComfyUI (asked about one by one otherwise)")
     p.add_argument("--new-comfyui", metavar="DIR",

@@ -184,6 +184,17 @@ def usual_folders(home: Path, system: str, environ: dict) -> list[Path]:
     return folders
 
 
+def searched_places(home: Path | None = None, system: str | None = None, environ: dict | None = None) -> list[str]:
+    """What `search` looked at, for a person: the order of the module docstring, in words."""
+    env = os.environ if environ is None else environ
+    home = Path(home) if home is not None else Path.home()
+    system = system or {"win32": "windows", "darwin": "darwin"}.get(sys.platform, "linux")
+    return ["--comfyui, COMFYUI_PATH and comfyui_path in config.yaml (none set)",
+            f"comfy-cli's workspace ({comfy_cli_config_file(home, system)})",
+            "the current folder and its parents",
+            *[str(p) for p in usual_folders(home, system, env)]]
+
+
 def last_used(path: Path) -> float:
     """When this ComfyUI was last used: the newest mtime of the folders a run touches."""
     times = []

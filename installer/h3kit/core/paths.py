@@ -78,6 +78,18 @@ def locations(environ: dict | None = None) -> Locations:
     )
 
 
+def new_comfyui_dir(loc: Locations) -> Path:
+    """Where h3kit sets up a ComfyUI when the user has none: next to h3kit's own data, never a system folder.
+
+    H3KIT_HOME/ComfyUI when set; else the per-user data folder (Linux
+    ~/.local/share/h3kit/ComfyUI, macOS ~/Library/Application Support/h3kit/ComfyUI,
+    Windows %LOCALAPPDATA%\\h3kit\\ComfyUI).
+    """
+    if loc.source == "H3KIT_HOME":
+        return loc.config_dir / "ComfyUI"
+    return Path(platformdirs.user_data_dir(APP, appauthor=False)) / "ComfyUI"
+
+
 def asset_dir(name: str) -> Path:
     """The folder of a bundled asset: `profiles`, `payload` or `nodes`."""
     if name not in ASSET_NAMES:

@@ -24,7 +24,6 @@ the line spans yaml.compose reports, never re-dumped whole.
 from __future__ import annotations
 
 import difflib
-
 import os
 import re
 import tempfile

@@ -55,7 +55,9 @@ def run(args, ctx: Context) -> Outcome:
         install = locate(args, ctx, config, need_write=True)
     except NotReady as missing:
 
-        created = None if args.comfyui else offer_new_comfyui(ctx, fingerprint, args.comfyui_source)
+        offer = not args.comfyui and not getattr(args, "no_new_comfyui", False)
+        created = offer_new_comfyui(ctx, fingerprint, args.comfyui_source, searched=comfyui.searched_places(),
+                                    min_version=h3_support.requirements(catalog.load())[0]) if offer else None
         if created is None:
             return _without_comfyui(args, ctx, plan, profile, notes, warnings, missing)
         args.comfyui, args.comfyui_python = str(created), None

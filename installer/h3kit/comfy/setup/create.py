@@ -32,6 +32,7 @@ from h3kit.comfy.setup.upgrade import release_for_source, source_below_h3
 from h3kit.core import subproc
 from h3kit.core.errors import BadInput, NotReady, VerificationFailed
 from h3kit.core.files import atomic_write, free_bytes, nearest_existing
+from h3kit.core.paths import new_comfyui_dir
 from h3kit.core.tools import PipOptions, ticking
 from h3kit.core.units import gb
 from h3kit.core.venv import venv_python
@@ -232,11 +233,20 @@ def new_comfyui(ctx, target_dir, source: str | None, fingerprint: dict, *, opts:
     return target
 
 
-def offer_new_comfyui(ctx, fingerprint: dict | None, source: str | None = None) -> Path | None:
-    """No ComfyUI was found: in a terminal, offer to set one up (default ~/ComfyUI). None when declined or not asked."""
-    if not ctx.interactive or fingerprint is None or ctx.dry_run:
+def offer_new_comfyui(ctx, fingerprint: dict | None, source: str | None = None, *,
+                      searched: list[str] | None = None, min_version: str = "0.31.0") -> Path | None:
+    """No ComfyUI was found: offer to set one up next to h3kit's data; None when declined or nobody can answer.
+
+    In a terminal the question lists what was searched and defaults to yes;
+    --yes answers it; without a terminal and without --yes nothing is set up
+    (a script gets the exit 3 that names --comfyui).
+    """
+    if fingerprint is None or ctx.dry_run or not (ctx.yes or ctx.interactive):
         return None
-    default = Path.home() / "ComfyUI"
-    if not ctx.confirm(f"No ComfyUI was found. Set up a new one for this machine in {default}?", default=False):
+    default = new_comfyui_dir(ctx.locations)
+    if searched:
+        ctx.progress("No ComfyUI was found. Searched:\n" + "\n".join(f"  - {s}" for s in searched))
+    question = f"Set up ComfyUI {min_version} or newer with MiniMax H3 support at {default}?"
+    if not ctx.confirm(question, default=True):
         return None
     return new_comfyui(ctx, default, source, fingerprint)

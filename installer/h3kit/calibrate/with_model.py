@@ -85,9 +85,13 @@ def canvas_of(workflow: dict) -> list | None:
 def preflight(workflow: dict, object_info: dict, min_version: str | None) -> str | None:
     """Why this ComfyUI cannot run the workflow (as a 'not run' reason), or None."""
     absent = comfy_api.missing_nodes(workflow, object_info)
-    if absent:
+    ours = [n for n in absent if n.startswith("H3kit")]
+    theirs = [n for n in absent if not n.startswith("H3kit")]
+    if theirs:
         since = f" (H3 support arrived in ComfyUI {min_version})" if min_version else ""
-        return f"this ComfyUI has no node {', '.join(absent)}{since}; update ComfyUI"
+        return f"this ComfyUI has no node {', '.join(theirs)}{since}; update ComfyUI"
+    if ours:
+        return f"this ComfyUI has no node {', '.join(ours)}: the h3kit node pack is not installed here; run h3kit install"
     bad = comfy_api.combo_problems(workflow, object_info)
     if bad:
         return f"this ComfyUI cannot take the workflow: {bad[0]}"
@@ -115,7 +119,8 @@ def run(install, plan: dict, fingerprint: dict, cat, *, cache_dir: Path, progres
                                           bool(fingerprint.get("gpus")))
     canvas = canvas_of(workflow)
     steps = MEASURE_STEPS if planned_steps is None else min(int(planned_steps), MEASURE_STEPS)
-    base = {"workflow": source, "files": dict(needed_files(workflow)), "canvas": canvas, "steps": steps,
+    base = {"workflow": source, "files": [f"{folder}/{name}" for folder, name in needed_files(workflow)],
+            "canvas": canvas, "steps": steps,
             "workflow_steps": planned_steps, "comfyui_args": args, "dropped_args": dropped}
     say = progress or (lambda _msg: None)
     shown = f"{canvas[0]}x{canvas[1]}, {canvas[2]} frames" if canvas else "the workflow's canvas"

@@ -63,7 +63,10 @@ def real_model_rows(real: dict) -> list[list]:
     if "seconds" not in real:
         return []
     device = real.get("device") or {}
-    rows = [["files", ", ".join(f"{k}: {v}" for k, v in (real.get("files") or {}).items())],
+    files = real.get("files") or []
+    shown = ", ".join(f"{k}: {v}" for k, v in files.items()) if isinstance(files, dict) else ", ".join(files)
+    rows = [["workflow", real.get("workflow") or "-"],
+            ["files", shown],
             ["canvas, steps", f"{'x'.join(str(x) for x in real.get('canvas') or [])}, {real.get('steps')}"],
             ["ComfyUI flags", " ".join(real.get("comfyui_args") or []) or "-"],
             ["start-up seconds", fmt(real.get("startup_seconds"))],

@@ -11,6 +11,7 @@ the one H3KIT_COMFYUI_DIR names.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,11 @@ CONFIG = """overrides:
 COMFYUI_MAKES = ("user", "input/3d")  # ComfyUI itself creates these when it starts, with or without h3kit
 PART_OF = {"dit_weights": "dit", "text_encoder_weights": "text_encoder", "vae_weights": "video_vae",
            "audio_vae_weights": "audio_vae"}
+
+
+def _say(*parts) -> None:
+    """Figures for the log (run with -s); past capsys, which run_cli empties after every command."""
+    sys.__stdout__.write(" ".join(parts) + "\n")
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +107,7 @@ def test_install_run_apply_calibrate_uninstall(h3_comfy, h3kit_home, run_cli, tm
     ran, video = _run_ui_workflow(h3_comfy, ui, tmp_path / "work")
     assert sorted(ran["templates"].get("ComfyUI-h3kit", [])) == ["h3kit_image_to_video", "h3kit_text_to_video"]
     probe = comfy_h3.probe_mp4(PYTHON, video)
-    print("first run:", json.dumps({k: ran[k] for k in ("seconds", "peak_rss_bytes")}), json.dumps(probe))
+    _say("first run:", json.dumps({k: ran[k] for k in ("seconds", "peak_rss_bytes")}), json.dumps(probe))
     assert (probe["video_streams"], probe["audio_streams"]) == (1, 1)
     assert probe["frames"] == 22 and probe["video_codec"] == "h264" and probe["audio_codec"] == "aac"
 
@@ -115,7 +121,7 @@ def test_install_run_apply_calibrate_uninstall(h3_comfy, h3kit_home, run_cli, tm
     code, out, err = run_cli("calibrate", "--quick", "--with-model", "--comfyui", str(h3_comfy), "--json")
     assert code == 0, err
     real = json.loads(out)["real_model"]
-    print("calibrate --with-model:", json.dumps({k: real.get(k) for k in ("status", "reason", "workflow", "canvas",
+    _say("calibrate --with-model:", json.dumps({k: real.get(k) for k in ("status", "reason", "workflow", "canvas",
                                                                          "steps", "seconds", "peak_rss_bytes")}))
     assert real["status"] == "measured", real
     assert real["workflow"] == str(node / workflows.API_DIR / "h3kit_text_to_video.json")

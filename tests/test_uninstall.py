@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -183,3 +184,22 @@ def test_purge_removes_the_bootstrap_path_launcher_only_while_unchanged(tmp_path
     assert code == 0, err
     assert launcher.exists() == edited
     assert (str(launcher) in json.loads(out)["purged"]) != edited
+
+
+def test_a_pack_folder_replaced_by_a_link_is_never_followed(tmp_path, run_cli):
+    """A developer swaps the installed pack for a link to their checkout: uninstall touches nothing behind it."""
+    comfy = comfy_tree.make_comfyui(tmp_path / "ComfyUI")
+    assert run_cli("install", "--comfyui", str(comfy), "--yes", "--skip-calibrate", "--no-models")[0] == 0
+    pack = comfy / "custom_nodes" / "ComfyUI-h3kit"
+    checkout = tmp_path / "my checkout of the pack"
+    shutil.copytree(pack, checkout)  # the same files, so their hashes match the record
+    shutil.rmtree(pack)
+    os.symlink(checkout, pack)
+    before = comfy_tree.snapshot(checkout)
+    code, out, err = run_cli("uninstall", "--comfyui", str(comfy), "--yes", "--json")
+    assert code == 4, err
+    doc = json.loads(out)
+    assert doc["behind_links"] and all(b["link"] == str(pack) for b in doc["behind_links"])
+    after = comfy_tree.snapshot(checkout)
+    assert {k for k in before if before[k] != after.get(k)} == set() and set(after) == set(before)
+    assert pack.is_symlink() and os.readlink(pack) == str(checkout)  # the user's link is left as it was

@@ -5,7 +5,7 @@ from __future__ import annotations
 from h3kit.cli.context import Context, Outcome
 from h3kit.comfy import manifest as mf
 from h3kit.comfy import uninstall as un
-from h3kit.core.errors import BadInput, H3kitError
+from h3kit.core.errors import EXIT_VERIFY_FAILED, BadInput, H3kitError
 from h3kit.steps.common import load_config, locate
 
 HELP = "remove exactly what h3kit installed, nothing else"
@@ -55,6 +55,12 @@ def run(args, ctx: Context) -> Outcome:
     if comfyui_purge and comfyui_purge.get("removed"):
         lines.append(f"  removed the ComfyUI h3kit created: {comfyui_purge['removed']}")
         lines += [f"  kept your files in {k}" for k in comfyui_purge.get("kept", [])]
+    if result.behind_links:
+        links = sorted({b["link"] for b in result.behind_links})
+        lines.append(f"Left {len(result.behind_links)} recorded files alone because {', '.join(links)} "
+                     "is now a link to somewhere else; h3kit never follows links. Remove the link yourself if "
+                     "you want, then run uninstall again.")
+        return Outcome(doc, "\n".join(lines), EXIT_VERIFY_FAILED)
     return Outcome(doc, "\n".join(lines))
 
 

@@ -9,7 +9,10 @@ Rules, in the order they are applied:
   changed is moved to a backup folder under the state dir and reported.
 - A folder we created is removed once empty; things the user added inside it
   are moved to the backup, except Python's own `__pycache__` byte code.
-- Links are never followed: a link is removed or moved as a link.
+- Links are never followed: a link is removed or moved as a link, and an
+  entry with a link on its way (the pack folder replaced by a link to a
+  checkout elsewhere, say) is left alone and reported, so nothing outside the
+  recorded ComfyUI folder is ever touched; the command then exits 4.
 - No record, or a corrupt one: refuse (exit 2); `--dry-run` shows what a
   guess would remove, without removing anything.
 """
@@ -41,6 +44,7 @@ class Removal:
     kept: list[dict] = field(default_factory=list)  # {"path", "why"}
     missing: list[str] = field(default_factory=list)
     staging_cleaned: list[str] = field(default_factory=list)
+    behind_links: list[dict] = field(default_factory=list)  # {"path", "link"}: left alone, never followed
     backup_dir: str | None = None
 
     def to_json(self) -> dict:
@@ -56,6 +60,23 @@ def _allowed_roots(install: ComfyInstall) -> list[Path]:
 
 def _inside(path: Path, roots: list[Path]) -> bool:
     return any(path == r or r in path.parents for r in roots)
+
+
+def link_on_the_way(path: Path, roots: list[Path]) -> Path | None:
+    """The first folder between a root and `path` that is a link (or a root that now resolves elsewhere), else None."""
+    root = next((r for r in roots if path == r or r in path.parents), None)
+    if root is None:
+        return None
+    for parent in reversed(path.parents):
+        if parent == root or root in parent.parents:
+            if parent != root and parent.is_symlink():
+                return parent
+    try:
+        if not path.is_symlink() and root.resolve() not in (path.resolve(), *path.resolve().parents):
+            return root
+    except OSError:
+        return root
+    return None
 
 
 def _is_runtime_bytecode(path: Path) -> bool:
@@ -90,6 +111,11 @@ def remove(record: mf.Manifest, install: ComfyInstall, state_dir: Path, *, dry_r
             continue
         if not _inside(path, roots):
             out.kept.append({"path": entry.path, "why": "outside the ComfyUI folder: h3kit never removes it"})
+            continue
+        link = path if entry.kind == "dir" and path.is_symlink() else link_on_the_way(path, roots)
+        if link is not None:
+            out.behind_links.append({"path": entry.path, "link": str(link)})
+            out.kept.append({"path": entry.path, "why": f"{link} is now a link; h3kit never follows links"})
             continue
         if not path.exists() and not path.is_symlink():
             out.missing.append(entry.path)

@@ -86,11 +86,8 @@ def run(args, ctx: Context) -> Outcome:
 
 
 def _record(ctx, install, findings) -> mf.Manifest | None:
-    path = mf.manifest_path(ctx.locations.state_dir, install.path)
-    if not path.exists():
-        return None
     try:
-        return mf.load(path)
+        return mf.load_for(ctx.locations.state_dir, install.path)
     except H3kitError as exc:
         findings.append(doctor.finding("record.readable", "fail", exc.message, exc.fix))
         return None

@@ -25,7 +25,7 @@ def run(args, ctx: Context) -> Outcome:
     install = locate(args, ctx, config, need_write=not ctx.dry_run)
     path = mf.manifest_path(ctx.locations.state_dir, install.path)
     try:
-        record = mf.load(path) if path.exists() else None
+        record = mf.load_for(ctx.locations.state_dir, install.path)
     except BadInput as corrupt:
         return _without_record(ctx, install, corrupt)
     if record is None:

@@ -6,7 +6,11 @@ Uninstall replays the record and removes only entries whose content still
 matches (a file the user changed is moved to a backup, never deleted).
 
 One manifest per target (a ComfyUI folder), stored as JSON under the state
-dir: `state/manifests/<slug>.json`. Schema `h3kit.manifest/1`:
+dir: `state/manifests/<slug>.json`, the slug made from the folder's resolved
+real path, so a ComfyUI named through a link and by its real path is one
+target (`find_record`; a record named by an older h3kit after the path as
+typed is still found). A record read under another spelling of the same
+folder is rebased onto the spelling in use (`Manifest.rebase`). Schema `h3kit.manifest/1`:
 
     {"schema": "h3kit.manifest/1", "target": "<abs path>", "created": iso,
      "updated": iso, "h3kit_version": "...",
@@ -37,9 +41,17 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
 
 
-def slug_for(target: Path) -> str:
-    """A stable file name for a target path (readable prefix + short hash)."""
-    text = str(Path(target).absolute())
+def canonical(target: str | os.PathLike) -> str:
+    """The one spelling of a folder: its resolved real path (case-folded where the file system ignores case)."""
+    return os.path.normcase(os.path.realpath(os.path.abspath(target)))
+
+
+def slug_for(target: Path, *, legacy: bool = False) -> str:
+    """A stable file name for a target folder (readable prefix + short hash of its canonical path).
+
+    legacy=True: the name older h3kit versions used, from the path as typed (read as a fallback only).
+    """
+    text = str(Path(target).absolute()) if legacy else canonical(target)
     tail = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(text).name)[:40] or "root"
     return f"{tail}-{hashlib.sha256(text.encode('utf-8')).hexdigest()[:12]}"
 
@@ -103,6 +115,16 @@ class Manifest:
         else:
             self.entries.append(entry)
 
+    def rebase(self, old: str | os.PathLike, new: str | os.PathLike) -> int:
+        """Rename recorded paths under the folder `old` to the same place under `new`; how many moved."""
+        old_s, new_s = str(Path(old).absolute()), str(Path(new).absolute())
+        moved = 0
+        for e in self.entries:
+            if e.path == old_s or e.path.startswith(old_s + os.sep):
+                e.path = new_s + e.path[len(old_s):]
+                moved += 1
+        return moved
+
     def by_role(self, role: str) -> list[Entry]:
         return [e for e in self.entries if e.role == role]
 
@@ -141,7 +163,43 @@ class Manifest:
 
 
 def manifest_path(state_dir: Path, target: str | os.PathLike) -> Path:
+    """Where the record of `target` is: the canonical name, else one an older h3kit wrote (see find_record)."""
+    return find_record(state_dir, target) or _canonical_path(state_dir, target)
+
+
+def _canonical_path(state_dir: Path, target: str | os.PathLike) -> Path:
     return Path(state_dir) / "manifests" / f"{slug_for(Path(target))}.json"
+
+
+def find_record(state_dir: Path, target: str | os.PathLike) -> Path | None:
+    """The stored record of `target` under any spelling: the canonical name, the name from the path as typed
+    (older h3kit), or any record whose recorded target resolves to the same folder. None when there is none."""
+    folder = Path(state_dir) / "manifests"
+    for p in (_canonical_path(state_dir, target), folder / f"{slug_for(Path(target), legacy=True)}.json"):
+        if p.is_file():
+            return p
+    want = canonical(target)
+    try:
+        others = sorted(folder.glob("*.json"))
+    except OSError:
+        return None
+    for p in others:
+        try:
+            recorded = json.loads(p.read_text(encoding="utf-8")).get("target")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(recorded, str) and canonical(recorded) == want:
+            return p
+    return None
+
+
+def lock_path(state_dir: Path, target: str | os.PathLike) -> Path:
+    """The lock file of one ComfyUI (h3kit.core.lock): in h3kit's state folder, never inside ComfyUI."""
+    return Path(state_dir) / "locks" / f"{slug_for(Path(target))}.lock"
+
+
+def home_lock_path(state_dir: Path) -> Path:
+    return Path(state_dir) / "locks" / "h3kit-home.lock"
 
 
 def load(path: str | os.PathLike) -> Manifest:
@@ -161,10 +219,27 @@ def load(path: str | os.PathLike) -> Manifest:
         ) from exc
 
 
+def load_for(state_dir: Path, target: str | os.PathLike) -> Manifest | None:
+    """The record of `target` (any spelling, see find_record), its paths in `target`'s spelling; None if none."""
+    path = find_record(state_dir, target)
+    if path is None:
+        return None
+    record = load(path)
+    here = Path(target).absolute()
+    if record.target != str(here):
+        old = Path(record.target)
+        record.rebase(old, here)
+        if old.parent != here.parent and canonical(old.parent) == canonical(here.parent):
+            record.rebase(old.parent, here.parent)  # the portable build's launchers, one level up
+        record.target = str(here)
+    return record
+
+
 def load_or_new(state_dir: Path, target: str | os.PathLike) -> Manifest:
+    found = load_for(state_dir, target)
+    if found is not None:
+        return found
     path = manifest_path(state_dir, target)
-    if path.exists():
-        return load(path)
     m = Manifest(str(Path(target).absolute()))
     m.path = path
     return m

@@ -1,8 +1,8 @@
 """Numbers for people: bytes, seconds and minutes in one spelling everywhere.
 
 Decimal units (1 GB = 10^9 bytes) because model files are published that way
-and users compare against those sizes; GiB appears only where memory is said
-to be GiB on purpose.
+and users compare against those sizes; `gib` is for memory as cards and
+machines report it (nvidia-smi, About This Mac), and only there.
 """
 
 from __future__ import annotations
@@ -23,6 +23,13 @@ def gb(n: float | None, unknown: str = "n/a") -> str:
     if not isinstance(n, (int, float)) or isinstance(n, bool):
         return unknown
     return f"{n / 1e9:.1f} GB"
+
+
+def gib(n: float | None, digits: int = 1, unknown: str = "?") -> str:
+    """Binary gigabytes (`24 GiB`): memory as cards and Macs report it, so a person recognises their 24 GB card."""
+    if not isinstance(n, (int, float)) or isinstance(n, bool):
+        return unknown
+    return f"{n / 2**30:.{digits}f} GiB"
 
 
 def human_seconds(s: float | None, unknown: str = "unknown") -> str:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Iterable
 
 from h3kit import __version__
+from h3kit.core.units import gib
 from h3kit.fingerprint import _common
 from h3kit.fingerprint._probe import Probe, run_all
 
@@ -130,10 +131,6 @@ def _unique(items: list[str]) -> list[str]:
     return out
 
 
-def _gib(n: int | float | None) -> str:
-    return "?" if n is None else f"{n / 1024**3:.1f} GiB"
-
-
 def render_text(doc: dict) -> str:
     """The short table a person reads without --json."""
     os_ = doc["os"]
@@ -144,15 +141,15 @@ def render_text(doc: dict) -> str:
         ("CPU", f"{doc['cpu']['model']}, {doc['cpu']['physical_cores'] or '?'} cores / "
                 f"{doc['cpu']['logical_cores'] or '?'} threads"),
         ("SIMD", " ".join(doc["cpu"]["flags"]) or "-"),
-        ("Memory", f"{_gib(doc['memory']['total_bytes'])} total, {_gib(doc['memory']['available_bytes'])} available, "
-                   f"{_gib(doc['memory']['swap_total_bytes'])} swap"),
+        ("Memory", f"{gib(doc['memory']['total_bytes'])} total, {gib(doc['memory']['available_bytes'])} available, "
+                   f"{gib(doc['memory']['swap_total_bytes'])} swap"),
     ]
     if not doc["gpus"]:
         rows.append(("GPU", "none found (CPU only)"))
     for i, g in enumerate(doc["gpus"]):
-        bits = [f"{g['name']} ({g['vendor']})", _gib(g["memory_total_bytes"])]
+        bits = [f"{g['name']} ({g['vendor']})", gib(g["memory_total_bytes"])]
         if g.get("unified_memory"):
-            bits[1] = f"{_gib(g['memory_total_bytes'])} usable of {_gib(g.get('unified_memory_total_bytes'))} unified"
+            bits[1] = f"{gib(g['memory_total_bytes'])} usable of {gib(g.get('unified_memory_total_bytes'))} unified"
         if g.get("driver_version"):
             bits.append(f"driver {g['driver_version']}")
         if g.get("cuda_driver_version"):
@@ -162,7 +159,7 @@ def render_text(doc: dict) -> str:
         bits.append(f"backend {g['backend'] or 'none'}")
         rows.append((f"GPU {i}", ", ".join(bits)))
     for d in doc["disks"]:
-        rows.append(("Disk", f"{d['path']}: {_gib(d['free_bytes'])} free of {_gib(d['total_bytes'])} ({d['kind']})"))
+        rows.append(("Disk", f"{d['path']}: {gib(d['free_bytes'])} free of {gib(d['total_bytes'])} ({d['kind']})"))
     rows.append(("Compilers", ", ".join(f"{c['name']} {c['version']}" for c in doc["compilers"]) or "none found"))
     width = max(len(k) for k, _ in rows)
     lines = [f"{k.ljust(width)}  {v}" for k, v in rows]

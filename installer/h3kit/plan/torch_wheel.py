@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 
+from h3kit.core.units import gib
 from h3kit.data.torch_builds import load as builds_table
 
 SCHEMA = "h3kit.torch_choice/1"
@@ -58,12 +59,6 @@ def gpus_of(fp: dict, vendor: str) -> list[dict]:
 
 def biggest(gpus: list[dict]) -> dict:
     return max(gpus, key=lambda g: g.get("memory_total_bytes") or 0)
-
-
-def _gib(n: int | None) -> str:
-    # Deliberately GiB, not h3kit.core.units: cards are sold and reported (nvidia-smi, About This Mac) in
-    # binary units, so "24 GiB" is the number a person recognises as their RTX 4090.
-    return f"{(n or 0) / 2**30:.0f} GiB"
 
 
 def _index_url(table: dict, tag: str) -> str:
@@ -152,7 +147,7 @@ def _choose_apple(fp: dict, t: dict) -> dict:
         )
     memory = gpu.get("memory_total_bytes") if gpu else (fp.get("memory") or {}).get("total_bytes")
     choice["rationale"].append(
-        f"Apple Silicon with {_gib(memory)} of unified memory: the default macOS arm64 wheels from PyPI "
+        f"Apple Silicon with {_card_gib(memory)} of unified memory: the default macOS arm64 wheels from PyPI "
         "carry the Metal (MPS) backend, so no special index is needed."
     )
     return choice
@@ -220,7 +215,7 @@ def _choose_nvidia(fp: dict, gpu: dict, t: dict) -> dict:
                   else f"driver {driver_text} is at least {_min_driver_text(best, system)[len('driver '):]}")
     cc_text = f"compute capability {gpu.get('compute_capability')}" if cc else "an unknown compute capability"
     choice["rationale"].append(
-        f"{name} ({_gib(gpu.get('memory_total_bytes'))}, {cc_text}): {best['tag']} is the newest CUDA "
+        f"{name} ({_card_gib(gpu.get('memory_total_bytes'))}, {cc_text}): {best['tag']} is the newest CUDA "
         f"wheel it can use because {why_driver} (>= {best['cuda']}) and the wheels carry its architecture."
     )
     newer_for_gpu = [r for r in for_gpu if r is not best and rows.index(r) < rows.index(best)]
@@ -279,7 +274,7 @@ def _choose_amd(fp: dict, gpu: dict, t: dict) -> dict:
     if gfx in rocm["gfx_targets"]:
         choice = _base_choice(t, rocm["tag"], "rocm", _index_url(t, rocm["tag"]), gpu)
         choice["rationale"].append(
-            f"{name} ({gfx}, {_gib(gpu.get('memory_total_bytes'))}) on Linux: PyTorch's {rocm['tag']} wheels "
+            f"{name} ({gfx}, {_card_gib(gpu.get('memory_total_bytes'))}) on Linux: PyTorch's {rocm['tag']} wheels "
             f"carry native kernels for {gfx}."
         )
         return choice
@@ -301,7 +296,11 @@ def _choose_intel(fp: dict, gpu: dict, t: dict) -> dict:
     tag = t["xpu"]["tag"]
     choice = _base_choice(t, tag, "xpu", _index_url(t, tag), gpu)
     choice["rationale"].append(
-        f"{gpu.get('name', 'Intel GPU')} ({_gib(gpu.get('memory_total_bytes'))}): PyTorch's XPU wheels "
+        f"{gpu.get('name', 'Intel GPU')} ({_card_gib(gpu.get('memory_total_bytes'))}): PyTorch's XPU wheels "
         f"({_index_url(t, tag)}) drive Intel Arc and Data Center GPUs."
     )
     return choice
+
+
+def _card_gib(n: int | None) -> str:
+    return gib(n or 0, digits=0)

@@ -32,10 +32,15 @@ BANNER_4090 = """\
 
 
 def fake_tool(folder: Path, name: str, body: str) -> Path:
-    """An executable Python script called `name` in `folder`."""
+    """An executable called `name` in `folder`: a sh wrapper running the Python body beside it.
+
+    Not a `#!python` line: a shebang cannot hold a path with a space, and the
+    test Python may live under one (a checkout in "My Projects").
+    """
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / name
-    path.write_text(f"#!{sys.executable}\nimport sys, time\n{body}\n", encoding="utf-8")
+    (folder / f"{name}.py").write_text(f"import sys, time\n{body}\n", encoding="utf-8")
+    path.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$0.py" "$@"\n', encoding="utf-8")
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return path
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from h3kit.cli.context import Context, Outcome
 from h3kit.comfy import deploy
-from h3kit.steps.common import current_plan, generated_files, load_config, locate
+from h3kit.steps.common import current_plan, exclusive, generated_files, load_config, locate
 
 HELP = "re-apply the config and profile to the installed node pack and its launcher"
 
@@ -24,6 +24,11 @@ def run(args, ctx: Context) -> Outcome:
     notes: list[str] = []
     config = load_config(ctx)
     install = locate(args, ctx, config, need_write=True)
+    with exclusive(ctx, install, "apply"):
+        return _apply(args, ctx, config, install, notes)
+
+
+def _apply(args, ctx: Context, config, install, notes: list[str]) -> Outcome:
     _, plan = current_plan(ctx, config, getattr(args, "profile", None), notes)
     doc = deploy.apply(install, dict(plan["settings"]), plan["profile"], ctx.locations.state_dir,
                        ctx.locations.cache_dir, dry_run=ctx.dry_run, generated=generated_files(plan))

@@ -17,6 +17,7 @@ from h3kit.core.errors import EXIT_NOT_READY, EXIT_VERIFY_FAILED, H3kitError, No
 from h3kit.data import catalog
 from h3kit.steps.common import (
     current_plan,
+    exclusive,
     load_config,
     locate,
     saved_plan,
@@ -53,6 +54,13 @@ def run(args, ctx: Context) -> Outcome:
         findings.append(doctor.finding("comfyui.found", "fail", exc.message, exc.fix))
         return _outcome(findings, notes, None)
     findings.append(doctor.finding("comfyui.found", "ok", f"ComfyUI at {install.path} (found by {install.source})."))
+    if not args.fix:
+        return _check(args, ctx, config, fingerprint, plan, install, findings, notes)
+    with exclusive(ctx, install, "doctor --fix"):
+        return _check(args, ctx, config, fingerprint, plan, install, findings, notes)
+
+
+def _check(args, ctx: Context, config, fingerprint, plan, install, findings: list[dict], notes: list[str]) -> Outcome:
     try:
         info = comfyui.inspect(install)
         findings.append(doctor.finding("comfyui.python", "ok",
@@ -95,8 +103,8 @@ def _record(ctx, install, findings) -> mf.Manifest | None:
 
 def _fix(args, ctx, findings, notes) -> None:
     """The fixes h3kit can make itself: a stale profile or launcher is re-applied."""
-    if any(f["check"] == "pack.present" and f["status"] == "fail" for f in findings):
-        return  # nothing to re-apply before 'h3kit install' (that finding names it)
+    if any(f["check"] == "pack.present" and f["status"] != "ok" for f in findings):
+        return  # nothing to re-apply before 'h3kit install', or while the pack is disabled (that finding names it)
     stale = [f for f in findings if f["check"] in ("profile.current", "launcher.flags") and f["status"] != "ok"]
     if stale:
         from h3kit.cli import apply

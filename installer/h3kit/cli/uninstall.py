@@ -5,8 +5,9 @@ from __future__ import annotations
 from h3kit.cli.context import Context, Outcome
 from h3kit.comfy import manifest as mf
 from h3kit.comfy import uninstall as un
+from h3kit.comfy.deploy import disabled_copy
 from h3kit.core.errors import EXIT_VERIFY_FAILED, BadInput, H3kitError
-from h3kit.steps.common import load_config, locate
+from h3kit.steps.common import exclusive, load_config, locate
 
 HELP = "remove exactly what h3kit installed, nothing else"
 
@@ -23,6 +24,11 @@ def run(args, ctx: Context) -> Outcome:
     except H3kitError:
         config = None  # a broken config must not stop an uninstall
     install = locate(args, ctx, config, need_write=not ctx.dry_run)
+    with exclusive(ctx, install, "uninstall"):
+        return _uninstall(args, ctx, install)
+
+
+def _uninstall(args, ctx: Context, install) -> Outcome:
     path = mf.manifest_path(ctx.locations.state_dir, install.path)
     try:
         record = mf.load_for(ctx.locations.state_dir, install.path)
@@ -32,6 +38,10 @@ def run(args, ctx: Context) -> Outcome:
         return _without_record(ctx, install, BadInput(
             f"h3kit has no install record for {install.path} (looked for {path}), so it will not guess what to remove.",
             "Run the same command with --dry-run to see what it would remove; delete those yourself if you agree."))
+    disabled = disabled_copy(install, record)
+    if disabled is not None:  # ComfyUI-Manager disabled it: the same pack under the other name
+        record.rebase(install.node_dir, disabled)
+        ctx.progress(f"The node pack is disabled (renamed to {disabled} by ComfyUI-Manager); removing it there.")
     if not ctx.dry_run and not ctx.confirm(f"Remove h3kit from {install.path}?", default=True):
         return Outcome({"schema": "h3kit.uninstall/1", "cancelled": True}, "Nothing removed.")
     from h3kit.comfy.setup import purge_on_uninstall, restore_on_uninstall
@@ -45,9 +55,12 @@ def run(args, ctx: Context) -> Outcome:
     if comfyui_purge and comfyui_purge.get("removed"):  # kept by the replay above, then purged
         result.kept = [k for k in result.kept if not k["path"].startswith(comfyui_purge["removed"])]
     doc = {"schema": "h3kit.uninstall/1", "comfyui": str(install.path), "dry_run": ctx.dry_run, **result.to_json(),
-           "purged": purged, "torch": torch_notes, "comfyui_purge": comfyui_purge}
+           "purged": purged, "torch": torch_notes, "comfyui_purge": comfyui_purge,
+           "disabled_pack": str(disabled) if disabled else None}
     verb = "Would remove" if ctx.dry_run else "Removed"
     lines = [f"{verb} {len(result.removed)} files and folders h3kit installed in {install.path}."]
+    lines += [f"  {'would remove' if ctx.dry_run else 'removed'} the staging folder an interrupted install left: {p}"
+              for p in result.staging_cleaned]
     lines += [f"  moved to backup (changed or added by you): {b['path']} -> {b['backup']}" for b in result.backed_up]
     lines += [f"  kept: {k['path']} ({k['why']})" for k in result.kept]
     lines += [f"  purged: {p}" for p in purged]
@@ -66,10 +79,25 @@ def run(args, ctx: Context) -> Outcome:
 
 def _without_record(ctx: Context, install, problem: BadInput) -> Outcome:
     if not ctx.dry_run:
-        raise problem
+        return _staging_only(ctx, install, problem)
     guessed = un.guess(install)
     doc = {"schema": "h3kit.uninstall/1", "comfyui": str(install.path), "dry_run": True, "record": None,
            "problem": problem.message, "would_remove": guessed}
     text = (f"{problem.message}\nWithout a record h3kit removes nothing. These are h3kit's names in this ComfyUI:\n"
             + ("\n".join(f"  {p}" for p in guessed) or "  (none found)"))
     return Outcome(doc, text)
+
+
+def _staging_only(ctx: Context, install, problem: BadInput) -> Outcome:
+    """No record: remove only the staging folders an interrupted install left (they carry h3kit's mark);
+    anything else under h3kit's names is refused, since without a record h3kit will not guess."""
+    from h3kit.comfy.deploy import clean_staging
+
+    cleaned = clean_staging(install)
+    said = "".join(f"\nRemoved the staging folder an interrupted install left: {p}" for p in cleaned)
+    if un.guess(install) or not cleaned:
+        problem.message += said
+        raise problem
+    doc = {"schema": "h3kit.uninstall/1", "comfyui": str(install.path), "dry_run": False, "record": None,
+           "removed": [], "staging_cleaned": cleaned, "backed_up": [], "kept": [], "missing": [], "behind_links": []}
+    return Outcome(doc, f"h3kit has no install record for {install.path}; nothing else of h3kit's is there." + said)

@@ -33,6 +33,7 @@ PROFILE_FILE = "h3kit_profile.json"
 PROFILE_SCHEMA = "h3kit.node-profile/1"
 STAGING_SUFFIX = ".h3kit-staging.disabled"
 STAGING_MARK = ".h3kit-staging"
+DISABLED_SUFFIX = ".disabled"  # ComfyUI-Manager's "disable": the pack folder renamed, ComfyUI skips it
 EXPECTED_NODES = ("H3kitProfileInfo", "H3kitTiledVAEDecode", "H3kitMemoryGuard", "H3kitCalibrationReport")
 VERIFY_TIMEOUT = 120.0
 SKIP_NAMES = {"__pycache__", ".pytest_cache", "tests"}
@@ -115,6 +116,23 @@ def ensure_ours(install: ComfyInstall, record: mf.Manifest) -> bool:
     shown = f" holding {', '.join(what)}" if what else ""
     raise BadInput(f"{target} already exists ({kind}{shown}) and was not installed by h3kit; h3kit will not overwrite it.",
                    "Move or rename it yourself (it may be another copy of this pack), then run the install again.")
+
+
+def disabled_copy(install: ComfyInstall, record: mf.Manifest | None) -> Path | None:
+    """Our pack as ComfyUI-Manager disabled it (renamed to `ComfyUI-h3kit.disabled`, or moved into
+    `custom_nodes/.disabled/`), or None. Ours: the recorded name is gone, the other is a real folder (not a
+    link), and at least half of the recorded pack files are there under the other name, hashes matching."""
+    target = install.node_dir
+    if record is None or record.find(target) is None or target.exists() or target.is_symlink():
+        return None
+    files = [e for e in record.entries if e.kind == "file" and e.path.startswith(str(target) + os.sep)]
+    for other in (target.with_name(target.name + DISABLED_SUFFIX), install.custom_nodes / ".disabled" / target.name):
+        if not files or other.is_symlink() or not other.is_dir() or other.parent.is_symlink():
+            continue
+        moved = [mf.Entry(str(other) + e.path[len(str(target)):], "file", e.sha256, e.bytes) for e in files]
+        if 2 * sum(record.still_ours(e) for e in moved) >= len(files):
+            return other
+    return None
 
 
 def backup_root(state_dir: Path, target: str | os.PathLike) -> Path:
@@ -319,6 +337,11 @@ def apply(install: ComfyInstall, settings: dict, profile: str, state_dir: Path, 
     ComfyUI is restarted. A generated file the user edited in place is kept.
     """
     record = mf.load_or_new(state_dir, install.path)
+    disabled = disabled_copy(install, record)
+    if disabled is not None:
+        raise NotReady(f"The h3kit node pack is disabled (ComfyUI-Manager renamed it to {disabled}), so there is "
+                       "nothing to apply.", "Enable it again in ComfyUI-Manager (or rename it back to "
+                       f"{install.node_dir.name}), then run h3kit apply.")
     if record.find(install.node_dir) is None or not install.node_dir.is_dir():
         raise NotReady(f"h3kit is not installed in {install.path}, so there is nothing to apply.",
                        f'Run h3kit install --comfyui "{install.path}" first.')

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from h3kit.comfy import manifest as mf
-from h3kit.comfy.deploy import PROFILE_FILE, PROFILE_SCHEMA
+from h3kit.comfy.deploy import PROFILE_FILE, PROFILE_SCHEMA, disabled_copy
 from h3kit.comfy.inspect import marked_json
 from h3kit.comfy.launcher import accepted_flags, filter_args
 from h3kit.comfy.locate import ComfyInstall, run_python
@@ -44,6 +44,12 @@ def _reinstall(install: ComfyInstall) -> str:
 
 def pack_findings(install: ComfyInstall, record: mf.Manifest | None) -> list[dict]:
     """Pack present and every recorded file unchanged."""
+    disabled = disabled_copy(install, record)
+    if disabled is not None:
+        return [finding("pack.present", "warn", f"The h3kit node pack is disabled: ComfyUI-Manager renamed it to "
+                        f"{disabled}, so ComfyUI does not load it.",
+                        f"Enable it again in ComfyUI-Manager (or rename it back to {install.node_dir.name}) and "
+                        "restart ComfyUI; 'h3kit uninstall' removes it under either name.")]
     if record is None or record.find(install.node_dir) is None:
         if install.node_dir.exists():
             return [finding("pack.present", "fail", f"{install.node_dir} exists but h3kit has no record of installing it.",

@@ -14,7 +14,10 @@ Rules, in the order they are applied:
   checkout elsewhere, say) is left alone and reported, so nothing outside the
   recorded ComfyUI folder is ever touched; the command then exits 4.
 - No record, or a corrupt one: refuse (exit 2); `--dry-run` shows what a
-  guess would remove, without removing anything.
+  guess would remove, without removing anything. The one exception: a
+  staging folder an interrupted install left (named `*.h3kit-staging.disabled`
+  and holding h3kit's `.h3kit-staging` mark) is always removed, record or not,
+  and `--dry-run` lists it.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from h3kit.comfy import manifest as mf
-from h3kit.comfy.deploy import backup_root, clean_staging, move_to_backup
+from h3kit.comfy.deploy import backup_root, clean_staging, move_to_backup, staging_dirs
 from h3kit.comfy.locate import NODE_DIR_NAME, ComfyInstall
 from h3kit.core.files import sha256_file
 
@@ -89,8 +92,7 @@ def _is_runtime_bytecode(path: Path) -> bool:
 def remove(record: mf.Manifest, install: ComfyInstall, state_dir: Path, *, dry_run: bool) -> Removal:
     """Replay the record backwards (deepest first). With dry_run nothing changes."""
     out = Removal()
-    if not dry_run:
-        out.staging_cleaned = clean_staging(install)
+    out.staging_cleaned = clean_staging(install) if not dry_run else [str(p) for p in staging_dirs(install)]
     roots = _allowed_roots(install)
     backups = backup_root(state_dir, install.path)
     base = install.path.parent if install.launcher_dir == install.path.parent else install.path
@@ -156,8 +158,9 @@ def _empty_dir(path: Path, recorded: set[str], dry_run: bool, out: Removal, back
 
 
 def guess(install: ComfyInstall) -> list[str]:
-    """Without a usable record: what an uninstall would be about (shown by --dry-run only)."""
-    found = []
+    """Without a usable record: what an uninstall would be about (shown by --dry-run only; the staging
+    folders an interrupted install left, which carry h3kit's mark, are removed by uninstall even so)."""
+    found = [str(p) for p in staging_dirs(install)]
     for p in [install.custom_nodes / NODE_DIR_NAME] + [d / n for d in _allowed_roots(install) for n in LAUNCHER_NAMES]:
         if p.exists() or p.is_symlink():
             found.append(str(p))

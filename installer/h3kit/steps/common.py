@@ -7,7 +7,11 @@ parse arguments or print themselves.
 
 from __future__ import annotations
 
+from contextlib import contextmanager, nullcontext
+
 from h3kit.comfy import locate as comfyui
+from h3kit.comfy import manifest as mf
+from h3kit.core import lock
 from h3kit.comfy.inspect import torch_fit_findings
 from h3kit.core.session import Session as Context
 
@@ -62,6 +66,54 @@ def locate(args, ctx: Context, config, *, need_write: bool) -> comfyui.ComfyInst
     for note in install.notes:
         ctx.progress(note)
     return install
+
+
+@contextmanager
+def exclusive(ctx: Context, install: comfyui.ComfyInstall, command: str):
+    """Hold this ComfyUI's lock and the h3kit home's for the with-block (h3kit.core.lock); a dry run takes none.
+
+    Another h3kit holding either: NotReady (exit 3), "another h3kit is installing into this ComfyUI (pid N)".
+    """
+    if ctx.dry_run:
+        with nullcontext():
+            yield
+        return
+    state = ctx.locations.state_dir
+    info = {"command": command, "comfyui": str(install.path)}
+    fix = "Wait for the other h3kit to finish (or close its window), then run this command again."
+    with lock.held(mf.lock_path(state, install.path), "Another h3kit is installing into this ComfyUI",
+                   f"{fix} (ComfyUI: {install.path})", info):
+        with lock.held(mf.home_lock_path(state), f"Another h3kit is changing h3kit's own files in "
+                       f"{ctx.locations.config_dir}", fix, info):
+            yield
+
+
+def remember_comfyui(ctx: Context, config, install: comfyui.ComfyInstall, notes: list[str]) -> None:
+    """After a successful install: save the ComfyUI as `comfyui_path` in config.yaml (comments kept), so apply,
+    uninstall, doctor and the scripts/ shims find it without --comfyui. A comfyui_path the user set to another
+    ComfyUI that still exists is left as it is, and noted."""
+    from pathlib import Path
+
+    from h3kit.core.errors import H3kitError
+    from h3kit.data import config as config_mod
+
+    named = getattr(config, "comfyui_path", None) if config is not None else None
+    where = ctx.locations.config_file
+    if named:
+        other = Path(named).expanduser()
+        if mf.canonical(other) == mf.canonical(install.path):
+            return
+        if comfyui.looks_like_comfyui(other) or comfyui.looks_like_desktop_base(other):
+            notes.append(f"{where} names another ComfyUI ({other}) in comfyui_path, left as it is: commands "
+                         f'without --comfyui use that one (pass --comfyui "{install.path}" for this one)')
+            return
+    try:
+        config_mod.set_value(ctx.locations, "comfyui_path", str(install.path))
+    except (OSError, H3kitError) as exc:
+        notes.append(f"could not save comfyui_path in {where} ({getattr(exc, 'message', exc)}); "
+                     f'name this ComfyUI with --comfyui "{install.path}" next time')
+        return
+    notes.append(f"saved comfyui_path in {where}, so apply, doctor and uninstall find this ComfyUI without --comfyui")
 
 
 def torch_findings(fingerprint: dict | None, info: dict) -> list[dict]:

@@ -23,10 +23,12 @@ from h3kit.native.build import build, find_library
 from h3kit.steps import next_steps
 from h3kit.steps.common import (
     current_plan,
+    exclusive,
     generated_files,
     load_config,
     locate,
     loud,
+    remember_comfyui,
     saved_plan,
     torch_findings,
 )
@@ -62,7 +64,13 @@ def run(args, ctx: Context) -> Outcome:
             return _without_comfyui(args, ctx, plan, profile, notes, warnings, missing)
         args.comfyui, args.comfyui_python = str(created), None
         install = locate(args, ctx, config, need_write=True)
+    with exclusive(ctx, install, "install"):
+        return _into(args, ctx, config, fingerprint, plan, settings, profile, library, install, notes, warnings)
 
+
+def _into(args, ctx: Context, config, fingerprint, plan, settings: dict, profile: str, library, install,
+          notes: list[str], warnings: list[str]) -> Outcome:
+    """Everything from inspecting the found ComfyUI on, under its lock (h3kit.steps.common.exclusive)."""
     info = comfyui.inspect(install)
     ctx.progress(f"ComfyUI {info.get('comfyui_version') or '?'} at {install.path}; Python {info.get('python_version')}, "
                  f"torch {info.get('torch') or 'missing'} ({info.get('torch_build') or '-'})")
@@ -98,6 +106,7 @@ def run(args, ctx: Context) -> Outcome:
     except VerificationFailed as exc:
         exc.details = doc
         raise
+    remember_comfyui(ctx, config, install, notes)
     ctx.progress("Checking that this ComfyUI can run MiniMax H3...")
     support = h3_support.check(install, catalog.load(), comfyui.run_python)
     doc["h3"] = support.to_json()

@@ -190,6 +190,10 @@ def test_doctor_says_the_pack_is_disabled_and_apply_says_so_too(tmp_path, run_cl
     assert present["status"] == "warn" and "disabled" in present["message"] and str(disabled) in present["message"]
     code, out, err = run_cli("apply", "--comfyui", str(comfy))
     assert code == 3 and "disabled" in err and "Traceback" not in err
+    before = comfy_tree.snapshot(comfy)
+    code, out, err = run_cli(*INSTALL, "--comfyui", str(comfy))  # no second copy beside the disabled one
+    assert code == 3 and "disabled" in json.loads(out)["error"]
+    assert comfy_tree.snapshot(comfy) == before
     disabled.rename(comfy / "custom_nodes" / "ComfyUI-h3kit")  # enabled again: still ours
     code, out, err = run_cli("doctor", "--comfyui", str(comfy), "--json")
     [present] = [f for f in json.loads(out)["findings"] if f["check"] == "pack.present"]

@@ -135,6 +135,15 @@ def disabled_copy(install: ComfyInstall, record: mf.Manifest | None) -> Path | N
     return None
 
 
+def _refuse_disabled(install: ComfyInstall, record: mf.Manifest, command: str) -> None:
+    """Install and apply leave a disabled pack as the user left it (a second copy beside it would orphan it)."""
+    disabled = disabled_copy(install, record)
+    if disabled is not None:
+        raise NotReady(f"The h3kit node pack is disabled (ComfyUI-Manager renamed it to {disabled}), so h3kit "
+                       f"changes nothing.", "Enable it again in ComfyUI-Manager (or rename it back to "
+                       f"{install.node_dir.name}), then run h3kit {command}; 'h3kit uninstall' removes it as it is.")
+
+
 def backup_root(state_dir: Path, target: str | os.PathLike) -> Path:
     return Path(state_dir) / "backups" / mf.slug_for(Path(target)) / mf.now_iso().replace(":", "")
 
@@ -184,6 +193,7 @@ def deploy(install: ComfyInstall, *, settings: dict, profile: str, library: Path
     """Install or upgrade the pack and launcher; returns what was done (manifest saved)."""
     say = progress or (lambda msg: None)
     record = mf.load_or_new(state_dir, install.path)
+    _refuse_disabled(install, record, "install")
     notes = [f"removed an interrupted install's staging folder {p}" for p in clean_staging(install)]
     ours = ensure_ours(install, record)
     target = install.node_dir
@@ -337,11 +347,7 @@ def apply(install: ComfyInstall, settings: dict, profile: str, state_dir: Path, 
     ComfyUI is restarted. A generated file the user edited in place is kept.
     """
     record = mf.load_or_new(state_dir, install.path)
-    disabled = disabled_copy(install, record)
-    if disabled is not None:
-        raise NotReady(f"The h3kit node pack is disabled (ComfyUI-Manager renamed it to {disabled}), so there is "
-                       "nothing to apply.", "Enable it again in ComfyUI-Manager (or rename it back to "
-                       f"{install.node_dir.name}), then run h3kit apply.")
+    _refuse_disabled(install, record, "apply")
     if record.find(install.node_dir) is None or not install.node_dir.is_dir():
         raise NotReady(f"h3kit is not installed in {install.path}, so there is nothing to apply.",
                        f'Run h3kit install --comfyui "{install.path}" first.')

@@ -74,12 +74,14 @@ def _run_ui_workflow(comfy: Path, ui: dict, workdir: Path) -> tuple[dict, Path]:
 
 
 def _roomy_fingerprint(run_cli, tmp_path) -> str:
-    """This machine as probed, with RAM enough for the real model: the tiny files fit anywhere, the planner's
-    arithmetic is about the real H3, and these tests are about the path through ComfyUI, not this box's RAM."""
+    """This machine as probed, with RAM and disk enough for the real model: the tiny files fit anywhere, the
+    planner's arithmetic is about the real H3, and these tests are about the path through ComfyUI, not this box."""
     code, out, err = run_cli("fingerprint", "--json")
     assert code == 0, err
     fp = json.loads(out)
     fp["memory"].update(total_bytes=256 * 10**9, available_bytes=250 * 10**9)
+    for disk in fp["disks"]:
+        disk.update(total_bytes=max(disk["total_bytes"] or 0, 2 * 10**12), free_bytes=10**12)
     path = tmp_path / "roomy-fingerprint.json"
     path.write_text(json.dumps(fp), encoding="utf-8")
     return str(path)

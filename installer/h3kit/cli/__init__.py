@@ -19,6 +19,7 @@ from h3kit import __version__
 from h3kit.cli.context import Context, Outcome
 from h3kit.core.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, BadInput, H3kitError
 from h3kit.core.logs import setup as setup_logging
+from h3kit.core.oserrors import environment_errors
 from h3kit.core.paths import locations
 
 # Order is the order of --help. Names and meanings are fixed by CONTRACTS.md.
@@ -114,11 +115,13 @@ def main(argv: list[str] | None = None) -> int:
     as_json = "--json" in argv
     loc = locations()
     log_path = None
+    logging_ready = False
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
         as_json = bool(getattr(args, "json", False))
         log_path = setup_logging(loc.log_file, getattr(args, "verbose", 0) or 0)
+        logging_ready = True
         if not getattr(args, "command", None):
             parser.print_help()
             return 0
@@ -129,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
             dry_run=bool(getattr(args, "dry_run", False)),
             locations=loc,
         )
-        outcome = args._module.run(args, ctx)
+        with environment_errors(f"the files 'h3kit {args.command}' writes"):
+            outcome = args._module.run(args, ctx)
         _print_outcome(outcome, as_json)
         return outcome.code
     except H3kitError as exc:
@@ -143,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except Exception as exc:  # a bug: say so, keep the traceback in the log
         logging.getLogger("h3kit").error("internal error: %s", traceback.format_exc())
-        if log_path is None:
+        if not logging_ready:
             log_path = setup_logging(loc.log_file, 0)
             logging.getLogger("h3kit").error("internal error: %s", traceback.format_exc())
         err = H3kitError(

@@ -204,9 +204,13 @@ def deploy(install: ComfyInstall, *, settings: dict, profile: str, library: Path
         notes.append("no native library was built: the pack works, nodes that need it say so")
     staging = install.custom_nodes / (target.name + STAGING_SUFFIX)
     say(f"Staging the node pack ({len(files)} files) in {staging}")
-    staging.mkdir()
-    (staging / STAGING_MARK).write_text("h3kit staging folder: safe to delete\n", encoding="utf-8")
-    _write_tree(staging, files)
+    staging.mkdir()  # a folder already there without our mark is someone else's: EEXIST, exit 3
+    try:
+        (staging / STAGING_MARK).write_text("h3kit staging folder: safe to delete\n", encoding="utf-8")
+        _write_tree(staging, files)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)  # a full disk must not keep a half-written copy
+        raise
     result = DeployResult(target, record, created=not ours, notes=notes)
     if not ours:
         record.record_dir(target, "node-pack")

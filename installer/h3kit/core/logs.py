@@ -12,6 +12,39 @@ import sys
 from pathlib import Path
 
 FORMAT = "%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s"
+SCREEN_FORMAT = "%(levelname)s %(name)s: %(message)s"
+
+
+def _warn_once(log_file: Path, exc: BaseException | None) -> None:
+    why = f" ({exc.strerror or exc})" if isinstance(exc, OSError) else ""
+    sys.stderr.write(f"warning: cannot write the log file {log_file}{why}: logging to the screen only.\n")
+
+
+def _screen_fallback(logger: logging.Logger) -> None:
+    if not any(isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)
+               for h in logger.handlers):
+        sh = logging.StreamHandler(sys.stderr)
+        sh.setFormatter(logging.Formatter(SCREEN_FORMAT))
+        sh.setLevel(logging.WARNING)
+        logger.addHandler(sh)
+
+
+class _LogFile(logging.FileHandler):
+    """A file handler that, when its file cannot be written (a full disk), says so once and goes quiet,
+    instead of printing logging's traceback on the screen."""
+
+    broken = False
+
+    def emit(self, record):
+        if not self.broken:
+            super().emit(record)
+
+    def handleError(self, record):  # noqa: N802 - logging API
+        if self.broken:
+            return
+        self.broken = True
+        _warn_once(Path(self.baseFilename), sys.exc_info()[1])
+        _screen_fallback(logging.getLogger("h3kit"))
 
 
 def setup(log_file: Path, verbose: int = 0) -> Path | None:
@@ -24,16 +57,17 @@ def setup(log_file: Path, verbose: int = 0) -> Path | None:
     written: Path | None = None
     try:
         log_file.parent.mkdir(parents=True, exist_ok=True)
-        fh = logging.FileHandler(log_file, encoding="utf-8")
+        fh = _LogFile(log_file, encoding="utf-8")
         fh.setFormatter(logging.Formatter(FORMAT))
         fh.setLevel(logging.DEBUG)
         logger.addHandler(fh)
         written = log_file
-    except OSError:
-        pass  # a read-only home must not stop fingerprint or plan from working
+    except OSError as exc:  # a read-only home must not stop fingerprint or plan from working
+        _warn_once(log_file, exc)
+        _screen_fallback(logger)
     if verbose:
         sh = logging.StreamHandler(sys.stderr)
-        sh.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        sh.setFormatter(logging.Formatter(SCREEN_FORMAT))
         sh.setLevel(logging.DEBUG if verbose > 1 else logging.INFO)
         logger.addHandler(sh)
     logger.propagate = False

@@ -1,0 +1,177 @@
+"""Issue 16 item 4: a full disk, a read-only or unwritable folder, a folder in the way are exit 3 with a fix,
+not "This is a bug"; logging that cannot write its file never prints a traceback."""
+
+from __future__ import annotations
+
+import errno
+import importlib.util
+import logging
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from h3kit.comfy import deploy as deploy_mod
+from h3kit.comfy.deploy import STAGING_MARK, STAGING_SUFFIX
+from h3kit.core import logs
+from h3kit.core.oserrors import environment_errors
+
+FIXTURES = Path(__file__).parent / "fixtures" / "comfyui"
+_spec = importlib.util.spec_from_file_location("comfy_tree", FIXTURES / "comfy_tree.py")
+comfy_tree = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(comfy_tree)
+
+INSTALL = ("install", "--yes", "--skip-calibrate", "--no-models")
+
+
+def _staging(comfy: Path) -> Path:
+    return comfy / "custom_nodes" / ("ComfyUI-h3kit" + STAGING_SUFFIX)
+
+
+def _fails_in_the_deploy_step(monkeypatch, code: int) -> None:
+    real = Path.write_bytes
+
+    def write_bytes(self, data):
+        if STAGING_SUFFIX in str(self) and self.name != STAGING_MARK:
+            raise OSError(code, os.strerror(code), str(self))
+        return real(self, data)
+
+    monkeypatch.setattr(Path, "write_bytes", write_bytes)
+
+
+@pytest.mark.parametrize("code, words", [(errno.ENOSPC, "No space left on the disk that holds"),
+                                         (errno.EROFS, "is on a read-only file system")])
+def test_a_full_or_read_only_disk_while_staging_is_exit_3_with_the_path_and_a_fix(tmp_path, run_cli,
+                                                                                  monkeypatch, code, words):
+    comfy = comfy_tree.make_comfyui(tmp_path / "c")
+    _fails_in_the_deploy_step(monkeypatch, code)
+    rc, out, err = run_cli(*INSTALL, "--comfyui", str(comfy))
+    assert rc == 3, err
+    assert words in err and str(_staging(comfy)) in err and "fix: " in err
+    assert "This is a bug" not in err and "Traceback" not in err
+    assert not _staging(comfy).exists()  # nothing half-written is left taking the space
+
+
+def test_enospc_from_os_replace_in_an_upgrade_is_exit_3(tmp_path, run_cli, monkeypatch):
+    comfy = comfy_tree.make_comfyui(tmp_path / "c")
+    assert run_cli(*INSTALL, "--comfyui", str(comfy))[0] == 0
+
+    def replace(src, dst):
+        raise OSError(errno.ENOSPC, "No space left on device", str(src), None, str(dst))
+
+    monkeypatch.setattr(deploy_mod.os, "replace", replace)
+    rc, out, err = run_cli(*INSTALL, "--comfyui", str(comfy))
+    assert rc == 3 and "No space left" in err and "fix: Free space" in err, err
+    assert "This is a bug" not in err
+
+
+def test_eacces_from_mkdir_in_the_state_folder_is_exit_3(tmp_path, run_cli, monkeypatch):
+    comfy = comfy_tree.make_comfyui(tmp_path / "c")
+    real = os.mkdir
+
+    def mkdir(path, *a, **k):
+        if str(_staging(comfy)) == str(path):
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    rc, out, err = run_cli(*INSTALL, "--comfyui", str(comfy))
+    assert rc == 3 and "is not allowed to write" in err and "chmod" in err, err
+    assert "This is a bug" not in err
+
+
+def test_a_foreign_folder_with_the_staging_name_is_exit_3_and_left_alone(tmp_path, run_cli):
+    comfy = comfy_tree.make_comfyui(tmp_path / "c")
+    theirs = _staging(comfy)
+    theirs.mkdir()
+    (theirs / "mine.txt").write_text("mine")
+    rc, out, err = run_cli(*INSTALL, "--comfyui", str(comfy))
+    assert rc == 3 and f"{theirs} already exists and is not h3kit's" in err, err
+    assert "This is a bug" not in err
+    assert (theirs / "mine.txt").read_text() == "mine"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="permission bits do not bind root")
+def test_an_unwritable_state_folder_is_exit_3(tmp_path, run_cli, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("H3KIT_HOME", str(home))
+    comfy = comfy_tree.make_comfyui(tmp_path / "c")
+    home.chmod(0o500)
+    try:
+        rc, out, err = run_cli(*INSTALL, "--comfyui", str(comfy))
+    finally:
+        home.chmod(0o755)
+    assert rc == 3 and "This is a bug" not in err and "Traceback" not in err, err
+
+
+def test_other_errors_are_still_bugs():
+    with pytest.raises(OSError):
+        with environment_errors("x"):
+            raise OSError(errno.EIO, "I/O error")
+
+
+# -- logging ---------------------------------------------------------------------------------------
+
+
+def test_a_log_file_that_cannot_be_opened_warns_once_without_a_traceback(tmp_path, capsys):
+    blocker = tmp_path / "state"
+    blocker.write_text("a file where the state folder should be")
+    assert logs.setup(blocker / "logs" / "h3kit.log") is None
+    logging.getLogger("h3kit").warning("still shown")
+    err = capsys.readouterr().err
+    assert err.count("warning: cannot write the log file") == 1 and "still shown" in err
+    assert "Traceback" not in err
+
+
+def test_a_log_file_on_a_full_disk_warns_once_without_a_traceback(tmp_path, capsys, monkeypatch):
+    path = logs.setup(tmp_path / "h3kit.log")
+    handler = next(h for h in logging.getLogger("h3kit").handlers if isinstance(h, logging.FileHandler))
+
+    class Full:
+        def write(self, _):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def flush(self):
+            pass
+
+    monkeypatch.setattr(handler, "stream", Full())
+    for _ in range(3):
+        logging.getLogger("h3kit").error("boom")
+    err = capsys.readouterr().err
+    assert path is not None and err.count(f"warning: cannot write the log file {path}") == 1, err
+    assert "Traceback" not in err and "Logging error" not in err
+
+
+# -- a real full disk ------------------------------------------------------------------------------
+
+
+def _small_tmpfs(where: Path) -> bool:
+    if os.geteuid() != 0:
+        return False
+    where.mkdir(parents=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(where)], capture_output=True)
+    return r.returncode == 0
+
+
+def test_install_onto_a_full_tmpfs_is_exit_3_and_leaves_no_staging(tmp_path, run_cli):
+    disk = tmp_path / "disk"
+    if not _small_tmpfs(disk):
+        pytest.skip("needs root and a tmpfs mount")
+    try:
+        comfy = comfy_tree.make_comfyui(disk / "c")
+        filler = disk / "filler"
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+        try:  # fill the disk, then give back a few KiB: too little for the pack
+            while True:
+                os.write(fd, b"\0" * 4096)
+        except OSError:
+            pass
+        os.ftruncate(fd, max(0, os.fstat(fd).st_size - 16 * 1024))
+        os.close(fd)
+        rc, out, err = run_cli(*INSTALL, "--comfyui", str(comfy))
+        assert rc == 3 and "No space left on the disk" in err and "This is a bug" not in err, err
+        assert not _staging(comfy).exists()
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)

@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parent.parent
 PKG = REPO / "installer" / "h3kit"
 
 LAYERS = {  # subpackage -> rank; a module may import only equal-package or lower-rank modules
-    "core": 0, "data": 1, "fingerprint": 2, "native": 3, "plan": 4, "comfy": 5, "models": 6,
+    "core": 0, "data": 1, "fingerprint": 2, "native": 3, "plan": 4, "comfyui": 5, "models": 6,
     "calibrate": 7, "steps": 8, "cli": 9,
 }
 ROOT_MODULES = {"h3kit": -1, "h3kit.__main__": 10}  # the version string is everyone's; __main__ is the top

@@ -52,9 +52,9 @@ def test_summary_text_without_or_with_a_broken_file_says_what_to_do(node_logic, 
 
 
 def test_pack_summary_is_written_only_into_a_pack_h3kit_installed(tmp_path, h3kit_home):
-    from h3kit.comfy import deploy
-    from h3kit.comfy import manifest as mf
-    from h3kit.comfy.locate import find
+    from h3kit.comfyui import deploy
+    from h3kit.comfyui import manifest as mf
+    from h3kit.comfyui.locate import find
 
     spec = importlib.util.spec_from_file_location("comfy_tree", Path(__file__).parent / "fixtures" / "comfyui" / "comfy_tree.py")
     comfy_tree = importlib.util.module_from_spec(spec)

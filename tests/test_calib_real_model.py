@@ -19,8 +19,8 @@ import pytest
 from h3kit import calibrate
 from h3kit.calibrate import with_model as real_model
 from h3kit.cli.context import Context
-from h3kit.comfy import client as comfy_api
-from h3kit.comfy import workflows
+from h3kit.comfyui import client as comfy_api
+from h3kit.comfyui import workflows
 from h3kit.core.units import human_bytes
 from h3kit.data import catalog as catalog_mod
 
@@ -176,7 +176,7 @@ def test_client_runs_a_workflow_on_a_real_comfyui(tmp_path):
 def test_with_model_on_a_comfyui_without_h3_nodes_says_so(monkeypatch):
     """Past the weights check (stood in: nothing is written into the shared ComfyUI), the real server's
     /object_info decides: a ComfyUI without H3 nodes (0.8.0 here) gets 'not run' naming the node."""
-    from h3kit.comfy.locate import find
+    from h3kit.comfyui.locate import find
 
     comfy = Path(COMFY).resolve()
     cat = catalog_mod.load()

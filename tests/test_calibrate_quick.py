@@ -103,8 +103,8 @@ def test_calibration_in_an_installed_comfyui_applies_and_leaves_a_summary(run_cl
     import importlib.util
 
     from h3kit.cli.context import Context
-    from h3kit.comfy import deploy
-    from h3kit.comfy.locate import find
+    from h3kit.comfyui import deploy
+    from h3kit.comfyui.locate import find
 
     spec = importlib.util.spec_from_file_location("comfy_tree", Path(__file__).parent / "fixtures" / "comfyui" / "comfy_tree.py")
     comfy_tree = importlib.util.module_from_spec(spec)

@@ -13,9 +13,9 @@ import pytest
 
 from comfy_setup_support import FP_4090, ctx, make_venv, pip_install
 from h3kit.cli.context import Context
-from h3kit.comfy import manifest
-from h3kit.comfy import setup as comfy_setup
-from h3kit.comfy.setup import create
+from h3kit.comfyui import manifest
+from h3kit.comfyui import setup as comfy_setup
+from h3kit.comfyui.setup import create
 from h3kit.core import tools
 from h3kit.core.errors import NotReady
 from h3kit.core.paths import locations

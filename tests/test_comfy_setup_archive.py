@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from h3kit.comfy.setup import source
+from h3kit.comfyui.setup import source
 from h3kit.core.errors import BadInput
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from comfy_setup_support import FP_4090, ctx
-from h3kit.comfy import manifest
-from h3kit.comfy import setup as comfy_setup
-from h3kit.comfy.setup import create, source
+from h3kit.comfyui import manifest
+from h3kit.comfyui import setup as comfy_setup
+from h3kit.comfyui.setup import create, source
 from h3kit.core.errors import NotReady
 from h3kit.core.paths import locations
 from h3kit.core.venv import venv_python

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from comfy_setup_support import FP_4090, ctx, fill_wheelhouse, make_venv, make_wheel, pip_install
-from h3kit.comfy import manifest
-from h3kit.comfy import setup as comfy_setup
-from h3kit.comfy.locate import ComfyInstall
-from h3kit.comfy.setup import create, freeze, upgrade
+from h3kit.comfyui import manifest
+from h3kit.comfyui import setup as comfy_setup
+from h3kit.comfyui.locate import ComfyInstall
+from h3kit.comfyui.setup import create, freeze, upgrade
 from h3kit.core.errors import BadInput, NotReady
 from h3kit.core.paths import locations
 from h3kit.core.tools import PipOptions

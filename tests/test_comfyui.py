@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from h3kit.comfy import inspect as comfy_inspect
-from h3kit.comfy import locate as comfyui
+from h3kit.comfyui import inspect as comfy_inspect
+from h3kit.comfyui import locate as comfyui
 from h3kit.cli.context import Context
 from h3kit.core.errors import BadInput, NotReady
 

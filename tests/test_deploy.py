@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from h3kit.core.files import sha256_file
-from h3kit.comfy import deploy
+from h3kit.comfyui import deploy
 
-from h3kit.comfy import launcher
-from h3kit.comfy import manifest as mf
+from h3kit.comfyui import launcher
+from h3kit.comfyui import manifest as mf
 from h3kit.cli.context import Context
-from h3kit.comfy.locate import find
+from h3kit.comfyui.locate import find
 from h3kit.core.errors import VerificationFailed
 
 FIXTURES = Path(__file__).parent / "fixtures" / "comfyui"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from h3kit.comfy import deploy as deploy_mod
-from h3kit.comfy.deploy import STAGING_MARK, STAGING_SUFFIX
+from h3kit.comfyui import deploy as deploy_mod
+from h3kit.comfyui.deploy import STAGING_MARK, STAGING_SUFFIX
 from h3kit.core import logs
 from h3kit.core.oserrors import environment_errors
 

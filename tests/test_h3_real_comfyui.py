@@ -18,9 +18,9 @@ import pytest
 
 import comfy_h3
 from fixtures.comfyui.comfy_tree import snapshot
-from h3kit.comfy import client as comfy_api
-from h3kit.comfy import workflows
-from h3kit.comfy.graph import ui_to_api
+from h3kit.comfyui import client as comfy_api
+from h3kit.comfyui import workflows
+from h3kit.comfyui.graph import ui_to_api
 from h3kit.data import catalog as catalog_mod
 from h3kit.data import comfy_nodes
 

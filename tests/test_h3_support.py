@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from fixtures.comfyui import comfy_tree
-from h3kit.comfy import h3_support, locate
+from h3kit.comfyui import h3_support, locate
 from h3kit.data import catalog as catalog_mod
 
 CAT = catalog_mod.load()

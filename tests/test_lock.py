@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from h3kit.comfy import manifest as mf
+from h3kit.comfyui import manifest as mf
 from h3kit.core import lock
 from h3kit.core.paths import locations
 

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import pytest
 from h3kit import models
 from h3kit.cli.context import Context
-from h3kit.comfy.manifest import load_or_new
+from h3kit.comfyui.manifest import load_or_new
 from h3kit.core import files as core_files
 from h3kit.core.errors import NotReady  # noqa: E402 (sorted below)
 from h3kit.data import catalog as catalog_mod

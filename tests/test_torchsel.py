@@ -186,8 +186,8 @@ def test_build_from_recorded_pypi_metadata():
 
 
 def test_doctor_findings_read_the_deploy_inspect_output():
-    """h3kit.comfy.locate.inspect's recorded output is what doctor passes in."""
-    from h3kit.comfy.inspect import parse_inspect_output
+    """h3kit.comfyui.locate.inspect's recorded output is what doctor passes in."""
+    from h3kit.comfyui.inspect import parse_inspect_output
 
     info = parse_inspect_output((FIXTURES / "comfyui" / "inspect-linux-cu130.txt").read_text())
     assert [f["status"] for f in torchsel.doctor_findings(fp("linux-rtx4090-driver580"), info)] == ["ok"]

@@ -6,7 +6,7 @@ import json
 import shutil
 
 from comfy_setup_support import FP_4090, make_venv, pip_install
-from h3kit.comfy import setup as comfy_setup
+from h3kit.comfyui import setup as comfy_setup
 from tests.fixtures.comfyui.comfy_tree import make_comfyui
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from h3kit.comfy import manifest as mf
+from h3kit.comfyui import manifest as mf
 from h3kit.core.paths import locations
 
 FIXTURES = Path(__file__).parent / "fixtures" / "comfyui"
@@ -126,7 +126,7 @@ def test_dry_run_changes_nothing(tmp_path, run_cli):
 
 
 def test_interrupted_install_cleaned_by_uninstall(tmp_path, run_cli):
-    from h3kit.comfy.deploy import STAGING_MARK, STAGING_SUFFIX
+    from h3kit.comfyui.deploy import STAGING_MARK, STAGING_SUFFIX
 
     comfy = comfy_tree.make_comfyui(tmp_path / "c")
     before = comfy_tree.snapshot(comfy)
@@ -156,7 +156,7 @@ def test_purge_removes_h3kit_data_but_keeps_backups(tmp_path, run_cli, h3kit_hom
 
 
 def test_backups_never_overwrite_each_other(tmp_path):
-    from h3kit.comfy.deploy import move_to_backup
+    from h3kit.comfyui.deploy import move_to_backup
 
     base, backups = tmp_path / "pack", tmp_path / "backups"
     base.mkdir()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from h3kit.comfy.deploy import STAGING_MARK, STAGING_SUFFIX
+from h3kit.comfyui.deploy import STAGING_MARK, STAGING_SUFFIX
 
 FIXTURES = Path(__file__).parent / "fixtures" / "comfyui"
 _spec = importlib.util.spec_from_file_location("comfy_tree", FIXTURES / "comfy_tree.py")
@@ -106,7 +106,7 @@ def test_install_by_the_real_path_then_apply_and_uninstall_through_a_link(tmp_pa
 
 
 def test_a_record_an_older_h3kit_named_after_the_link_is_still_found(tmp_path, run_cli):
-    from h3kit.comfy import manifest as mf
+    from h3kit.comfyui import manifest as mf
     from h3kit.core.paths import locations
 
     real, link = _linked_comfyui(tmp_path)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 from fixtures.comfyui import comfy_tree
-from h3kit.comfy import workflows
-from h3kit.comfy.graph import Graph, ui_to_api
+from h3kit.comfyui import workflows
+from h3kit.comfyui.graph import Graph, ui_to_api
 from h3kit.data import catalog as catalog_mod
 from h3kit.data import comfy_nodes
 

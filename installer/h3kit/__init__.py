@@ -24,7 +24,7 @@ import graph has no cycle (tests/test_architecture.py checks both).
 - `plan/`: a pure function from (fingerprint, catalog, config) to a plan:
   memory budgets, the search over files and canvases, the rationale prose,
   and the torch build that fits the hardware.
-- `comfy/`: one ComfyUI on disk: find it and its Python, inspect it, deploy
+- `comfyui/`: one ComfyUI on disk: find it and its Python, inspect it, deploy
   and apply the node pack and launcher, the install record, doctor's checks,
   uninstall, setting up or repairing a ComfyUI, and its HTTP API client.
 - `models/`: the weight files a plan names: what to fetch, from where, into

@@ -30,8 +30,8 @@ from h3kit.calibrate.estimates import (
 )
 from h3kit.calibrate.pack_summary import write_pack_summary
 from h3kit.calibrate.runner_client import BRIDGE, not_measured, run_runner
-from h3kit.comfy import deploy, workflows
-from h3kit.comfy import locate as comfyui
+from h3kit.comfyui import deploy, workflows
+from h3kit.comfyui import locate as comfyui
 from h3kit.core.errors import NotReady
 from h3kit.core.session import Session
 from h3kit.data import catalog as catalog_mod

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from h3kit.calibrate import report
-from h3kit.comfy import manifest as mf
+from h3kit.comfyui import manifest as mf
 from h3kit.core.files import atomic_write
 from h3kit.core.session import Session
 

@@ -5,7 +5,7 @@ format (`workflows_api/`, written by deploy and apply from the same graph as
 the UI file in `example_workflows/`), at the plan's canvas and frames, cut to
 `MEASURE_STEPS` sampling steps so a measurement stays affordable on any
 machine. Without an installed pack the same graph is generated from the plan
-by the same code (h3kit.comfy.workflows). Every node class and file name is
+by the same code (h3kit.comfyui.workflows). Every node class and file name is
 checked against the running server's /object_info first: a ComfyUI without
 them gets "not run: ..." with the reason, never a guess.
 """
@@ -17,8 +17,8 @@ import json
 import tempfile
 from pathlib import Path
 
-from h3kit.comfy import client as comfy_api
-from h3kit.comfy import workflows
+from h3kit.comfyui import client as comfy_api
+from h3kit.comfyui import workflows
 
 MEASURE_STEPS = 2
 RUN_TIMEOUT = 3600.0  # a step of a 20-33B model on a CPU can take long; still bounded
@@ -101,8 +101,8 @@ def preflight(workflow: dict, object_info: dict, min_version: str | None) -> str
 def run(install, plan: dict, fingerprint: dict, cat, *, cache_dir: Path, progress=None,
         timeout: float = RUN_TIMEOUT) -> dict:
     """Start ComfyUI with the profile's flags, run the installed workflow for a few steps, measure it, stop it."""
-    from h3kit.comfy.launcher import accepted_flags
-    from h3kit.comfy.locate import comfy_env, require_python
+    from h3kit.comfyui.launcher import accepted_flags
+    from h3kit.comfyui.locate import comfy_env, require_python
     from h3kit.core.errors import NotReady
 
     full, source = workflow_for(install, plan, cat)

@@ -8,7 +8,7 @@ install record.
 from __future__ import annotations
 
 from h3kit.cli.context import Context, Outcome
-from h3kit.comfy import deploy
+from h3kit.comfyui import deploy
 from h3kit.steps.common import current_plan, exclusive, generated_files, load_config, locate
 
 HELP = "re-apply the config and profile to the installed node pack and its launcher"

@@ -2,7 +2,7 @@
 
 This ComfyUI half checks: ComfyUI found and its Python starts; it can run
 MiniMax H3 (version, H3's files, what H3's nodes import, PyAV's H.264/AAC
-encoders: h3kit.comfy.h3_support); torch fits the hardware (h3kit.plan.torch_build when present); the pack is present and intact; the
+encoders: h3kit.comfyui.h3_support); torch fits the hardware (h3kit.plan.torch_build when present); the pack is present and intact; the
 launcher's flags are accepted; the native library loads; the profile file
 matches the config. h3kit.models adds its findings when present.
 """
@@ -10,9 +10,9 @@ matches the config. h3kit.models adds its findings when present.
 from __future__ import annotations
 
 from h3kit.cli.context import Context, Outcome
-from h3kit.comfy import doctor, h3_support
-from h3kit.comfy import locate as comfyui
-from h3kit.comfy import manifest as mf
+from h3kit.comfyui import doctor, h3_support
+from h3kit.comfyui import locate as comfyui
+from h3kit.comfyui import manifest as mf
 from h3kit.core.errors import EXIT_NOT_READY, EXIT_VERIFY_FAILED, H3kitError, NotReady
 from h3kit.data import catalog
 from h3kit.steps.common import (
@@ -116,11 +116,11 @@ def _fix(args, ctx, findings, notes) -> None:
 
 
 def _fix_torch(ctx, install, fingerprint, findings, notes) -> None:
-    """A torch build that does not fit the hardware: reinstall the right one (h3kit.comfy.setup)."""
+    """A torch build that does not fit the hardware: reinstall the right one (h3kit.comfyui.setup)."""
     wrong = [f for f in findings if f["check"] == "torch.build" and f["status"] == "fail" and f.get("kind") != "machine"]
     if not wrong or install.python is None or fingerprint is None:
         return
-    from h3kit.comfy import setup as comfy_setup
+    from h3kit.comfyui import setup as comfy_setup
 
     result = comfy_setup.fix_torch(ctx, install.python, fingerprint, mf.load_or_new(ctx.locations.state_dir, install.path))
     if result["changed"]:
@@ -130,10 +130,10 @@ def _fix_torch(ctx, install, fingerprint, findings, notes) -> None:
 
 
 def _fix_comfyui(ctx, install, findings, notes) -> None:
-    """A ComfyUI without H3: a git checkout moves to the newest release with it (h3kit.comfy.setup.upgrade),
+    """A ComfyUI without H3: a git checkout moves to the newest release with it (h3kit.comfyui.setup.upgrade),
     after a yes; other layouts get their update action. --dry-run says what would happen."""
-    from h3kit.comfy import h3_support
-    from h3kit.comfy import setup as comfy_setup
+    from h3kit.comfyui import h3_support
+    from h3kit.comfyui import setup as comfy_setup
     from h3kit.data import catalog
 
     cat = catalog.load()
@@ -174,7 +174,7 @@ def _fix_comfyui(ctx, install, findings, notes) -> None:
 
 def _undo(args, ctx) -> Outcome:
     """Undo what earlier --fix runs changed, newest first: a moved ComfyUI checkout, a replaced torch."""
-    from h3kit.comfy import setup as comfy_setup
+    from h3kit.comfyui import setup as comfy_setup
 
     install = locate(args, ctx, load_config(ctx), need_write=False)
     done = comfy_setup.undo_recorded(ctx, install, mf.load_or_new(ctx.locations.state_dir, install.path))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from h3kit import models
 from h3kit.cli.context import Context, Outcome
-from h3kit.comfy.locate import find
+from h3kit.comfyui.locate import find
 from h3kit.core.errors import BadInput, NotReady
 from h3kit.core.units import human_bytes
 

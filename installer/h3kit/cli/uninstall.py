@@ -1,11 +1,11 @@
-"""`h3kit uninstall`: remove exactly what h3kit installed, nothing else (rules in h3kit.comfy.uninstall)."""
+"""`h3kit uninstall`: remove exactly what h3kit installed, nothing else (rules in h3kit.comfyui.uninstall)."""
 
 from __future__ import annotations
 
 from h3kit.cli.context import Context, Outcome
-from h3kit.comfy import manifest as mf
-from h3kit.comfy import uninstall as un
-from h3kit.comfy.deploy import disabled_copy
+from h3kit.comfyui import manifest as mf
+from h3kit.comfyui import uninstall as un
+from h3kit.comfyui.deploy import disabled_copy
 from h3kit.core.errors import EXIT_VERIFY_FAILED, BadInput, H3kitError
 from h3kit.steps.common import exclusive, load_config, locate
 
@@ -44,7 +44,7 @@ def _uninstall(args, ctx: Context, install) -> Outcome:
         ctx.progress(f"The node pack is disabled (renamed to {disabled} by ComfyUI-Manager); removing it there.")
     if not ctx.dry_run and not ctx.confirm(f"Remove h3kit from {install.path}?", default=True):
         return Outcome({"schema": "h3kit.uninstall/1", "cancelled": True}, "Nothing removed.")
-    from h3kit.comfy.setup import purge_on_uninstall, restore_on_uninstall
+    from h3kit.comfyui.setup import purge_on_uninstall, restore_on_uninstall
 
     torch_notes = restore_on_uninstall(ctx, record)
     result = un.remove(record, install, ctx.locations.state_dir, dry_run=ctx.dry_run)
@@ -91,7 +91,7 @@ def _without_record(ctx: Context, install, problem: BadInput) -> Outcome:
 def _staging_only(ctx: Context, install, problem: BadInput) -> Outcome:
     """No record: remove only the staging folders an interrupted install left (they carry h3kit's mark);
     anything else under h3kit's names is refused, since without a record h3kit will not guess."""
-    from h3kit.comfy.deploy import clean_staging
+    from h3kit.comfyui.deploy import clean_staging
 
     cleaned = clean_staging(install)
     said = "".join(f"\nRemoved the staging folder an interrupted install left: {p}" for p in cleaned)

@@ -1,6 +1,6 @@
 """profiles/comfy_nodes.yaml: the signatures of the ComfyUI nodes h3kit's workflows use.
 
-Read as plain data; h3kit.comfy.graph needs each node's input order (widget
+Read as plain data; h3kit.comfyui.graph needs each node's input order (widget
 values are matched by position in the UI format) and its output types.
 """
 
@@ -12,7 +12,7 @@ from h3kit.core.errors import BadInput
 from h3kit.core.paths import asset_dir
 from h3kit.data.yamlio import load_yaml
 
-SCHEMA = "h3kit.comfy-nodes/1"
+SCHEMA = "h3kit.comfyui-nodes/1"
 
 
 def load(path: str | Path | None = None) -> dict:

@@ -7,7 +7,7 @@ h3kit.core.paths). Keys:
     overrides: {KEY: VALUE}   # any settings key; the user is in charge
     comfyui_path: PATH        # the ComfyUI to manage
     calibrated: {KEY: VALUE}  # written by `h3kit calibrate`; checked like overrides
-    comfyui_python: PATH      # ComfyUI's own interpreter, when h3kit cannot find it (h3kit.comfy.locate)
+    comfyui_python: PATH      # ComfyUI's own interpreter, when h3kit cannot find it (h3kit.comfyui.locate)
     models:                   # model downloads (h3kit.models / h3kit.models.download)
       mirror: URL             # an http(s) base URL that replaces huggingface.co
 

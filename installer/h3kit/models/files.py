@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from h3kit.comfy import manifest as manifest_mod
+from h3kit.comfyui import manifest as manifest_mod
 from h3kit.core.errors import BadInput
 from h3kit.models.download import ROUNDED_SIZE_TOLERANCE, Want
 

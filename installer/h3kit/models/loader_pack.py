@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from h3kit.comfy import locate
+from h3kit.comfyui import locate
 from h3kit.core.errors import NotReady
 from h3kit.core.tools import PipOptions, run_git, run_pip
 from h3kit.models.files import PACK_ROLE, manifest_for, session_config
@@ -22,7 +22,7 @@ PIP_TIMEOUT = 1800.0
 
 
 def comfy_python(comfyui_dir: Path, config=None) -> Path | None:
-    """ComfyUI's own interpreter, by h3kit.comfy.locate's search order (portable python_embeded, a venv
+    """ComfyUI's own interpreter, by h3kit.comfyui.locate's search order (portable python_embeded, a venv
     inside ComfyUI, then `comfyui_python` of `config`); None when none is found."""
     base = Path(comfyui_dir)
     py, _source = locate.find_python(locate.ComfyInstall(base, "given", locate.detect_layout(base)), config)

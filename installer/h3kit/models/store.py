@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from h3kit.comfy import manifest as manifest_mod
+from h3kit.comfyui import manifest as manifest_mod
 from h3kit.core.errors import BadInput, NotReady, VerificationFailed
 from h3kit.core.files import nearest_existing, sha256_file
 from h3kit.core.units import human_bytes

@@ -28,7 +28,7 @@ _LOCAL_BUILD = re.compile(r"\+(cu\d+|rocm[\d.]+|xpu|cpu)", re.I)
 def describe_installed(torch_info: dict | None) -> dict:
     """Normalise what an inspection found: {installed, version, build, backend, cuda}.
 
-    Accepts h3kit.comfy.locate.inspect()'s output or comfy_setup.probe_torch()'s:
+    Accepts h3kit.comfyui.locate.inspect()'s output or comfy_setup.probe_torch()'s:
     the torch version under 'torch_version' / 'torch.version' / 'version', the
     build under 'torch_build' / 'build' (cuda|rocm|mps|xpu|cpu), the CUDA
     version under 'torch_cuda' / 'cuda'. Missing pieces come from the wheel's

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from contextlib import contextmanager, nullcontext
 
-from h3kit.comfy import locate as comfyui
-from h3kit.comfy import manifest as mf
+from h3kit.comfyui import locate as comfyui
+from h3kit.comfyui import manifest as mf
 from h3kit.core import lock
-from h3kit.comfy.inspect import torch_fit_findings
+from h3kit.comfyui.inspect import torch_fit_findings
 from h3kit.core.session import Session as Context
 
 
@@ -54,7 +54,7 @@ def generated_files(plan: dict | None) -> dict[str, bytes]:
     """The files deploy and apply make from the plan: the H3 workflows, in both formats."""
     if not plan:
         return {}
-    from h3kit.comfy import workflows
+    from h3kit.comfyui import workflows
     from h3kit.data import catalog
 
     return workflows.pack_files(plan, catalog.load(), plan["profile"])

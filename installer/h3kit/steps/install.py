@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from h3kit.calibrate import run as calibrate
-from h3kit.comfy import deploy, h3_support
-from h3kit.comfy import locate as comfyui
-from h3kit.comfy.setup import new_comfyui, offer_new_comfyui
+from h3kit.comfyui import deploy, h3_support
+from h3kit.comfyui import locate as comfyui
+from h3kit.comfyui.setup import new_comfyui, offer_new_comfyui
 from h3kit.core.errors import H3kitError, NotReady, VerificationFailed
 from h3kit.core.session import Outcome
 from h3kit.core.session import Session as Context

@@ -52,7 +52,7 @@ def server_argv(python: str | os.PathLike, port: int, workdir: Path, launch_args
 def launch_args(profile_args: list[str], accepted: set[str] | None, has_gpu: bool) -> tuple[list[str], list[str]]:
     """(kept, dropped): the profile's flags this ComfyUI accepts (as the launcher writes them), plus --cpu
     when the machine has no GPU. Flags h3kit sets itself for the measurement are left to server_argv."""
-    from h3kit.comfy.launcher import filter_args
+    from h3kit.comfyui.launcher import filter_args
 
     ours = {"--listen", "--port", "--output-directory", "--temp-directory", "--disable-auto-launch"}
     _ours, wanted = filter_args([str(a) for a in profile_args], ours)

@@ -14,11 +14,11 @@ import os
 import shutil
 from pathlib import Path
 
-from h3kit.comfy.setup.create import ROLE, state_path
-from h3kit.comfy.setup.pip import setup_table
-from h3kit.comfy.setup.torch_repair import undo_torch
-from h3kit.comfy.setup.upgrade import RECORD as UPGRADE
-from h3kit.comfy.setup.upgrade import recorded_actions, undo_upgrade
+from h3kit.comfyui.setup.create import ROLE, state_path
+from h3kit.comfyui.setup.pip import setup_table
+from h3kit.comfyui.setup.torch_repair import undo_torch
+from h3kit.comfyui.setup.upgrade import RECORD as UPGRADE
+from h3kit.comfyui.setup.upgrade import recorded_actions, undo_upgrade
 from h3kit.core.errors import H3kitError
 from h3kit.core.units import human_bytes
 

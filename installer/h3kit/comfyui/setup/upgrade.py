@@ -2,7 +2,7 @@
 
 A ComfyUI is below H3 when its version (comfyui_version.py) is older than the
 catalog's `model.comfyui_min_version` or a file of `comfyui_h3.files` is
-missing (h3kit.comfy.h3_support.check_tree). What happens depends on where
+missing (h3kit.comfyui.h3_support.check_tree). What happens depends on where
 that ComfyUI came from (`kind_of`):
 
 - a git checkout (`.git` in the ComfyUI folder; not the portable build):
@@ -32,7 +32,7 @@ that ComfyUI came from (`kind_of`):
 - a folder without git: NotReady naming `install --new-comfyui`.
 
 `undo_upgrade` returns to the recorded branch (or commit), with the same
-refusals, restores the package set (h3kit.comfy.setup.freeze) and forgets
+refusals, restores the package set (h3kit.comfyui.setup.freeze) and forgets
 the record. `undo_recorded` undoes every recorded action, newest first:
 the upgrade and the torch `fix_torch` replaced. `release_for_source` and
 `source_below_h3` are what `install --new-comfyui` uses to take a release
@@ -46,19 +46,19 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from h3kit.comfy import manifest as mf
-from h3kit.comfy.h3_support import check_tree, problem, requirements
-from h3kit.comfy.inspect import comfyui_version, parse_version_file
-from h3kit.comfy.locate import require_python
-from h3kit.comfy.setup import freeze
-from h3kit.comfy.setup.pip import (
+from h3kit.comfyui import manifest as mf
+from h3kit.comfyui.h3_support import check_tree, problem, requirements
+from h3kit.comfyui.inspect import comfyui_version, parse_version_file
+from h3kit.comfyui.locate import require_python
+from h3kit.comfyui.setup import freeze
+from h3kit.comfyui.setup.pip import (
     install_requirements,
     match_companions,
     probe_torch,
     setup_table,
     write_constraints,
 )
-from h3kit.comfy.setup.torch_repair import (
+from h3kit.comfyui.setup.torch_repair import (
     _index_for_version,
     check_target_env,
     undo_torch,

@@ -21,23 +21,23 @@ The front for what other layers call; the work is in these modules:
 
 from __future__ import annotations
 
-from h3kit.comfy.setup.create import find_base_python, new_comfyui, offer_new_comfyui
-from h3kit.comfy.setup.pip import probe_torch, setup_table, torch_info_from_probe
-from h3kit.comfy.setup.purge import (
+from h3kit.comfyui.setup.create import find_base_python, new_comfyui, offer_new_comfyui
+from h3kit.comfyui.setup.pip import probe_torch, setup_table, torch_info_from_probe
+from h3kit.comfyui.setup.purge import (
                                      created_comfyui,
                                      purge_comfyui,
                                      purge_on_uninstall,
                                      purge_plan,
                                      restore_on_uninstall,
 )
-from h3kit.comfy.setup.source import source_kind
-from h3kit.comfy.setup.torch_repair import (
+from h3kit.comfyui.setup.source import source_kind
+from h3kit.comfyui.setup.torch_repair import (
                                      check_target_env,
                                      fix_torch,
                                      linked_venv,
                                      undo_torch,
 )
-from h3kit.comfy.setup.upgrade import (
+from h3kit.comfyui.setup.upgrade import (
                                      below_h3,
                                      kind_of,
                                      recorded_actions,

@@ -1,6 +1,6 @@
 """A new ComfyUI that h3kit owns, made for this hardware and resumable.
 
-source (h3kit.comfy.setup.source; a git source at its newest release tag with
+source (h3kit.comfyui.setup.source; a git source at its newest release tag with
 MiniMax H3, any source without H3 refused) -> venv with a supported Python -> the
 torch build `torch_build.choose` names -> ComfyUI's requirements under a
 constraints file that pins the torch just installed -> a check that torch
@@ -17,9 +17,9 @@ import shutil
 import sys
 from pathlib import Path
 
-from h3kit.comfy import manifest as manifest_mod
-from h3kit.comfy.inspect import comfyui_version
-from h3kit.comfy.setup.pip import (
+from h3kit.comfyui import manifest as manifest_mod
+from h3kit.comfyui.inspect import comfyui_version
+from h3kit.comfyui.setup.pip import (
     CONSTRAINTS_FILE,
     install_choice,
     install_requirements,
@@ -27,8 +27,8 @@ from h3kit.comfy.setup.pip import (
     setup_table,
     write_constraints,
 )
-from h3kit.comfy.setup.source import fetch_source, source_kind
-from h3kit.comfy.setup.upgrade import release_for_source, source_below_h3
+from h3kit.comfyui.setup.source import fetch_source, source_kind
+from h3kit.comfyui.setup.upgrade import release_for_source, source_below_h3
 from h3kit.core import subproc
 from h3kit.core.errors import BadInput, NotReady, VerificationFailed
 from h3kit.core.files import atomic_write, free_bytes, nearest_existing

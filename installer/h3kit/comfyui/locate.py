@@ -1,4 +1,4 @@
-"""Find a ComfyUI and its Python, and run that Python (h3kit.comfy.inspect reads what it holds).
+"""Find a ComfyUI and its Python, and run that Python (h3kit.comfyui.inspect reads what it holds).
 
 Search order for the ComfyUI folder (`find`), followed in this order:
 
@@ -34,7 +34,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from h3kit.comfy.inspect import (
+from h3kit.comfyui.inspect import (
     INSPECT_SCRIPT,
     INSPECT_TIMEOUT,
     comfyui_version,
@@ -325,7 +325,7 @@ def run_python(install: ComfyInstall, argv: list[str], timeout: float) -> subpro
 
 
 def inspect(install: ComfyInstall, timeout: float = INSPECT_TIMEOUT) -> dict:
-    """Python, ComfyUI and torch versions of `install` (h3kit.comfy.inspect); NotReady when its Python does not start."""
+    """Python, ComfyUI and torch versions of `install` (h3kit.comfyui.inspect); NotReady when its Python does not start."""
     result = run_python(install, ["-c", INSPECT_SCRIPT], timeout)
     info = parse_inspect_output(result.stdout)
     if info is None:

@@ -14,8 +14,8 @@ import re
 import shlex
 from pathlib import Path
 
-from h3kit.comfy.inspect import comfyui_version
-from h3kit.comfy.locate import ComfyInstall, run_python
+from h3kit.comfyui.inspect import comfyui_version
+from h3kit.comfyui.locate import ComfyInstall, run_python
 
 HELP_TIMEOUT = 120.0
 _FLAG = re.compile(r"(?<![\w-])(--[A-Za-z0-9][A-Za-z0-9_-]*)")

@@ -1,7 +1,7 @@
 """What a ComfyUI's Python holds, read from the outside: the H3KIT-INSPECT script, its parsers, and whether
 the torch it finds fits the machine.
 
-`INSPECT_SCRIPT` runs inside ComfyUI's interpreter (h3kit.comfy.locate.inspect
+`INSPECT_SCRIPT` runs inside ComfyUI's interpreter (h3kit.comfyui.locate.inspect
 starts it): standard library only, never raises, one JSON line marked
 `H3KIT-INSPECT`, because site hooks and custom nodes may print anything else
 around it. Everything else here is a pure function of text or of that JSON,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from h3kit.comfy.inspect import comfyui_version, marked_json
+from h3kit.comfyui.inspect import comfyui_version, marked_json
 
 H3_TIMEOUT = 120.0  # importing torchaudio and av after torch, on a cold disk
 

@@ -28,16 +28,16 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from h3kit.comfy import manifest as mf
-from h3kit.comfy.deploy import backup_root, clean_staging, move_to_backup, staging_dirs
-from h3kit.comfy.locate import NODE_DIR_NAME, ComfyInstall
+from h3kit.comfyui import manifest as mf
+from h3kit.comfyui.deploy import backup_root, clean_staging, move_to_backup, staging_dirs
+from h3kit.comfyui.locate import NODE_DIR_NAME, ComfyInstall
 from h3kit.core.files import sha256_file
 
 KEEP_ROLES = {"model": "downloaded model weights are kept (remove them with 'h3kit models remove')",
               "comfyui": "the ComfyUI h3kit set up is kept (delete the folder yourself if you no longer want it)"}
 LAUNCHER_NAMES = ("run_h3kit.sh", "run_h3kit.bat")
 BOOTSTRAP_RECORD = "bootstrap-record.json"  # written by scripts/bootstrap.py when it puts h3kit on the PATH
-UNDO_RECORDS = ("torch_before", "comfyui_upgrade")  # what 'doctor --undo' reads (h3kit.comfy.setup)
+UNDO_RECORDS = ("torch_before", "comfyui_upgrade")  # what 'doctor --undo' reads (h3kit.comfyui.setup)
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The package set of ComfyUI's Python: read it (`pip freeze --all`), compare two, and put an earlier one back.
 
-`doctor --fix` records the set before it changes ComfyUI (h3kit.comfy.setup.upgrade);
+`doctor --fix` records the set before it changes ComfyUI (h3kit.comfyui.setup.upgrade);
 `doctor --undo` and `uninstall` call `restore` with that record. Restoring is
 three pip runs at most, all through `h3kit.core.tools.run_pip`: the recorded
 lines of packages that changed or went missing, installed `--no-deps` (so
@@ -17,8 +17,8 @@ import re
 
 from packaging.utils import canonicalize_name
 
-from h3kit.comfy.setup.pip import setup_table
-from h3kit.comfy.setup.torch_repair import _index_for_version
+from h3kit.comfyui.setup.pip import setup_table
+from h3kit.comfyui.setup.torch_repair import _index_for_version
 from h3kit.core.errors import VerificationFailed
 from h3kit.core.tools import PipOptions, run_pip
 from h3kit.plan import torch_build as torchsel

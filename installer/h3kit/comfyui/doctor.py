@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from h3kit.comfy import manifest as mf
-from h3kit.comfy.deploy import PROFILE_FILE, PROFILE_SCHEMA, disabled_copy
-from h3kit.comfy.inspect import marked_json
-from h3kit.comfy.launcher import accepted_flags, filter_args
-from h3kit.comfy.locate import ComfyInstall, run_python
+from h3kit.comfyui import manifest as mf
+from h3kit.comfyui.deploy import PROFILE_FILE, PROFILE_SCHEMA, disabled_copy
+from h3kit.comfyui.inspect import marked_json
+from h3kit.comfyui.launcher import accepted_flags, filter_args
+from h3kit.comfyui.locate import ComfyInstall, run_python
 
 NATIVE_TIMEOUT = 60.0
 

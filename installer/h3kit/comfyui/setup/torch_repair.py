@@ -13,8 +13,8 @@ import os
 import re
 from pathlib import Path
 
-from h3kit.comfy import manifest as manifest_mod
-from h3kit.comfy.setup.pip import install_choice, probe_torch, setup_table
+from h3kit.comfyui import manifest as manifest_mod
+from h3kit.comfyui.setup.pip import install_choice, probe_torch, setup_table
 from h3kit.core.errors import BadInput, NotReady, VerificationFailed
 from h3kit.core.tools import PipOptions, run_pip
 from h3kit.core.venv import venv_python

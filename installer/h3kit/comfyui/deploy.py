@@ -7,7 +7,7 @@ never sees half a pack. A re-install stages the same way and then replaces
 the pack's files one by one (each an atomic replace), keeping files the user
 added. A folder named ComfyUI-h3kit that h3kit's record does not claim is
 never touched. Every file and folder created goes into the manifest
-(h3kit.comfy.manifest) with its sha256; the manifest is saved last.
+(h3kit.comfyui.manifest) with its sha256; the manifest is saved last.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from pathlib import Path
 
 import h3kit
 from h3kit import bundled
-from h3kit.comfy import manifest as mf
-from h3kit.comfy.inspect import marked_json
-from h3kit.comfy.launcher import accepted_flags, filter_args, launcher_name, render
-from h3kit.comfy.locate import ComfyInstall, run_python
+from h3kit.comfyui import manifest as mf
+from h3kit.comfyui.inspect import marked_json
+from h3kit.comfyui.launcher import accepted_flags, filter_args, launcher_name, render
+from h3kit.comfyui.locate import ComfyInstall, run_python
 from h3kit.core.errors import BadInput, NotReady, VerificationFailed
 from h3kit.core.files import atomic_write
 from h3kit.core.paths import asset_dir

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from h3kit.comfy.graph import Graph
+from h3kit.comfyui.graph import Graph
 from h3kit.core.errors import BadInput
 from h3kit.data import comfy_nodes
 

@@ -94,3 +94,17 @@ def make_venv(template: Path, path: Path) -> str:
 def pip_install(python: str, *reqs: str, wheelhouse: Path) -> None:
     subprocess.run([python, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(wheelhouse), *reqs],
                    check=True, timeout=300)
+
+
+def pip_only_from(folder: Path, monkeypatch):
+    """PipOptions that let pip see only `folder`: no config files, no index, no machine-wide find-links."""
+    import os
+
+    from h3kit.core.tools import PipOptions
+
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    for var in ("PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_CONSTRAINT"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("H3KIT_PIP_FIND_LINKS", str(folder))
+    monkeypatch.setenv("H3KIT_PIP_NO_INDEX", "1")
+    return PipOptions.from_env()

@@ -107,16 +107,9 @@ def wheelhouse(tmp_path_factory) -> Path:
 @pytest.fixture
 def offline_pip(wheelhouse, monkeypatch):
     """pip sees only the wheelhouse: no config files, no index, no machine-wide find-links."""
-    import os
+    from comfy_setup_support import pip_only_from
 
-    from h3kit.core.tools import PipOptions
-
-    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
-    for var in ("PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_CONSTRAINT"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("H3KIT_PIP_FIND_LINKS", str(wheelhouse))
-    monkeypatch.setenv("H3KIT_PIP_NO_INDEX", "1")
-    return PipOptions.from_env()
+    return pip_only_from(wheelhouse, monkeypatch)
 
 
 @pytest.fixture(scope="session")
@@ -128,3 +121,16 @@ def venv_template(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("venv-template") / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(path)], check=True, timeout=300)
     return path
+
+
+@pytest.fixture
+def planned(monkeypatch):
+    """Install and apply plan with what the test puts in the returned dict (profile, settings), not the machine."""
+    plan: dict = {}
+
+    def fake_plan(ctx, config, profile, notes):
+        return {}, plan
+
+    monkeypatch.setattr("h3kit.steps.install.current_plan", fake_plan)
+    monkeypatch.setattr("h3kit.cli.apply.current_plan", fake_plan)
+    return plan

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from comfy_setup_support import pip_only_from
 from comfy_setup_support import FP_4090, ctx, fill_wheelhouse, make_venv, make_wheel, pip_install
 from h3kit.comfyui import manifest
 from h3kit.comfyui import setup as comfy_setup
@@ -117,12 +118,7 @@ def house(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def pip_here(house, monkeypatch) -> PipOptions:
-    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
-    for var in ("PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_CONSTRAINT"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("H3KIT_PIP_FIND_LINKS", str(house))
-    monkeypatch.setenv("H3KIT_PIP_NO_INDEX", "1")
-    return PipOptions.from_env()
+    return pip_only_from(house, monkeypatch)
 
 
 @pytest.fixture

@@ -186,14 +186,9 @@ def test_install_without_comfyui_exit_3_names_flag(tmp_path, run_cli, monkeypatc
     assert code == 3 and "--comfyui" in err
 
 
-def test_apply_rewrites_profile_and_launcher(comfy, run_cli, monkeypatch):
-    plans = {"profile": "nvidia-16gb", "settings": dict(SETTINGS)}
-
-    def fake_plan(ctx, config, profile, notes):
-        return {}, plans
-
-    monkeypatch.setattr("h3kit.steps.install.current_plan", fake_plan)
-    monkeypatch.setattr("h3kit.cli.apply.current_plan", fake_plan)
+def test_apply_rewrites_profile_and_launcher(comfy, run_cli, planned):
+    plans = planned
+    plans.update(profile="nvidia-16gb", settings=dict(SETTINGS))
     assert run_cli("install", "--comfyui", str(comfy), "--yes", "--skip-calibrate", "--no-models")[0] == 0
     node = comfy / "custom_nodes" / "ComfyUI-h3kit"
     before_json, before_sh = (node / "h3kit_profile.json").read_text(), (comfy / "run_h3kit.sh").read_text()

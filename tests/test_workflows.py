@@ -84,16 +84,11 @@ def test_a_widget_without_a_value_is_refused_for_the_ui_format():
         g.add("VAELoader", vae_nam="typo")
 
 
-def test_apply_after_a_config_edit_changes_canvas_frames_files_and_tiles(tmp_path, run_cli, monkeypatch, h3kit_home):
+def test_apply_after_a_config_edit_changes_canvas_frames_files_and_tiles(tmp_path, run_cli, planned):
     comfy = comfy_tree.make_comfyui(tmp_path / "Comfy UI ü")
     base = _plan()["settings"]
-    plans = {"profile": "nvidia-12gb", "settings": dict(base)}
-
-    def fake_plan(ctx, config, profile, notes):
-        return {}, plans
-
-    monkeypatch.setattr("h3kit.steps.install.current_plan", fake_plan)
-    monkeypatch.setattr("h3kit.cli.apply.current_plan", fake_plan)
+    plans = planned
+    plans.update(profile="nvidia-12gb", settings=dict(base))
     assert run_cli("install", "--comfyui", str(comfy), "--yes", "--skip-calibrate", "--no-models")[0] == 0
     node = comfy / "custom_nodes" / "ComfyUI-h3kit"
     t2v = node / workflows.API_DIR / "h3kit_text_to_video.json"

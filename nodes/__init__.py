@@ -6,10 +6,12 @@ needs neither torch nor h3kit's native library; a node that needs one says so
 when it runs.
 """
 
-from . import h3kit_calibration_node
+from . import h3kit_calibration_node, h3kit_streaming_node
 from .h3kit_nodes import NODE_CLASS_MAPPINGS, NODE_DISPLAY_NAME_MAPPINGS
 
-NODE_CLASS_MAPPINGS = {**NODE_CLASS_MAPPINGS, **h3kit_calibration_node.NODE_CLASS_MAPPINGS}
-NODE_DISPLAY_NAME_MAPPINGS = {**NODE_DISPLAY_NAME_MAPPINGS, **h3kit_calibration_node.NODE_DISPLAY_NAME_MAPPINGS}
+NODE_CLASS_MAPPINGS = {**NODE_CLASS_MAPPINGS, **h3kit_calibration_node.NODE_CLASS_MAPPINGS,
+                       **h3kit_streaming_node.NODE_CLASS_MAPPINGS}
+NODE_DISPLAY_NAME_MAPPINGS = {**NODE_DISPLAY_NAME_MAPPINGS, **h3kit_calibration_node.NODE_DISPLAY_NAME_MAPPINGS,
+                              **h3kit_streaming_node.NODE_DISPLAY_NAME_MAPPINGS}
 
 __all__ = ["NODE_CLASS_MAPPINGS", "NODE_DISPLAY_NAME_MAPPINGS"]

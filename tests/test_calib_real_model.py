@@ -227,3 +227,66 @@ def test_a_server_ignoring_terminate_is_killed_and_ctrl_c_stops_it(tmp_path):
             assert server.proc.poll() is None  # still running after the failed start, until the with ends
             raise KeyboardInterrupt
     assert server.proc.returncode == -9  # SIGTERM ignored: killed
+
+
+# -- seconds per step and the comparison with the estimate -------------------------------------------
+
+def test_with_steps_changes_steps_and_seed_only():
+    wf, _ = real_model.workflow_for(SimpleNamespace(path=Path("/nowhere"), node_dir=None), PLAN, catalog_mod.load())
+    one = real_model.with_steps(wf, 1, 101)
+    assert any(n["class_type"] == "BasicScheduler" and n["inputs"]["steps"] == 1 for n in one.values())
+    assert any(n["class_type"] == "RandomNoise" and n["inputs"]["noise_seed"] == 101 for n in one.values())
+    changed = [k for k in wf if wf[k] != one[k]]
+    assert {one[k]["class_type"] for k in changed} <= {"BasicScheduler", "RandomNoise", "KSampler"}
+    ks = {"1": {"class_type": "KSampler", "inputs": {"steps": 20, "seed": 0}}}
+    assert real_model.with_steps(ks, 2, 7)["1"]["inputs"] == {"steps": 2, "seed": 7}
+
+
+def test_step_seconds_is_the_difference_of_two_warm_runs():
+    seen = []
+
+    def run_one(graph):
+        steps = next(n["inputs"]["steps"] for n in graph.values() if "steps" in n["inputs"])
+        seen.append(steps)
+        return {"ran": True, "seconds": 4.0 + 2.5 * steps}
+
+    ks = {"1": {"class_type": "KSampler", "inputs": {"steps": 20, "seed": 0}}}
+    out = real_model.step_seconds(run_one, ks)
+    assert seen == [1, 2] and out["status"] == "measured" and out["seconds_per_step"] == pytest.approx(2.5)
+    failed = real_model.step_seconds(lambda g: {"ran": False, "message": "out of memory"}, ks)
+    assert failed["status"] == "error" and "out of memory" in failed["reason"]
+
+
+def test_execution_seconds_reads_comfyuis_timestamps():
+    entry = {"status": {"completed": True, "messages": [["execution_start", {"timestamp": 1000}],
+                                                        ["execution_cached", {"nodes": []}],
+                                                        ["execution_success", {"timestamp": 3500}]]}}
+    assert real_model.execution_seconds(entry) == 2.5
+    assert real_model.execution_seconds({"status": {"messages": []}}) is None
+
+
+def test_compare_puts_measured_beside_estimated_in_percent():
+    real = {"status": "measured", "peak_rss_bytes": 10 * 2**30, "steps_timing": {"seconds_per_step": 4.0},
+            "canvas": [256, 256, 22]}
+    est = {"kind": "measured", "canvas": [256, 256, 22], "time": {"seconds_per_step": 5.0},
+           "memory": {"peak_rss_bytes": 9 * 2**30, "peak_gpu_bytes": None}}
+    c = real_model.compare(real, est)
+    assert c["seconds_per_step"] == {"measured": 4.0, "estimated": 5.0, "difference_pct": 25.0}
+    assert c["peak_rss_bytes"]["difference_pct"] == -10.0 and c["estimate_kind"] == "measured"
+    assert real_model.compare({"status": "measured"}, est)["seconds_per_step"]["difference_pct"] is None
+
+
+def test_the_samplers_progress_bar_gives_seconds_per_step():
+    log = ("  0%|          | 0/2 [00:00<?, ?it/s] 50%|#####     | 1/2 [00:05<00:05,  5.32s/it]"
+           "100%|##########| 2/2 [00:12<00:00,  6.22s/it]100%|##########| 2/2 [00:12<00:00,  6.08s/it]\n"
+           "Prompt executed in 30.15 seconds\n  0%|          | 0/1 [00:00<?, ?it/s]"
+           "100%|##########| 1/1 [00:00<00:00,  4.00it/s]\n"
+           "  0%|          | 0/10 [00:00<?, ?it/s] 10%|#         | 1/10 [00:01<00:09,  1.00s/it]\n")  # unfinished
+    assert real_model.sampler_rates(log) == [(2, 6.08), (1, 0.25)]
+    assert real_model.sampler_seconds_per_step(log, 2) == 6.08
+    assert real_model.sampler_seconds_per_step(log, 3) is None
+    ks = {"1": {"class_type": "KSampler", "inputs": {"steps": 20, "seed": 0}}}
+    three = log + "  0%| | 0/2 [00:00<?, ?it/s]100%| | 2/2 [00:12<00:00,  6.50s/it]\n"
+    out = real_model.step_seconds(lambda g: {"ran": True, "seconds": 9.0}, ks, lambda: three)
+    assert out["seconds_per_step"] == 0.25 and "fastest" in out["how"]  # other work only ever slows a bar
+    assert out["sampler_seconds_per_step"] == [6.08, 0.25, 6.5]

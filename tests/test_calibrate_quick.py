@@ -38,7 +38,18 @@ def test_quick_calibration_writes_reports_with_measured_numbers(run_cli, h3kit_h
     assert _positive(inf["peak_rss_bytes"]) and _positive(inf["bytes_streamed"])
     assert doc["decisions"] and all(d["evidence"] for d in doc["decisions"])
     assert any(_positive(d["value"]) for d in doc["decisions"])
-    assert doc["estimates"]["label"] == "estimate" and _positive(doc["estimates"]["seconds_per_step"])
+    est = doc["estimates"]
+    assert est["label"] == "estimate" and _positive(est["seconds_per_step"]) and _positive(est["minutes_per_clip"])
+    # No ComfyUI here: the time is the throughput table's, and the document says so plainly.
+    assert est["kind"] == "table" and "table estimate" in est["note"] and est["timing"]["source"].startswith("table:")
+    assert doc["h3_model"]["status"] != "measured" and doc["h3_model"]["reason"]
+    assert any("table estimate" in s for s in doc["skipped"])
+    assert _positive(est["time"]["seconds_per_clip"]) and _positive(est["memory"]["peak_rss_bytes"])
+    assert est["alternatives"] and all(_positive(a["minutes_per_clip"]) for a in est["alternatives"])
+    # h3kit's own kernel figure is only the appendix now
+    assert est["native_appendix"]["label"].startswith("native-kernel") and est["seconds_per_step"] != \
+        est["native_appendix"]["seconds_per_step"]
+    assert {"canvas", "frames", "steps"} <= {d["setting"] for d in doc["decisions"]}
     assert doc["real_model"]["status"] == "not run"
     # No GPU here: the device part says it was skipped, and why.
     if doc["device"]["status"] != "measured":

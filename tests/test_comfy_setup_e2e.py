@@ -21,7 +21,7 @@ from h3kit.core.paths import locations
 from h3kit.core.venv import venv_python
 from h3kit.fingerprint.schema import load_file
 from tests.conftest import FIXTURES
-from tests.fixtures.comfyui.comfy_tree import H3_FILES
+from tests.fixtures.comfyui.comfy_tree import FAKE_FOLDER_PATHS, H3_FILES
 
 MAIN_PY = '''import sys
 from pathlib import Path
@@ -40,6 +40,7 @@ def comfy_source_tree(root: Path) -> Path:
         "main.py": MAIN_PY,
         "help.txt": (FIXTURES / "comfyui" / "help-0.8.0.txt").read_text(encoding="utf-8"),
         "nodes.py": "NODE_CLASS_MAPPINGS = {}\n",
+        "folder_paths.py": FAKE_FOLDER_PATHS,
         "comfy/__init__.py": "",
         "comfy/cli_args.py": "# argument parser lives here in real ComfyUI\n",
         "comfy_extras/__init__.py": "",

@@ -27,7 +27,7 @@ from h3kit.core.errors import BadInput, NotReady
 from h3kit.core.paths import locations
 from h3kit.core.tools import PipOptions
 from h3kit.data import catalog as catalog_mod
-from tests.fixtures.comfyui.comfy_tree import make_comfyui
+from tests.fixtures.comfyui.comfy_tree import FAKE_FOLDER_PATHS, make_comfyui
 
 CAT = catalog_mod.load()
 H3_FILES = CAT.data["comfyui_h3"]["files"]
@@ -43,6 +43,7 @@ def git(*args, cwd=None) -> str:
 
 def write_release(root: Path, version: str, *, h3: bool, reqs: str) -> None:
     files = {"main.py": "print('ComfyUI')\n", "nodes.py": "NODE_CLASS_MAPPINGS = {}\n", "comfy/__init__.py": "",
+             "folder_paths.py": FAKE_FOLDER_PATHS,  # loader nodes ask it for their file lists
              "comfy_extras/__init__.py": "", "custom_nodes/example_node.py.example": "# example\n",
              "comfyui_version.py": f'__version__ = "{version}"\n', "requirements.txt": reqs,
              ".gitignore": "/custom_nodes/*\n!/custom_nodes/example_node.py.example\n/output/\n/models/\n__pycache__/\n"}

@@ -265,6 +265,7 @@ def test_desktop_base_folder_gets_the_pack_but_no_launcher(tmp_path, h3kit_home)
     (base / "models").mkdir()
     (base / ".venv" / "bin").mkdir(parents=True)
     os.symlink(sys.executable, base / ".venv" / "bin" / "python")
+    (base / "folder_paths.py").write_text("def get_filename_list(kind):\n    return []\n")  # ComfyUI's, for nodes
     inst = find(str(base), None, Context(yes=True))
     assert (inst.layout, inst.python_source) == ("desktop", ".venv inside ComfyUI")
     res = _deploy(inst, h3kit_home, settings=SETTINGS)

@@ -30,14 +30,17 @@ def _staging(comfy: Path) -> Path:
 
 
 def _fails_in_the_deploy_step(monkeypatch, code: int) -> None:
-    real = Path.write_bytes
+    """Every staged file write fails with `code` (staging writes go through h3kit.core.files.write_new)."""
+    from h3kit.core import files
 
-    def write_bytes(self, data):
-        if STAGING_SUFFIX in str(self) and self.name != STAGING_MARK:
-            raise OSError(code, os.strerror(code), str(self))
-        return real(self, data)
+    real = files.write_new
 
-    monkeypatch.setattr(Path, "write_bytes", write_bytes)
+    def write_new(path, data, mode=None):
+        if STAGING_SUFFIX in str(path) and Path(path).name != STAGING_MARK:
+            raise OSError(code, os.strerror(code), str(path))
+        return real(path, data, mode)
+
+    monkeypatch.setattr(files, "write_new", write_new)
 
 
 @pytest.mark.parametrize("code, words", [(errno.ENOSPC, "No space left on the disk that holds"),
@@ -155,23 +158,74 @@ def _small_tmpfs(where: Path) -> bool:
     return r.returncode == 0
 
 
-def test_install_onto_a_full_tmpfs_is_exit_3_and_leaves_no_staging(tmp_path, run_cli):
+def _fill(disk: Path, leave: int) -> None:
+    """Fill the disk, then give back `leave` bytes."""
+    filler = disk / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    try:
+        while True:
+            os.write(fd, b"\0" * 4096)
+    except OSError:
+        pass
+    os.ftruncate(fd, max(0, os.fstat(fd).st_size - leave))
+    os.close(fd)
+
+
+def test_install_onto_a_full_tmpfs_is_exit_3_and_writes_nothing(tmp_path, run_cli):
+    """The free-space check before staging: the folder, the bytes needed and free, nothing written."""
     disk = tmp_path / "disk"
     if not _small_tmpfs(disk):
         pytest.skip("needs root and a tmpfs mount")
     try:
         comfy = comfy_tree.make_comfyui(disk / "c")
-        filler = disk / "filler"
-        fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
-        try:  # fill the disk, then give back a few KiB: too little for the pack
-            while True:
-                os.write(fd, b"\0" * 4096)
-        except OSError:
-            pass
-        os.ftruncate(fd, max(0, os.fstat(fd).st_size - 16 * 1024))
-        os.close(fd)
+        _fill(disk, 16 * 1024)  # a few KiB: too little for the pack
+        before = comfy_tree.snapshot(comfy)
+        rc, out, err = run_cli(*INSTALL, "--comfyui", str(comfy))
+        assert rc == 3 and "This is a bug" not in err, err
+        assert f"Not enough free space on the disk that holds {comfy / 'custom_nodes'}" in err
+        assert "the node pack needs" in err and "is free. Nothing was written." in err
+        assert comfy_tree.snapshot(comfy) == before
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)
+
+
+def test_a_disk_that_fills_while_staging_is_exit_3_and_leaves_no_staging(tmp_path, run_cli, monkeypatch):
+    """The check passes (free space is read as plenty), then the real 2 MiB tmpfs runs out mid-staging."""
+    disk = tmp_path / "disk"
+    if not _small_tmpfs(disk):
+        pytest.skip("needs root and a tmpfs mount")
+    try:
+        comfy = comfy_tree.make_comfyui(disk / "c")
+        _fill(disk, 16 * 1024)
+        monkeypatch.setattr("h3kit.core.files.free_bytes", lambda path: 1 << 40)
         rc, out, err = run_cli(*INSTALL, "--comfyui", str(comfy))
         assert rc == 3 and "No space left on the disk" in err and "This is a bug" not in err, err
         assert not _staging(comfy).exists()
     finally:
         subprocess.run(["umount", str(disk)], capture_output=True)
+
+
+def test_too_little_free_space_stops_before_staging(tmp_path, run_cli, monkeypatch):
+    """Without root: the same check, with the free space read as 4096 bytes."""
+    comfy = comfy_tree.make_comfyui(tmp_path / "c")
+    before = comfy_tree.snapshot(comfy)
+    seen = []
+
+    def free(path):
+        seen.append(Path(path))
+        return 4096
+
+    monkeypatch.setattr("h3kit.core.files.free_bytes", free)
+    rc, out, err = run_cli(*INSTALL, "--comfyui", str(comfy))
+    assert rc == 3, err
+    assert f"Not enough free space on the disk that holds {comfy / 'custom_nodes'}" in err
+    assert "the node pack needs" in err and "4.10 kB is free" in err
+    assert comfy / "custom_nodes" in seen and comfy_tree.snapshot(comfy) == before
+
+
+def test_the_space_needed_counts_every_file_and_folder_in_blocks():
+    from h3kit.comfyui.deploy import BLOCK, bytes_to_write
+
+    files = {"a.py": b"x", "sub/b.bin": b"y" * (BLOCK + 1), "sub/deeper/c": b""}
+    # blocks: a 1, b 2, c 1 (an empty file still takes an entry); folders sub, sub/deeper; the mark and the staging folder
+    assert bytes_to_write(files) == (1 + 2 + 1 + 2 + 2) * BLOCK

@@ -120,3 +120,24 @@ def test_a_process_may_take_its_own_lock_again(tmp_path):
     again = _holder(path)  # free again: another process takes it
     again.kill()
     again.wait()
+
+
+def test_install_takes_the_lock_before_it_writes_anything(tmp_path):
+    """The refused install stops before the build writes h3kit's cache, and before anything in ComfyUI."""
+    comfy = comfy_tree.make_comfyui(tmp_path / "c")
+    before = comfy_tree.snapshot(comfy)
+    native = locations().cache_dir / "native"
+    cache_before = sorted(p.relative_to(native) for p in native.rglob("*")) if native.is_dir() else []
+    holder = _holder(mf.lock_path(locations().state_dir, comfy))
+    try:
+        done = _h3kit(*INSTALL, "--comfyui", str(comfy))
+    finally:
+        holder.kill()
+        holder.wait()
+    assert done.returncode == 3, done.stderr
+    assert f"another h3kit is installing into this comfyui (pid {holder.pid})" in done.stderr.lower()
+    assert "Building the native library" not in done.stderr
+    assert (sorted(p.relative_to(native) for p in native.rglob("*")) if native.is_dir() else []) == cache_before
+    assert comfy_tree.snapshot(comfy) == before
+    manifests = locations().state_dir / "manifests"
+    assert not manifests.exists() or not list(manifests.glob("*.json"))

@@ -58,16 +58,16 @@ def small(monkeypatch, server, h3kit_home):
     real = catalog_mod.load()
     payloads: dict[str, bytes] = {}
     weights = []
-    for i, w in enumerate(real.dit + real.text_encoder + real.vae + real.audio_vae):
+    for i, w in enumerate(real.dit + real.text_encoder + real.vae + real.audio_vae + real.lora):
         data = hashlib.sha256(w.id.encode()).digest() * (4000 + 100 * i)
         payloads[w.id] = data
         f = dict(w.file, bytes=len(data))
         weights.append(dataclasses.replace(w, bytes=len(data), file=f))
         for url in f.get("urls") or []:
             server.add(urlsplit(url).path, data=data)
-    by_kind = {k: [w for w in weights if w.part == k] for k in ("dit", "text_encoder", "vae", "audio_vae")}
+    by_kind = {k: [w for w in weights if w.part == k] for k in ("dit", "text_encoder", "vae", "audio_vae", "lora")}
     fake = catalog_mod.Catalog(real.doc, real.formats, by_kind["dit"], by_kind["text_encoder"], by_kind["vae"],
-                               by_kind["audio_vae"])
+                               by_kind["audio_vae"], by_kind["lora"])
     monkeypatch.setattr(model_files, "_catalog", lambda catalog=None: catalog or fake)
     monkeypatch.setattr(store, "Downloader", functools.partial(download.Downloader, sleep=lambda s: None,
                                                                 progress=False, token=""))
@@ -246,6 +246,34 @@ def test_with_loaders_installs_the_pack_with_comfyuis_python(small, comfy, tmp_p
     assert models.install_loader_pack(ctx, pack, comfy)["why"] == "already there"
 
 
+def test_a_clone_killed_midway_is_named_in_the_record_and_redone(small, comfy, tmp_path):
+    """Record before write: the pack folder is pending in the record before git makes it, so a half-made
+    clone (killed mid-way) is recognised as ours and redone by the next run, not called 'already there'."""
+    import subprocess
+
+    pack_src = tmp_path / "pack-src"
+    pack_src.mkdir()
+    (pack_src / "__init__.py").write_text("NODE_CLASS_MAPPINGS = {}\n")
+    for cmd in (["init", "-q"], ["add", "-A"], ["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "x"]):
+        subprocess.run(["git", *cmd], cwd=pack_src, check=True, capture_output=True, timeout=60)
+    pack = {"name": "ComfyUI-GGUF", "folder": "ComfyUI-GGUF", "requirements": "requirements.txt"}
+    ctx = Context()
+    dest = comfy / "custom_nodes" / "ComfyUI-GGUF"
+    man = load_or_new(ctx.locations.state_dir, comfy)
+    man.intend_dir(dest, "loader-pack")  # what the record says when git was killed mid-clone
+    man.save()
+    (dest / ".git").mkdir(parents=True)
+    (dest / "half-written.py").write_text("# cut off")
+    got = models.install_loader_pack(ctx, pack, comfy, git_url=str(pack_src))
+    assert got["installed"] and (dest / "__init__.py").is_file() and not (dest / "half-written.py").exists()
+    entry = load_or_new(ctx.locations.state_dir, comfy).find(dest)
+    assert entry is not None and not entry.pending
+    # A folder the record does not name is the user's: left alone.
+    (comfy / "custom_nodes" / "Theirs").mkdir()
+    theirs = dict(pack, folder="Theirs")
+    assert models.install_loader_pack(ctx, theirs, comfy, git_url=str(pack_src))["why"] == "already there"
+
+
 def test_uninstall_keeps_models_and_models_remove_still_finds_them(run_cli, small, comfy, tmp_path):
     """Uninstall replays the same manifest: it removes a loader pack h3kit installed, keeps the
     weights (by design, they are tens of GB) and leaves their records, so 'models remove' still works after."""
@@ -341,3 +369,35 @@ def test_interactive_question_per_doubtful_file_defaults_to_no(tmp_path, monkeyp
         ensure.ensure_models(ctx, plan, comfy, skip=False, with_loaders=False)
     assert "Download it anyway? [y/N]" in ctx.asked[0]
     assert fetched["skip"] == set(files_in_order[1:])  # yes to the first, the default (no) to the others
+
+
+def test_the_fast_preset_puts_its_lora_in_the_models_plan(run_cli, h3kit_home):
+    """preset: fast uses the Turbo LoRA: models plan lists it (in the plan's disk total), with its catalog entry."""
+    (h3kit_home / "config.yaml").write_text("overrides:\n  preset: fast\n")
+    code, doc, err = _json(run_cli, "models", "plan", "--fingerprint", str(FP_4090))
+    assert code == 0, err
+    (entry,) = [f for f in doc["files"] if f["id"] == "h3-lora-turbo"]
+    assert entry["folder"] == "loras" and entry["name"] == "minimax_h3_turbo_v4_step600_ema.safetensors"
+    assert entry["bytes"] == entry["exact_bytes"] == 779_849_816 and entry["sha256"] is None
+    assert entry["loader"]["node"] == "LoraLoaderModelOnly"
+    assert entry["urls"] == ["https://huggingface.co/larryvrh/MiniMax-H3-Turbo-Lora/resolve/main/"
+                             "minimax_h3_turbo_v4_step600_ema.safetensors"]
+    code, plan, _ = _json(run_cli, "plan", "--fingerprint", str(FP_4090))
+    assert plan["settings"]["lora"] == "h3-lora-turbo" and doc["total_bytes"] == plan["estimates"]["disk_bytes"]
+
+
+def test_the_fast_preset_fetches_its_lora_into_comfyuis_loras_folder(run_cli, small, comfy, h3kit_home):
+    cfg = h3kit_home / "config.yaml"
+    cfg.write_text(cfg.read_text() + "overrides:\n  preset: fast\n")
+    code, got, err = _json(run_cli, "models", "fetch", "--fingerprint", str(FP_4090), "--comfyui", str(comfy))
+    assert code == 0, err
+    dest = comfy / "models" / "loras" / "minimax_h3_turbo_v4_step600_ema.safetensors"
+    assert dest.read_bytes() == small["h3-lora-turbo"]
+    assert str(dest) in {f["path"] for f in got["files"]}
+
+
+def test_a_preset_without_a_lora_fetches_none(run_cli, h3kit_home):
+    (h3kit_home / "config.yaml").write_text("overrides:\n  preset: quality\n")
+    code, doc, err = _json(run_cli, "models", "plan", "--fingerprint", str(FP_4090))
+    assert code == 0, err
+    assert all(f["folder"] != "loras" for f in doc["files"])

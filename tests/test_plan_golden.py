@@ -23,7 +23,9 @@ CAT = catalog_mod.load()
 PROFILES = catalog_mod.load_profiles(CAT)
 SETTINGS_KEYS = {"dit_weights", "quantization", "text_encoder_weights", "vae_weights", "shard_size_bytes",
                  "preload_bytes", "vae_tile_size", "vae_tile_overlap", "vae_temporal_tile", "max_canvas",
-                 "max_frames", "comfyui_args", "env"}
+                 "max_frames", "comfyui_args", "env",
+                 # the workflow defaults and what they cost in time (issue #14)
+                 "canvas", "frames", "steps", "cfg", "preset", "lora", "target_minutes", "timing"}
 
 
 def test_at_least_twelve_synthetic_fingerprints_all_valid():
@@ -61,7 +63,11 @@ def test_plan_command_gives_the_golden_plan(run_cli, fp_path):
     assert plan["schema"] == "h3kit.plan/1"
     assert SETTINGS_KEYS <= set(plan["settings"])
     assert set(plan["budget"]) >= {"gpu_bytes", "ram_bytes", "disk_bytes"}
-    assert set(plan["estimates"]) >= {"peak_gpu_bytes", "peak_ram_bytes", "disk_bytes"}
+    assert set(plan["estimates"]) >= {"peak_gpu_bytes", "peak_ram_bytes", "disk_bytes", "minutes_per_clip",
+                                      "seconds_per_step", "time"}
+    assert set(plan["estimates"]["time"]) >= {"tokens", "seconds_per_step", "minutes_per_clip", "text_encode_s",
+                                              "sampling_s", "decode_s", "source"}
+    assert plan["estimates"]["minutes_per_clip"] == plan["estimates"]["time"]["minutes_per_clip"] > 0
     assert len(plan["rationale"]) >= 6 and all(any(ch.isdigit() for ch in r) for r in plan["rationale"]
                                               if not r.startswith(("Profile", "ComfyUI flags", "Left out")))
     for flag in ("--fast", "--fp16-unet", "--force-fp16"):
@@ -90,6 +96,33 @@ def test_plans_make_sense():
         assert plan["settings"]["preload_bytes"] % plan["settings"]["streaming"]["block_bytes"] == 0
     two = _plan("nvidia-2x-rtx3090-24gb-128gb")
     assert any("2 GPUs" in r for r in two["rationale"])
+    # time: a 4090 makes a quality clip within the default 15 minutes; a 6-core CPU cannot at any preset
+    r4090 = _plan("nvidia-rtx4090-24gb-64gb")
+    assert r4090["settings"]["preset"] == "quality" and r4090["estimates"]["minutes_per_clip"] <= 15
+    assert r4090["settings"]["timing"]["source"].startswith("table: nvidia-rtx-4090 ")
+    assert cpu16["settings"]["preset"] == "fast" and not cpu16["estimates"]["time"]["meets_target"]
+    assert any("more than target_minutes 15" in w for w in cpu16["warnings"])
+    # streaming (issue #15): where ComfyUI cannot hold the bf16 DiT and has no dynamic VRAM, h3kit's loader
+    # streams it -- the stock safetensors file, best quality -- instead of a GGUF reported not to load
+    for name in ("apple-m2pro-32gb", "intel-arcb580-12gb-32gb"):
+        plan = _plan(name)
+        st = plan["settings"]["streaming"]
+        assert plan["fits"] and st["enabled"] and plan["settings"]["quantization"] == "bf16", name
+        assert plan["comfyui_loads"]["dit"] == "stock" and not st["held_fits"], name
+        assert plan["estimates"]["peak_ram_bytes"] == st["peak_ram_bytes"], name
+        assert plan["estimates"]["time"]["meets_target"], name  # slower by the streamer, still within 15 min
+    # a 64 GB Mac holds the 40 GB bf16 DiT whole (ComfyUI's own loading, no streaming time) at up to 124 frames
+    m2max = _plan("apple-m2max-64gb")
+    assert not m2max["settings"]["streaming"]["enabled"] and m2max["settings"]["streaming"]["resident"]
+    # the 16 GB machines: the text encoder alone is too big; the closest plan streams the DiT, short only at encode
+    for plan in (mac16, cpu16):
+        assert plan["settings"]["streaming"]["enabled"] and plan["settings"]["quantization"] == "bf16"
+        assert [w for w in plan["warnings"] if "short by" in w] and \
+            all("the encode phase" in w for w in plan["warnings"] if "short by" in w)
+    # NVIDIA has ComfyUI's dynamic VRAM: h3kit plans flags there, never its own streamer
+    for name in [p.stem for p in FINGERPRINTS if p.stem.startswith("nvidia")]:
+        st = _plan(name)["settings"]["streaming"]
+        assert st["dynamic_vram"] is True and not st["enabled"], name
 
 
 def test_plan_on_this_machine_is_a_valid_plan(run_cli):

@@ -111,4 +111,20 @@ def test_workflow_defaults_stay_within_the_memory_limits_unless_the_user_says_ot
     for name, fp in FPS.items():
         s = make_plan(fp, cat, profiles)["settings"]
         assert s["canvas"][0] * s["canvas"][1] <= s["max_canvas"][0] * s["max_canvas"][1], name
-        assert s["frames"] <= s["max_frames"] and s["steps"] == cat.data["sampling"]["steps"], name
+        assert s["frames"] <= s["max_frames"] and s["steps"] == cat.presets[s["preset"]].steps, name
+
+
+@pytest.mark.parametrize("name", sorted(FPS))
+def test_the_plans_figures_describe_the_run_it_plans(name):
+    """With h3kit's streamer on, fits and the peaks are the streamed run's and the time counts the streamer;
+    with it off, they are ComfyUI's own loading and the time has no streaming in it (issue #15)."""
+    for factor in (0.5, 0.75, 1.0, 1.5, 2.0):
+        plan = make_plan(scaled(FPS[name], factor, factor))
+        st, e = plan["settings"]["streaming"], plan["estimates"]
+        if st["enabled"]:
+            assert plan["fits"] == st["fits"] and e["peak_ram_bytes"] == st["peak_ram_bytes"], factor
+            assert e["peak_gpu_bytes"] == st["peak_gpu_bytes"], factor
+            assert plan["settings"]["preload_bytes"] == st["preload_bytes"], factor
+            assert e["time"]["stream_pass_overhead"] == st["pass_overhead"] > 0, factor
+        else:
+            assert e["time"]["stream_pass_overhead"] == 0, factor

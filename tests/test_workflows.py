@@ -62,7 +62,7 @@ def test_the_plan_reaches_the_graph():
 
 
 def test_gguf_weights_use_the_loader_the_catalog_names():
-    plan = _plan("cpu-only-16gb")
+    plan = _plan("nvidia-rtx4060-8gb-16gb")
     api = json.loads(workflows.pack_files(plan, CAT, "p")[f"{workflows.API_DIR}/h3kit_text_to_video.json"])
     loader = CAT.weight(plan["settings"]["dit_weights"]).file["loader"]
     assert _nodes(api, loader), f"no {loader} in the graph"

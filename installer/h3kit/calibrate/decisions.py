@@ -3,8 +3,17 @@
 Every decision is `{"setting", "value", "previous", "changed", "evidence"}`,
 the evidence a sentence with the measured numbers. None of them raises
 memory use above the plan's budget: a tile is chosen only among those whose
-measured peak fits, and the preload only ever shrinks. `calibrated_values`
-turns the decisions into the config's `calibrated:` section.
+measured peak fits, the preload only ever shrinks, and the workflow defaults
+(canvas, frames, steps, preset) never go beyond the plan's memory limits
+(`max_canvas`, `max_frames`). `calibrated_values` turns the decisions into
+the config's `calibrated:` section; the measured `timing` goes there too, so
+every later plan estimates time with the rates measured here.
+
+The workflow defaults (`decide_workload`) are chosen among the catalog's
+canvas and frame ladders within the limits and the steps of the plan and of
+the fast preset: the best one (largest canvas, then most frames, then most
+steps) whose estimated minutes per clip meet `target_minutes`, else the
+fastest, with the shortfall in the evidence.
 """
 
 from __future__ import annotations
@@ -110,8 +119,12 @@ def decide_shard(settings: dict, inference: dict) -> dict:
                     f"waiting {100 * (inference.get('wait_fraction') or 0):.3g}% of the time; kept")
 
 
-def decide(plan: dict, measurements: dict, estimates: dict) -> list[dict]:
-    """Every decision, each with its evidence; none raises memory use above the plan's budget."""
+def decide(plan: dict, measurements: dict, estimates: dict, *, minutes_for=None, cat=None,
+           disk: dict | None = None) -> list[dict]:
+    """Every decision, each with its evidence; none raises memory use above the plan's budget.
+
+    `minutes_for(canvas, frames, steps, cfg) -> minutes` (the calibrated estimate) and `cat` (the Catalog)
+    enable the workflow-default decisions; `disk` (the disk probe) the read-ahead depth."""
     s = plan.get("settings") or {}
     budget = plan.get("budget") or {}
     native = measurements.get("native") or {}
@@ -124,6 +137,17 @@ def decide(plan: dict, measurements: dict, estimates: dict) -> list[dict]:
     ]
     if s.get("shard_size_bytes"):
         out.append(decide_shard(s, measurements.get("inference") or {}))
+    if minutes_for is not None and cat is not None and estimates.get("kind") == "measured":
+        out += decide_workload(plan, cat, minutes_for)
+    elif minutes_for is not None and cat is not None:  # table rates: the plan chose its defaults with the same ones
+        out += [decision(k, s.get(k), s.get(k), "no measurement of ComfyUI's H3 here; the plan's default, chosen "
+                         "with the throughput table's rates, stands") for k in ("canvas", "frames", "steps")]
+    timing = decide_timing(plan, estimates)
+    if timing is not None:
+        out.append(timing)
+    prefetch = decide_prefetch(plan, estimates, disk or {})
+    if prefetch is not None:
+        out.append(prefetch)
     return out
 
 
@@ -136,3 +160,145 @@ def calibrated_values(decisions: list[dict], settings_keys) -> dict:
     """
     return {d["setting"]: d["value"] for d in decisions
             if d["changed"] and d["value"] is not None and d["setting"] in settings_keys}
+
+
+DEFAULT_TARGET_MINUTES = 15.0
+
+
+def _minutes(m) -> str:
+    if m is None:
+        return "an unknown time"
+    return f"{m:.0f} min" if m < 120 else f"{m / 60:.1f} h"
+
+
+def _label(canvas, frames, steps) -> str:
+    return f"{canvas[0]}x{canvas[1]}, {frames} frames, {steps} steps"
+
+
+def workload_options(plan: dict, cat) -> list[dict]:
+    """Every (canvas, frames, steps, cfg, preset) within the memory limits that the search may choose."""
+    s = plan.get("settings") or {}
+    max_canvas = tuple(s.get("max_canvas") or cat.canvas_ladder[0])
+    max_frames = int(s.get("max_frames") or cat.frames_ladder[0])
+    sampling = cat.data.get("sampling") or {}
+    steps = int(s.get("steps") or sampling.get("steps") or 20)
+    cfg = float(s.get("cfg") if s.get("cfg") is not None else sampling.get("cfg", 1.0))
+    runs = [(steps, cfg, s.get("preset"))]
+    fast = (cat.data.get("presets") or {}).get("fast")
+    if isinstance(fast, dict) and fast.get("steps") and int(fast["steps"]) < steps:
+        runs.append((int(fast["steps"]), float(fast.get("cfg", cfg)), "fast"))
+    canvases = [tuple(c) for c in cat.canvas_ladder if c[0] <= max_canvas[0] and c[1] <= max_canvas[1]
+                and c[0] * c[1] <= max_canvas[0] * max_canvas[1]] or [max_canvas]
+    frames = [int(f) for f in cat.frames_ladder if int(f) <= max_frames] or [max_frames]
+    presets = cat.data.get("presets") or {}
+
+    def worth(c, f, p) -> bool:  # a preset's own floor: smaller canvases are not worth its steps (catalog)
+        spec = presets.get(p) if isinstance(presets, dict) and p else None
+        if not isinstance(spec, dict):
+            return True
+        lo = spec.get("min_canvas") or (0, 0)
+        return c[0] * c[1] >= lo[0] * lo[1] and f >= int(spec.get("min_frames") or 0)
+    out = [{"canvas": list(c), "frames": f, "steps": st, "cfg": g, "preset": p}
+           for c in canvases for f in frames for st, g, p in runs if p != "fast" or worth(c, f, p)]
+    return out
+
+
+def _rank(o: dict) -> tuple:
+    return (o["canvas"][0] * o["canvas"][1], o["frames"], o["steps"])
+
+
+def decide_workload(plan: dict, cat, minutes_for) -> list[dict]:
+    """Canvas, frames, steps (and preset) for the workflows: the best within target_minutes and the memory limits."""
+    s = plan.get("settings") or {}
+    target = float(s.get("target_minutes") or DEFAULT_TARGET_MINUTES)
+    sampling = cat.data.get("sampling") or {}
+    now = {"canvas": list(s.get("canvas") or s.get("max_canvas") or cat.canvas_ladder[-1]),
+           "frames": int(s.get("frames") or s.get("max_frames") or cat.frames_ladder[-1]),
+           "steps": int(s.get("steps") or sampling.get("steps") or 20),
+           "cfg": float(s.get("cfg") if s.get("cfg") is not None else sampling.get("cfg", 1.0)),
+           "preset": s.get("preset")}
+    m_now = minutes_for(now["canvas"], now["frames"], now["steps"], now["cfg"])
+    options = workload_options(plan, cat) + [now]  # the plan's own values may lie between the ladders' rungs
+    timed = [(o, minutes_for(o["canvas"], o["frames"], o["steps"], o["cfg"])) for o in options]
+    timed = [(o, m) for o, m in timed if m is not None]
+    if m_now is None or not timed:
+        return [decision(k, now[k], now[k], "no time estimate for this machine; kept the plan's workflow defaults")
+                for k in ("canvas", "frames", "steps")]
+    within = [(o, m) for o, m in timed if m <= target]
+    if m_now <= target and all(_rank(o) <= _rank(now) for o, _ in within):
+        pick, m_pick = now, m_now
+        why = (f"{_label(now['canvas'], now['frames'], now['steps'])} takes about {_minutes(m_now)} per clip by the "
+               f"measured rates, within the {_minutes(target)} target and the memory limits; kept")
+    elif within:
+        pick, m_pick = max(within, key=lambda om: _rank(om[0]))
+        verb = "raised" if _rank(pick) > _rank(now) else "lowered"
+        why = (f"{_label(now['canvas'], now['frames'], now['steps'])} would take about {_minutes(m_now)} per clip by "
+               f"the measured rates (target {_minutes(target)}); {_label(pick['canvas'], pick['frames'], pick['steps'])} "
+               f"takes about {_minutes(m_pick)}, the best of {len(within)} choices within the target and the memory "
+               f"limits; {verb}")
+    else:
+        pick, m_pick = min(timed, key=lambda om: om[1])
+        why = (f"no canvas, frame count or step count within the memory limits meets the {_minutes(target)} target "
+               f"by the measured rates: {_label(now['canvas'], now['frames'], now['steps'])} takes about "
+               f"{_minutes(m_now)}, the fastest ({_label(pick['canvas'], pick['frames'], pick['steps'])}) about "
+               f"{_minutes(m_pick)}; chose the fastest")
+    out = [decision(k, pick[k], now[k], why) for k in ("canvas", "frames", "steps")]
+    if pick.get("preset") != now.get("preset") and pick.get("preset"):
+        out.append(decision("preset", pick["preset"], now.get("preset"), why))
+    return out
+
+
+def decide_timing(plan: dict, estimates: dict) -> dict | None:
+    """The measured rates go to `calibrated:` (every later plan then estimates with them); a table estimate does not."""
+    timing = estimates.get("timing")
+    if not timing:
+        return None
+    previous = (plan.get("settings") or {}).get("timing")
+    if estimates.get("kind") != "measured":
+        return decision("timing", previous, previous, f"no measurement of ComfyUI's H3 here; {timing.get('source')} "
+                        "stays the plan's estimate")
+    t = estimates.get("time") or {}
+    return decision("timing", timing, previous,
+                    f"measured in ComfyUI's Python: {timing['block_s_per_token']:.3g} s per block per token, "
+                    f"{timing['block_s_per_token2']:.3g} s per token^2, {timing['step_fixed_s']:.3g} s fixed per call; "
+                    f"{t.get('seconds_per_step') or 0:.3g} s per step at {t.get('tokens')} tokens")
+
+
+def streaming_enabled(plan: dict) -> bool:
+    st = (plan.get("settings") or {}).get("streaming") or {}
+    return bool(st.get("enabled"))
+
+
+def prefetch_figures(plan: dict, estimates: dict, disk: dict) -> dict | None:
+    """plan.streaming.prefetch_for at the measured disk rate and the measured compute per block, or None."""
+    if not streaming_enabled(plan) or disk.get("status") != "measured" or not disk.get("gb_per_s"):
+        return None
+    try:
+        from h3kit.plan.streaming import prefetch_for  # H5's; guarded so calibration runs before it lands
+    except ImportError:
+        return None
+    st = (plan.get("settings") or {}).get("streaming") or {}
+    timing, t = estimates.get("timing") or {}, estimates.get("time") or {}
+    tokens = t.get("tokens") or estimates.get("tokens") or 0
+    if not st.get("block_bytes") or not timing.get("block_s_per_token"):
+        return None
+    compute = timing["block_s_per_token"] * tokens + timing.get("block_s_per_token2", 0.0) * tokens ** 2
+    res = prefetch_for(disk["gb_per_s"] * 1e9, int(st["block_bytes"]), compute)
+    return {"enabled": True, "disk_bytes_per_s": disk["gb_per_s"] * 1e9, "cache_dropped": disk.get("cache_dropped"),
+            **res}
+
+
+def decide_prefetch(plan: dict, estimates: dict, disk: dict) -> dict | None:
+    """Blocks to read ahead while one computes, when the plan streams the DiT (None when it does not)."""
+    if not streaming_enabled(plan):
+        return None
+    current = int((plan.get("settings") or {}).get("prefetch_blocks") or
+                  ((plan.get("settings") or {}).get("streaming") or {}).get("prefetch_blocks") or 1)
+    fig = prefetch_figures(plan, estimates, disk)
+    if fig is None:
+        return decision("prefetch_blocks", current, current, "no disk rate or block compute time measured; kept")
+    return decision("prefetch_blocks", fig["prefetch_blocks"], current,
+                    f"a block reads in {fig['read_s_per_block']:.3g} s at the measured {disk['gb_per_s']:.3g} GB/s and "
+                    f"computes in {fig['compute_s_per_block']:.3g} s; "
+                    + (f"the disk is the limit (waiting {100 * fig['io_wait_fraction']:.0f}% of the time)"
+                       if fig["disk_bound"] else "reads hide behind compute"))

@@ -1,171 +1,358 @@
-"""Estimates for the real model from the rates a calibration run measured.
+"""What one clip costs on this machine: time and peak memory, from ComfyUI's own H3 measured here.
 
-Pure functions of the catalog (layers, widths, the token rule), the plan and
-the measured rates: no file, no process, no clock. Every figure `estimate`
-returns carries its formula in `formulas`, and the whole result is labelled
-an estimate, because the real model never ran here (that is --with-model's
-job). The scaled DiT the runner builds is sized here too, from the same
-catalog numbers, so the formula can be checked against what it measured.
+The runner builds ComfyUI's H3 transformer at the full width of the plan's
+file and a few blocks deep, times model calls at two or three token counts
+and fits them (`h3_model.fit`: seconds per block per token and per token
+squared, and a fixed part per call). Those rates become the `timing`
+mapping the planner uses too, and one formula -- `plan.timing.estimate_clip`,
+shared with the plan so the two can never disagree -- turns them into
+seconds per step and minutes per clip at the plan's canvas, frames, steps
+and guidance. Memory is extrapolated the same way: the measured bytes per
+block and per token, times the full depth and the plan's tokens, on top of
+the process's measured baseline and what ComfyUI holds of the text encoder
+and VAEs.
+
+Without a measurement (no ComfyUI known, or its Python could not build H3)
+the rates are the throughput table's (`plan.timing.rates_from_table`) and
+the document says plainly that the figure is a table estimate. h3kit's own
+native-kernel estimate is kept only as `native_appendix`.
+
+Pure functions of their arguments: no file, no process, no clock.
 """
 
 from __future__ import annotations
 
+from h3kit.calibrate.arch import FLOAT_FORMATS, held_weight_bytes
+from h3kit.calibrate.native_estimate import (  # noqa: F401  (the appendix's names stay importable from here)
+    CALIBRATION_CANVAS,
+    NATIVE_KINDS,
+    block_params,
+    check_scaled,
+    estimate as native_estimate,
+    flops_per_pass,
+    measured_rates,
+    native_kind,
+    scaled_dit_config,
+    streamed_per_step,
+)
 from h3kit.data.catalog import tokens_for
 
-# The scaled DiT: H3's block shape (from the catalog) at a width this machine can run in seconds.
-SCALED = {"quick": {"blocks": 2, "hidden": 512}, "full": {"blocks": 4, "hidden": 1024}}
-CALIBRATION_CANVAS = (256, 256, 22)  # w, h, frames: the smallest H3 canvas (17k + 5 frames)
-NATIVE_KINDS = ("q8_0", "q4_0")
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}
+TIMING_RATES = ("block_s_per_token", "block_s_per_token2", "step_fixed_s", "step_fixed_s_per_token")
+TABLE_NOTE = ("a table estimate: no ComfyUI ran H3 here, so the rates are the throughput table's for this "
+              "device (pass --comfyui PATH to measure ComfyUI's own H3 transformer)")
 
 
-def native_kind(fmt: str | None) -> str:
-    """The native kernel closest to a weight format: q4_0 for 5 bits and below, else q8_0."""
-    if fmt in NATIVE_KINDS:
-        return fmt
-    low_bits = ("q5", "q4", "q3", "q2", "w4a8", "nvfp4")
-    return "q4_0" if fmt and fmt.startswith(low_bits) else "q8_0"
+def timing_module():
+    """plan.timing (H2's): the one time formula the plan and calibration share."""
+    from h3kit.plan import timing
+
+    return timing
 
 
-def scaled_dit_config(catalog: dict, plan: dict, quick: bool) -> dict:
-    """The scaled-down H3-shaped DiT the runner builds: H3's ratios, a small width."""
-    arch = catalog["architecture"]
-    size = SCALED["quick" if quick else "full"]
-    hidden = size["hidden"]
-    head_dim = arch["head_dim"]
-    ffn = int(round(hidden * arch["ffn"] / arch["hidden"] / 32)) * 32  # same FFN ratio, whole quant blocks
-    quant = (plan.get("settings") or {}).get("quantization")
-    return {
-        "blocks": size["blocks"],
-        "hidden": hidden,
-        "heads": hidden // head_dim,
-        "head_dim": head_dim,
-        "ffn": ffn,
-        "tokens": tokens_for(catalog["tokens"], *CALIBRATION_CANVAS),
-        "canvas": list(CALIBRATION_CANVAS),
-        "quantization": native_kind(quant),
-        "plan_quantization": quant,
-    }
+def compute_dtype(device: str) -> str:
+    """The dtype ComfyUI runs H3 in there: fp32 on a CPU (FINDINGS 3.1: `--cpu` loads the DiT as fp32), else bf16."""
+    return "float32" if device == "cpu" else "bfloat16"
 
 
-def block_params(hidden: int, ffn: int) -> int:
-    """Weights of one block: q, k, v, o (4 h^2) and the SwiGLU gate, up, down (3 h ffn)."""
-    return 4 * hidden * hidden + 3 * hidden * ffn
+def measured(h3_model: dict | None) -> bool:
+    fit = (h3_model or {}).get("fit") or {}
+    return (h3_model or {}).get("status") == "measured" and all(
+        isinstance(fit.get(k), (int, float)) for k in TIMING_RATES[:3])
 
 
-def flops_per_pass(blocks: int, hidden: int, ffn: int, tokens: int) -> float:
-    """One forward pass: 2 FLOPs per weight per token, plus attention's QK^T and AV (4 T^2 h per block)."""
-    return blocks * (2.0 * block_params(hidden, ffn) * tokens + 4.0 * tokens * tokens * hidden)
+def calibrated_timing(h3_model: dict, table: dict, day: str) -> tuple[dict, list[str]]:
+    """The `timing` mapping from the runner's fit (+ VAE, text encoder), the table filling what was not measured.
+
+    Returns (timing, names of the rates taken from the table)."""
+    fit = h3_model["fit"]
+    device = h3_model.get("device") or table.get("device") or "cpu"
+    dtype = h3_model.get("dtype") or compute_dtype(device)
+    out = {"source": f"calibrated {day} in ComfyUI's Python ({device}, {dtype})", "device": device, "dtype": dtype}
+    for key in TIMING_RATES:
+        if isinstance(fit.get(key), (int, float)):
+            out[key] = max(0.0, float(fit[key]))
+    from_table = []
+    vae = h3_model.get("vae") or {}
+    te = h3_model.get("text_encoder") or {}
+    for key, part in (("decode_s_per_pixel_frame", vae), ("text_encode_s", te)):
+        if part.get("status") == "measured" and isinstance(part.get(key), (int, float)):
+            out[key] = float(part[key])
+        elif isinstance(table.get(key), (int, float)):
+            out[key] = float(table[key])
+            from_table.append(key)
+    if from_table:
+        out["source"] += f"; {', '.join(from_table)} from the {table.get('source', 'table')}"
+    return out, from_table
 
 
-def rate_for(native: dict, kind: str) -> float | None:
-    """Best matmul GFLOP/s the runner measured for one quantization kind."""
-    rates = [k["gflop_per_s"] for k in native.get("kernels") or [] if k["kind"] == kind and k["op"] == "matmul"]
-    return max(rates) if rates else None
+POINT_BUDGET_S = {"quick": 1.0, "full": 3.0}  # one timed model call of the runner's built blocks
+# Below about 128 rows a full-width block on a CPU is bound by reading its weights, not by arithmetic, so
+# a fit through such points overestimates the plan's rows (H1a measured +17% from 46/92 rows, +2% from
+# 172/499): the smallest point is at least this many rows whenever the plan has them.
+MIN_POINT_ROWS = 160
 
 
-def measured_rates(native: dict, device: dict, disk: dict, inference: dict, kind: str) -> dict:
-    """The rates `estimate` reads, picked out of the run's parts (None where a part did not measure)."""
-    return {"native_gflops": rate_for(native, kind) or (native.get("best") or {}).get("gflop_per_s"),
-            "device_tflops": device.get("bf16_tflops") or device.get("fp16_tflops"),
-            "h2d_gbps": device.get("h2d_gb_per_s"), "disk_gbps": disk.get("gb_per_s"),
-            "memory_growth_ratio": inference.get("memory_growth_ratio")}
+def measure_points(tokens: int, arch: dict, table: dict, quick: bool, blocks_built: int | None = None,
+                   tm=None) -> list[int]:
+    """Token counts for the runner to time: up to the plan's own rows when a call there is affordable.
+
+    A fit measured far below the plan's rows extrapolates whatever small-sequence overheads it caught
+    (on a CPU the per-row cost at 160 rows is about twice that at 900). So the largest point is the
+    plan's row count when the throughput table says a call of the built blocks there stays within
+    POINT_BUDGET_S, else the largest count that does; the others are its half (and quarter)."""
+    tm = tm or timing_module()
+    lin, pair = tm.block_flops(arch)
+    ref_lin, ref_pair = tm.block_flops({"hidden": 5376, "heads": 56, "head_dim": 128, "ffn": 14336})
+    a = table.get("block_s_per_token", 0.0) * lin / ref_lin  # the table's rates are for H3's own width
+    b = table.get("block_s_per_token2", 0.0) * pair / ref_pair
+    budget = POINT_BUDGET_S["quick" if quick else "full"]
+    if blocks_built is None:  # the quick run times its points with one block (the second is its check)
+        blocks_built = 1 if quick else 2
+    fractions = (2,) if quick else (2, 4)
+    top = int(tokens)
+    while top > 64 and blocks_built * (a * top + b * top * top) > budget:
+        top //= 2
+    top = max(64, top, min(int(tokens), MIN_POINT_ROWS * max(fractions)))
+    return sorted({top, *(max(32, top // f) for f in fractions)})
 
 
-def streamed_per_step(plan: dict, dit_bytes: int | None) -> tuple[int, str]:
-    """DiT bytes moved per sampling step and where they come from (ram or disk), by the plan's streaming."""
+def workload(plan: dict, catalog: dict) -> dict:
+    """What the plan's workflows run: canvas, frames, steps, cfg (the plan's defaults, else its limits)."""
     s = plan.get("settings") or {}
     streaming = s.get("streaming") or {}
-    ram_budget = (plan.get("budget") or {}).get("ram_bytes") or 0
-    source = "disk" if s.get("stream_from") == "disk" or (dit_bytes and ram_budget and dit_bytes > ram_budget) else "ram"
-    if streaming.get("resident"):
-        return 0, source
-    if streaming.get("block_bytes") and streaming.get("blocks"):
-        moving_blocks = streaming["blocks"] - (streaming.get("resident_blocks") or 0)
-        return int(moving_blocks * streaming["block_bytes"]), source
-    return int(dit_bytes or 0), source
+    sampling = catalog.get("sampling") or {}
+    canvas = s.get("canvas") or s.get("max_canvas") or list(CALIBRATION_CANVAS[:2])
+    return {"canvas": [int(canvas[0]), int(canvas[1])], "frames": int(s.get("frames") or s.get("max_frames") or 22),
+            "steps": int(s.get("steps") or sampling.get("steps") or 20),
+            "cfg": float(s.get("cfg") if s.get("cfg") is not None else sampling.get("cfg", 1.0)),
+            "preset": s.get("preset"), "quantization": s.get("quantization"),
+            # h3kit's streamer makes each model call longer by this share (the plan's figure, an assumption
+            # until the disk is calibrated); 0 when ComfyUI holds the model
+            "pass_overhead": float(streaming.get("pass_overhead") or 0.0) if streaming.get("enabled") else 0.0}
 
 
-def _g(x) -> str:
-    return "-" if x is None else f"{x:.3g}"
+def clip_time(arch: dict, timing: dict, work: dict, cat, tm) -> dict:
+    """E.time for one workload: plan.timing.estimate_clip plus the workload it was for."""
+    fps = (cat.data.get("sampling") or {}).get("fps", 24)
+    res = tm.estimate_clip(_formula_arch(arch), timing, tuple(work["canvas"]), work["frames"], work["steps"],
+                           work["cfg"], cat, pass_overhead=work.get("pass_overhead", 0.0))
+    keys = ("source", "tokens", "seconds_per_step", "model_calls_per_step", "minutes_per_clip", "seconds_per_clip",
+            "text_encode_s", "sampling_s", "decode_s", "seconds_per_call")
+    out = {k: res.get(k) for k in keys}
+    out.update(steps=work["steps"], cfg=work["cfg"], canvas=list(work["canvas"]), frames=work["frames"],
+               video_seconds=round(work["frames"] / fps, 2))
+    out["source"] = out["source"] or timing.get("source")
+    return out
 
 
-def estimate(catalog: dict, plan: dict, measured: dict, dit_bytes: int | None) -> dict:
-    """Seconds per sampling step and peak memory of the real model at the plan's settings.
+def _formula_arch(arch: dict) -> dict:
+    """The arch estimate_clip reads: the catalog's names (`blocks`) next to ours (`blocks_total`)."""
+    return {**arch, "blocks": arch.get("blocks_total") or arch.get("blocks")}
 
-    `measured` holds the rates the run found (`measured_rates`): native
-    GFLOP/s for the plan's quantization, device TFLOP/s and H2D GB/s when
-    there is a GPU, disk GB/s, and the scaled DiT's measured vs predicted
-    RSS growth. Every value carries its formula in `formulas`.
-    """
-    arch = catalog["architecture"]
+
+def _held_part(weight, device: str, te: bool) -> int:
+    """Bytes ComfyUI keeps of a text encoder or VAE file: fp16 for a float text encoder, fp32 for a VAE on a CPU."""
+    if weight is None:
+        return 0
+    if weight.format.lower() not in FLOAT_FORMATS:
+        return weight.bytes
+    stored = 4 if weight.format.lower() in ("fp32", "f32") else 2
+    held = 2 if te else (4 if device == "cpu" else 2)
+    return int(weight.bytes * held / stored)
+
+
+def memory_estimate(h3_model: dict | None, arch: dict, plan: dict, cat, fingerprint: dict, tokens: int,
+                    device: str, weights: dict | None = None, held_parts: dict | None = None,
+                    rule_tokens: int | None = None) -> dict:
+    """E.memory: peak RSS (and device memory on a GPU) of the real workflow at `tokens`, with its formula.
+
+    peak RSS = baseline + DiT weights as ComfyUI holds them (all blocks in the compute dtype, the rest)
+    + text encoder + VAEs as held + max(activations at `tokens`, the load-time copy of a file being cast).
+    `weights` ({dit, text_encoder, vae, audio_vae}: catalog Weights) defaults to the plan's files;
+    `held_parts` ({text_encoder, vae}: bytes) replaces what the catalog says ComfyUI holds of those."""
     s = plan.get("settings") or {}
-    w, h = (s.get("max_canvas") or [CALIBRATION_CANVAS[0], CALIBRATION_CANVAS[1]])[:2]
-    frames = s.get("max_frames") or CALIBRATION_CANVAS[2]
-    tokens = tokens_for(catalog["tokens"], w, h, frames)
-    flops = flops_per_pass(arch["blocks"], arch["hidden"], arch["ffn"], tokens)
-    device_tflops = measured.get("device_tflops")
-    rate = device_tflops * 1e12 if device_tflops else (measured.get("native_gflops") or 0) * 1e9
-    rate_name = "device bf16 matmul" if device_tflops else "native CPU matmul"
-    compute_s = flops / rate if rate else None
-    streamed, source = streamed_per_step(plan, dit_bytes)
-    if source == "disk":
-        link, link_name = measured.get("disk_gbps"), "disk read"
-    elif measured.get("h2d_gbps"):
-        link, link_name = measured.get("h2d_gbps"), "host-to-device copy"
-    else:  # CPU compute reads the weights where they lie: already in the measured matmul rate
-        link, link_name = None, None
-    stream_s = streamed / (link * 1e9) if (streamed and link) else 0.0
-    overlapped = (s.get("preload_bytes") or 0) > 0
-    step_s = None
-    if compute_s is not None:
-        step_s = max(compute_s, stream_s) if overlapped else compute_s + stream_s
-    growth = measured.get("memory_growth_ratio") or 1.0
+    mem = (h3_model or {}).get("memory") or {}
+    dtype = (h3_model or {}).get("dtype") or compute_dtype(device)
+    dbytes = DTYPE_BYTES.get(dtype, 4)
+    weights = weights or {k: cat.weight(s.get(f"{k}_weights") or "") for k in ("dit", "text_encoder", "vae", "audio_vae")}
+    dit = weights.get("dit")
+    fmt = dit.format if dit is not None else s.get("quantization")
+    held = held_weight_bytes(arch, fmt, dbytes)
+    blocks = arch.get("blocks_total") or cat.blocks
+    per_block = held["per_block"]
+    if mem.get("weights_bytes_per_block") and (fmt or "").lower() in FLOAT_FORMATS and arch.get("from") != "catalog":
+        per_block = int(mem["weights_bytes_per_block"])  # what torch really allocated per built block
+    dit_held = int((per_block or 0) * blocks + (held["other"] or 0))
+    streaming = s.get("streaming") or {}
+    streamed = bool(streaming.get("enabled"))
+    if streamed:  # h3kit's loader: resident blocks and the computing one cast, a ring of file-dtype reads
+        ring = (int(streaming.get("prefetch_blocks") or 1) + 1) * int(streaming.get("block_bytes") or 0)
+        dit_held = int((per_block or 0) * (int(streaming.get("resident_blocks") or 0) + 1) + ring
+                       + (held["other"] or 0))
+    te_held = _held_part(weights.get("text_encoder"), device, te=True)
+    vae_held = _held_part(weights.get("vae"), device, te=False) + _held_part(weights.get("audio_vae"), device, te=False)
+    if held_parts:
+        te_held, vae_held = int(held_parts.get("text_encoder", te_held)), int(held_parts.get("vae", vae_held))
+    if mem.get("activation_bytes_per_token"):  # measured per row of the packed sequence the runner ran
+        activations = int(mem["activation_bytes_per_token"] * tokens)
+    else:  # the catalog's figure was fitted per token of its `tokens:` rule, so it is counted that way
+        activations = int(cat.memory.activation_bytes_per_token * (rule_tokens or tokens))
+    file_bytes = arch.get("file_bytes") or (dit.bytes if dit is not None else 0)
+    cast = (not streamed and (fmt or "").lower() in FLOAT_FORMATS and file_bytes
+            and abs(dit_held - file_bytes) > 0.05 * file_bytes)
+    transient = int(file_bytes) if cast else 0
+    baseline = int(mem.get("baseline_rss_bytes") or cat.memory.comfyui_process_ram)
+    on_gpu = device != "cpu" and bool((plan.get("budget") or {}).get("gpu_bytes"))
     plan_est = plan.get("estimates") or {}
-    plan_peak_ram = plan_est.get("peak_ram_bytes")
-    moving = (plan_est.get("activation_bytes") or 0) + (s.get("shard_size_bytes") or 0) + (s.get("preload_bytes") or 0)
-    px, tc = catalog["tokens"]["spatial_tokens_px"], catalog["tokens"]["temporal_compression"]
+    if on_gpu:  # the DiT's GPU share is the plan's arithmetic; RAM keeps what is not resident plus the offloaded parts
+        resident = streaming.get("resident_blocks") or 0
+        ram_dit = max(0, blocks - resident) * (per_block or 0) + (held["other"] or 0)
+        peak_rss = baseline + ram_dit + te_held + vae_held
+        gpu = plan_est.get("peak_gpu_bytes")
+        if gpu and mem.get("activation_bytes_per_token"):
+            gpu = int(gpu - (plan_est.get("activation_bytes") or 0) + activations)
+    else:
+        peak_rss = baseline + dit_held + te_held + vae_held + max(activations, transient)
+        gpu = None
+    gpus = fingerprint.get("gpus") or []
+    return {
+        "peak_rss_bytes": int(peak_rss), "peak_gpu_bytes": gpu,
+        "gpu_total_bytes": max((g.get("memory_total_bytes") or 0 for g in gpus), default=None) or None,
+        "ram_total_bytes": (fingerprint.get("memory") or {}).get("total_bytes"),
+        "parts": {"baseline_rss_bytes": baseline, "dit_weights_bytes": dit_held, "text_encoder_bytes": te_held,
+                  "vae_bytes": vae_held, "activation_bytes": activations, "load_copy_bytes": transient},
+        "formula": ("baseline + DiT weights held (" + (f"{blocks} blocks x {per_block} B + {held['other']} B"
+                    if per_block is not None else "unknown") + ") + text encoder + VAEs held + "
+                    "max(activations at the tokens, the file read while it is cast to the compute dtype)"
+                    + ("; activations and bytes per block measured in ComfyUI's Python" if mem else
+                       "; bytes per token from the catalog (nothing measured)")),
+    }
+
+
+def _rule_tokens(cat, work: dict) -> int:
+    return tokens_for(cat.data["tokens"], work["canvas"][0], work["canvas"][1], work["frames"])
+
+
+def _ladder_below(ladder, current, key):
+    lower = [x for x in ladder if key(x) < key(current)]
+    return max(lower, key=key) if lower else None
+
+
+def alternatives(arch: dict, timing: dict, work: dict, h3_model, plan: dict, cat, fingerprint: dict, device: str,
+                 tm) -> list[dict]:
+    """Faster (and, within the memory limits, better) workloads than the plan's, each with its minutes."""
+    s = plan.get("settings") or {}
+    options = []
+    presets = cat.data.get("presets") or {}
+    fast = presets.get("fast") if isinstance(presets, dict) else None
+    if isinstance(fast, dict) and fast.get("steps") and int(fast["steps"]) < work["steps"]:
+        options.append(("the fast preset", "fewer sampling steps" + (" with the turbo LoRA" if fast.get("lora") else ""),
+                        {**work, "steps": int(fast["steps"]), "cfg": float(fast.get("cfg", work["cfg"])),
+                         "preset": "fast"}))
+    elif work["steps"] >= 12 and work.get("preset") != "fast":
+        options.append((f"{work['steps'] // 2} steps", "half the sampling steps (softer detail)",
+                        {**work, "steps": work["steps"] // 2}))
+    w, h = work["canvas"]
+    smaller = _ladder_below(cat.canvas_ladder, (w, h), key=lambda c: c[0] * c[1])
+    if smaller:
+        options.append((f"{smaller[0]}x{smaller[1]}", "a smaller canvas", {**work, "canvas": list(smaller)}))
+    fewer = _ladder_below(cat.frames_ladder, work["frames"], key=int)
+    if fewer:
+        options.append((f"{fewer} frames", "a shorter clip", {**work, "frames": int(fewer)}))
+    max_canvas = tuple(s.get("max_canvas") or (w, h))
+    if tuple(work["canvas"]) != max_canvas:
+        options.append((f"{max_canvas[0]}x{max_canvas[1]}", "the largest canvas that fits in memory (better)",
+                        {**work, "canvas": list(max_canvas)}))
+    out = []
+    for label, why, alt in options:
+        t = clip_time(arch, timing, alt, cat, tm)
+        m = memory_estimate(h3_model, arch, plan, cat, fingerprint, t["tokens"], device,
+                            rule_tokens=_rule_tokens(cat, alt))
+        out.append({"label": label, "why": why, "preset": alt.get("preset"), "canvas": alt["canvas"],
+                    "frames": alt["frames"], "steps": alt["steps"], "quantization": alt.get("quantization"),
+                    "minutes_per_clip": t["minutes_per_clip"], "peak_gpu_bytes": m["peak_gpu_bytes"],
+                    "peak_rss_bytes": m["peak_rss_bytes"]})
+    out += _quantization_alternative(arch, timing, work, h3_model, plan, cat, fingerprint, device, tm)
+    return out
+
+
+def _quantization_alternative(arch, timing, work, h3_model, plan, cat, fingerprint, device, tm) -> list[dict]:
+    """The next smaller DiT file of the same variant that this machine can run: less memory, about the same time."""
+    from h3kit.data.catalog import Machine
+
+    s = plan.get("settings") or {}
+    current = cat.weight(s.get("dit_weights") or "")
+    if current is None:
+        return []
+    machine = Machine.from_fingerprint(fingerprint)
+    smaller = [w for w in cat.dit if w.variant == current.variant and w.bytes < current.bytes
+               and w.load_tier == 0 and cat.runnable(w.format, machine)[0]]
+    if not smaller:
+        return []
+    pick = max(smaller, key=lambda w: w.bytes)
+    alt_arch = {k: v for k, v in arch.items() if k not in ("block_params", "other_params", "block_file_bytes",
+                                                           "other_file_bytes")}
+    alt_arch.update(file_bytes=pick.bytes, **({"block_params": arch["block_params"], "other_params": arch["other_params"]}
+                                              if "block_params" in arch else {}))
+    t = clip_time(alt_arch, timing, {**work, "quantization": pick.format}, cat, tm)
+    weights = {"dit": pick, **{k: cat.weight(s.get(f"{k}_weights") or "") for k in ("text_encoder", "vae", "audio_vae")}}
+    m = memory_estimate(None if pick.format.lower() not in FLOAT_FORMATS else h3_model, alt_arch, plan, cat,
+                        fingerprint, t["tokens"], device, weights, rule_tokens=_rule_tokens(cat, work))
+    return [{"label": pick.format, "why": f"a smaller DiT file ({pick.bytes / 1e9:.1f} GB instead of "
+             f"{current.bytes / 1e9:.1f} GB): less memory, a little lower quality", "preset": work.get("preset"),
+             "canvas": work["canvas"], "frames": work["frames"], "steps": work["steps"], "quantization": pick.format,
+             "minutes_per_clip": t["minutes_per_clip"], "peak_gpu_bytes": m["peak_gpu_bytes"],
+             "peak_rss_bytes": m["peak_rss_bytes"]}]
+
+
+def estimate(cat, plan: dict, fingerprint: dict, h3_model: dict | None, arch: dict, *, day: str,
+             device: str, tm=None, native_appendix: dict | None = None) -> dict:
+    """doc["estimates"]: the clip's time and memory at the plan's workload, alternatives, the timing used.
+
+    `cat` is the Catalog, `arch` the file's dims (calibrate.arch), `h3_model` the runner's block (or None),
+    `device` the plan's device (cpu | cuda | mps | rocm | xpu), `tm` plan.timing (a stand-in in tests)."""
+    tm = tm or timing_module()
+    table = tm.rates_from_table(fingerprint, cat, compute_dtype(device),
+                                weight_format=(plan.get("settings") or {}).get("quantization"))
+    if measured(h3_model):
+        timing, from_table = calibrated_timing(h3_model, table, day)
+        kind, note = "measured", ("from ComfyUI's own H3 transformer, built at the file's full width "
+                                  f"({arch.get('from')}) and {(h3_model.get('arch') or {}).get('blocks_built', 'a few')} "
+                                  "blocks deep, timed here and extrapolated to the full depth")
+    else:
+        timing, from_table = dict(table), ["all"]
+        why = (h3_model or {}).get("reason")
+        kind, note = "table", TABLE_NOTE + (f"; the measurement did not run: {why}" if why else "")
+    work = workload(plan, cat.data)
+    t = clip_time(arch, timing, work, cat, tm)
+    m = memory_estimate(h3_model if kind == "measured" else None, arch, plan, cat, fingerprint, t["tokens"], device,
+                        rule_tokens=_rule_tokens(cat, work))
     return {
         "label": "estimate",
-        "canvas": [w, h, frames],
-        "tokens": tokens,
-        "flops_per_pass": flops,
-        "compute_seconds_per_step": compute_s,
-        "stream_seconds_per_step": stream_s,
-        "seconds_per_step": step_s,
-        "peak_ram_bytes": int(plan_peak_ram + (growth - 1.0) * moving) if plan_peak_ram else None,
-        "peak_gpu_bytes": plan_est.get("peak_gpu_bytes"),
-        "memory_growth_ratio": growth,
+        "kind": kind,
+        "note": note,
+        "canvas": [*work["canvas"], work["frames"]],
+        "tokens": t["tokens"],
+        "seconds_per_step": t["seconds_per_step"],
+        "minutes_per_clip": t["minutes_per_clip"],
+        "peak_ram_bytes": m["peak_rss_bytes"],
+        "peak_gpu_bytes": m["peak_gpu_bytes"],
+        "time": t,
+        "memory": m,
+        "alternatives": alternatives(arch, timing, work, h3_model if kind == "measured" else None, plan, cat,
+                                     fingerprint, device, tm),
+        "timing": timing,
+        "timing_from_table": from_table,
+        "arch": arch,
         "formulas": {
-            "tokens": f"(w/{px}) x (h/{px}) x ceil(frames/{tc}) = {tokens}",
-            "flops_per_pass": f"blocks x (2 x (4 h^2 + 3 h ffn) x T + 4 T^2 h) with blocks={arch['blocks']}, "
-                              f"h={arch['hidden']}, ffn={arch['ffn']}, T={tokens} (one model pass per step; "
-                              "classifier-free guidance doubles it)",
-            "compute_seconds_per_step": f"flops_per_pass / measured {rate_name} rate "
-                                        f"({_g(rate / 1e9 if rate else None)} GFLOP/s)",
-            "stream_seconds_per_step": (f"streamed DiT bytes per step ({_g(streamed / 1e9)} GB from {source}) / "
-                                        f"measured {link_name} GB/s ({_g(link)})") if link_name else
-                                       "0: the CPU reads the weights in RAM (counted in the matmul rate)",
-            "seconds_per_step": ("max(compute, stream): the streamer reads the next block while this one runs"
-                                 if overlapped else "compute + stream: no preload, reads are not overlapped"),
-            "peak_ram_bytes": f"planner's peak RAM + (g - 1) x (activations + shard + preload), g = measured / "
-                              f"predicted RSS growth of the scaled DiT while streaming = {_g(growth)}",
-            "peak_gpu_bytes": "planner's estimate (a GPU run with the real model measures it: --with-model)",
+            "tokens": f"the catalog's token rule at {work['canvas'][0]}x{work['canvas'][1]}x{work['frames']} = {t['tokens']}",
+            "seconds_per_step": "calls per step (1 at cfg 1, else 2) x (blocks x (a T + b T^2) + fixed), "
+                                "a, b and fixed from " + ("the fit measured in ComfyUI" if kind == "measured"
+                                                         else "the throughput table"),
+            "minutes_per_clip": "steps x seconds per step + text encode + VAE decode",
+            "peak_ram_bytes": m["formula"],
         },
+        "native_appendix": native_appendix or {},
     }
 
-
-def check_scaled(config: dict, inference: dict, native_gflops: float | None) -> dict:
-    """The estimate formula applied to the scaled DiT, next to what the run measured ({} when it did not run)."""
-    if inference.get("status") != "measured" or not native_gflops:
-        return {}
-    ran = inference.get("config") or config  # the native+python path runs a smaller shape
-    flops_block = flops_per_pass(1, ran["hidden"], ran["ffn"], ran["tokens"])
-    out = {
-        "measured_seconds_per_block": inference["seconds_per_block"],
-        "estimated_seconds_per_block": flops_block / (native_gflops * 1e9),
-        "formula": "(2 x (4 h^2 + 3 h ffn) x T + 4 T^2 h) / measured native GFLOP/s",
-    }
-    if inference.get("path") == "native+python":
-        out["note"] = ("measured in the native+python path: the norms, softmax and SwiGLU ran as plain Python, "
-                       "so the measured time is an upper bound on what the formula describes")
-    return out

@@ -8,6 +8,7 @@ report, no config, no pack.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import sys
@@ -17,11 +18,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from h3kit import __version__
+from h3kit.calibrate import estimates as clip
 from h3kit.calibrate import report
 from h3kit.calibrate import with_model as real_model
-from h3kit.calibrate.decisions import calibrated_values, decide
+from h3kit.calibrate.arch import arch_for
+from h3kit.calibrate.decisions import calibrated_values, decide, prefetch_figures
 from h3kit.calibrate.disk import PROBE_BYTES, measure_disk
-from h3kit.calibrate.estimates import (
+from h3kit.calibrate.native_estimate import (
     NATIVE_KINDS,
     check_scaled,
     estimate,
@@ -29,7 +32,8 @@ from h3kit.calibrate.estimates import (
     scaled_dit_config,
 )
 from h3kit.calibrate.pack_summary import write_pack_summary
-from h3kit.calibrate.runner_client import BRIDGE, not_measured, run_runner
+from h3kit.calibrate.runner_client import BRIDGE, h3_job, not_measured, run_runner
+from h3kit.calibrate.workdir import remove_stale, work_folder
 from h3kit.comfyui import deploy, workflows
 from h3kit.comfyui import locate as comfyui
 from h3kit.core.errors import NotReady
@@ -91,11 +95,39 @@ def run_with_model(wanted: bool, install, cat, *, plan: dict | None = None, fing
                           progress=ctx.progress)
 
 
-def _measure(ctx: Session, python: str, lib: Path | None, why_no_lib: str | None, job: dict, quick: bool) -> dict:
-    if lib is None:
-        return not_measured(why_no_lib)
-    with tempfile.TemporaryDirectory(prefix="h3kit-calib-") as tmp:
-        return run_runner(ctx, python, BRIDGE, lib, job, quick, Path(tmp))
+def _measure(ctx: Session, python: str, lib: Path | None, job: dict, quick: bool, comfyui_dir: str | None) -> dict:
+    """The runner's result. Its work folder is under the cache, named for this process (a killed run's
+    folder is removed by the next calibration); a dry run writes nothing there and uses the system's temp."""
+    folder = tempfile.TemporaryDirectory(prefix="h3kit-calib-") if ctx.dry_run else \
+        work_folder(ctx.locations.cache_dir, "run")
+    with folder as tmp:
+        return run_runner(ctx, python, BRIDGE, lib, job, quick, Path(tmp), comfyui=comfyui_dir)
+
+
+def device_of(fingerprint: dict, plan: dict) -> str:
+    """Where the plan's DiT computes: cpu with --cpu or no GPU, else the GPU's backend (directml counts as cuda)."""
+    from h3kit.data.catalog import Machine
+
+    if "--cpu" in ((plan.get("settings") or {}).get("comfyui_args") or []):
+        return "cpu"
+    backend = Machine.from_fingerprint(fingerprint).backend
+    return {"directml": "cuda"}.get(backend, backend)
+
+
+def _estimates(cat, plan: dict, fingerprint: dict, measured: dict, arch: dict, device: str, appendix: dict) -> dict:
+    """doc["estimates"] from the runner's h3_model, or the throughput table when it measured nothing."""
+    day = datetime.now(timezone.utc).date().isoformat()
+    return clip.estimate(cat, plan, fingerprint, measured.get("h3_model"), arch, day=day, device=device,
+                         native_appendix=appendix)
+
+
+def _minutes_for(cat, arch: dict, est: dict):
+    tm = clip.timing_module()
+
+    def minutes(canvas, frames, steps, cfg):
+        work = {"canvas": list(canvas), "frames": frames, "steps": steps, "cfg": cfg}
+        return clip.clip_time(arch, est["timing"], work, cat, tm)["minutes_per_clip"]
+    return minutes
 
 
 def _write_config(ctx: Session, cfg, values: dict) -> str:
@@ -127,6 +159,10 @@ def run(ctx: Session, *, comfyui_dir: str | None = None, quick: bool = True, wit
     """
     started = time.perf_counter()
     skipped: list[str] = []
+    if not ctx.dry_run:
+        with contextlib.suppress(OSError):
+            for gone in remove_stale(ctx.locations.cache_dir):
+                ctx.log.info("removed the work folder of a calibration that did not finish: %s", gone)
     ctx.progress("calibrate: fingerprint and plan...")
     if fingerprint is None:
         fingerprint = collect_fingerprint()
@@ -144,15 +180,30 @@ def run(ctx: Session, *, comfyui_dir: str | None = None, quick: bool = True, wit
     install, comfy_info, why_no_comfy = _comfyui(ctx, comfyui_dir, cfg)
     python = (comfy_info or {}).get("python") or sys.executable
     if why_no_comfy:
-        skipped.append(f"ComfyUI's Python: {why_no_comfy}; ran in h3kit's own Python ({python})")
+        skipped.append(f"ComfyUI's Python: {why_no_comfy}; ran in h3kit's own Python ({python}), so the time "
+                       "per clip is a table estimate")
     dit = scaled_dit_config(cat.data, plan, quick)
     if dit["plan_quantization"] not in NATIVE_KINDS:
         skipped.append(f"the plan's quantization {dit['plan_quantization']!r} has no native kernel; "
                        f"the scaled DiT ran in {dit['quantization']}")
+    arch, why_catalog = arch_for(cat.data, dit_weight, install.path if install is not None else None)
+    device = device_of(fingerprint, plan)
+    tm = clip.timing_module()
+    work = clip.workload(plan, cat.data)
+    rows = tm.sequence_tokens(cat, work["canvas"][0], work["canvas"][1], work["frames"])
+    points = clip.measure_points(rows, arch, tm.rates_from_table(fingerprint, cat, clip.compute_dtype(device),
+                                                                 backend=device), quick)
     job = {"plan": plan, "scaled_dit": dit, "quick": quick, "budget": plan.get("budget") or {},
-           "tile_candidates": TILE_CANDIDATES}
+           "tile_candidates": TILE_CANDIDATES, **h3_job(cat, plan, arch, device, points)}
+    if why_catalog and install is not None:
+        skipped.append(f"the DiT file's header: {why_catalog}; H3 was built at the catalog's width")
     ctx.progress(f"calibrate: measuring in {python} ...")
-    measured = _measure(ctx, python, lib, why_no_lib, job, quick)
+    if lib is None and install is None:  # nothing the runner could measure: no kernels, no ComfyUI to build H3 in
+        measured = not_measured(why_no_lib)
+    else:
+        measured = _measure(ctx, python, lib, job, quick, str(install.path) if install is not None else None)
+    if lib is None:  # the runner may find a library by itself; without ours the kernel figures are not today's
+        measured["native"] = measured["inference"] = {"status": "skipped", "reason": why_no_lib}
     skipped += measured.get("skipped") or []
     ctx.progress("calibrate: disk read speed...")
     models_dir = Path(install.path) / "models" if install is not None else ctx.locations.cache_dir
@@ -160,11 +211,22 @@ def run(ctx: Session, *, comfyui_dir: str | None = None, quick: bool = True, wit
                         create=not ctx.dry_run)
     native = measured.get("native") or {}
     inference = measured.get("inference") or {}
-    device = measured.get("device") or {}
-    rates = measured_rates(native, device, disk, inference, dit["quantization"])
-    est = estimate(cat.data, plan, rates, dit_weight.bytes if dit_weight else None)
-    est["check"] = check_scaled(dit, inference, rates["native_gflops"])
-    decisions = decide(plan, measured, est)
+    device_rates = measured.get("device") or {}
+    rates = measured_rates(native, device_rates, disk, inference, dit["quantization"])
+    appendix = estimate(cat.data, plan, rates, dit_weight.bytes if dit_weight else None)
+    appendix["check"] = check_scaled(dit, inference, rates["native_gflops"])
+    runner_failed = measured.get("reason") if measured.get("status") == "error" else None
+    h3_model = measured.get("h3_model") or {"status": "error" if runner_failed else "skipped",
+                                            "reason": why_no_comfy or runner_failed or "the runner did not report it"}
+    if h3_model.get("status") != "measured":
+        skipped = [s for s in skipped if not s.startswith("ComfyUI's H3 model")]
+        skipped.append(f"ComfyUI's H3 model: {h3_model.get('reason')}; the time per clip is a table estimate")
+    est = _estimates(cat, plan, fingerprint, {**measured, "h3_model": h3_model}, arch, device, appendix)
+    est["check"] = appendix["check"]  # the scaled-DiT check chart reads it here
+    decisions = decide(plan, measured, est, minutes_for=_minutes_for(cat, arch, est), cat=cat, disk=disk)
+    real = run_with_model(with_model, install, cat, plan=plan, fingerprint=fingerprint, ctx=ctx)
+    if real.get("status") == "measured":
+        real["compare"] = real_model.compare(real, est)
     doc = {
         "schema": report.SCHEMA,
         "created": datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
@@ -178,17 +240,21 @@ def run(ctx: Session, *, comfyui_dir: str | None = None, quick: bool = True, wit
         "comfyui": comfy_info,
         "native": native,
         "inference": inference,
-        "device": device,
+        "device": device_rates,
         "disk": disk,
         "tiles": measured.get("tiles") or [],
+        "h3_model": h3_model,
         "estimates": est,
-        "real_model": run_with_model(with_model, install, cat, plan=plan, fingerprint=fingerprint, ctx=ctx),
+        "real_model": real,
         "decisions": decisions,
         "calibrated": calibrated_values(decisions, SETTINGS_KEYS),
         "skipped": skipped,
         "duration_seconds": 0.0,
         "report_files": {"json": None, "md": None, "html": None},
     }
+    streaming = prefetch_figures(plan, est, disk)
+    if streaming is not None:
+        doc["streaming"] = streaming
     doc["duration_seconds"] = round(time.perf_counter() - started, 3)
     if ctx.dry_run:
         return doc

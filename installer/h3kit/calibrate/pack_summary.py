@@ -10,7 +10,6 @@ import json
 
 from h3kit.calibrate import report
 from h3kit.comfyui import manifest as mf
-from h3kit.core.files import atomic_write
 from h3kit.core.session import Session
 
 SUMMARY_FILE = "h3kit_calibration.json"  # read by the pack's H3kitCalibrationReport node
@@ -33,7 +32,7 @@ def write_pack_summary(ctx: Session, install, doc: dict) -> str | None:
     if record.find(install.node_dir) is None:
         return None  # a pack h3kit did not install: leave it alone
     path = install.node_dir / SUMMARY_FILE
-    atomic_write(path, json.dumps(summary_document(doc), indent=2, ensure_ascii=False) + "\n")
-    record.record_file(path, "node-pack")
+    # Record before write: a crash mid-write leaves a pending entry that uninstall settles as ours.
+    record.write_file(path, json.dumps(summary_document(doc), indent=2, ensure_ascii=False) + "\n", "node-pack")
     record.save()
     return str(path)

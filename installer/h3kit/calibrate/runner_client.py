@@ -11,6 +11,7 @@ progress bars on stderr while the runner works.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 from pathlib import Path
@@ -31,9 +32,40 @@ def not_measured(reason: str) -> dict:
             "device": {"status": "skipped", "reason": reason}, "tiles": []}
 
 
+def h3_job(cat, plan: dict, arch: dict, device: str, points: list[int] | None = None) -> dict:
+    """The job's H3 part: {"h3_arch", "h3_canvas", "h3_device"}, what the runner builds ComfyUI's H3 at.
+
+    `h3_arch`: the file's full width and depth (`arch`, from its header or the catalog; `from` says
+    which) with its parameter split and stored dtype; `h3_canvas`: the plan's workload, with the text
+    rows the time formula counts (the catalog's `sequence.text_tokens`), so the runner measures the
+    same sequence `plan.timing.estimate_clip` extrapolates to; `h3_device`: where the plan's ComfyUI
+    computes (the runner asks ComfyUI for the dtype itself); `h3_points`: the token counts to time
+    (estimates.measure_points), up to the plan's own rows where a call there is affordable."""
+    from h3kit.calibrate.estimates import workload
+
+    work = workload(plan, cat.data)
+    keys = ("hidden", "heads", "head_dim", "ffn", "text_dim", "refiner_blocks", "blocks_total", "block_params",
+            "other_params", "weight_dtype", "rope_inv_freq_len", "timestep_input_dim", "time_embed_hidden",
+            "time_embed_dim", "adaln_curve_grid", "latents_dim", "audio_latents_dim", "from")
+    seq = getattr(cat, "sequence", None)
+    canvas = {"width": work["canvas"][0], "height": work["canvas"][1], "frames": work["frames"],
+              "steps": work["steps"], "cfg": work["cfg"]}
+    if seq is not None:
+        canvas["text_tokens"] = int(seq.text_tokens)
+    out = {"h3_arch": {k: arch[k] for k in keys if arch.get(k) is not None}, "h3_canvas": canvas,
+           "h3_device": device}
+    if points:
+        out["h3_points"] = list(points)
+    return out
+
+
 def run_runner(ctx: Session, python: str, bridge: Path, lib: Path | None, job: dict, quick: bool,
-               workdir: Path) -> dict:
-    """Start the runner in `python`, follow its progress file, return its result document."""
+               workdir: Path, comfyui: str | None = None) -> dict:
+    """Start the runner in `python`, follow its progress file, return its result document.
+
+    With `comfyui` (a ComfyUI folder) the runner imports that ComfyUI to build its H3 transformer.
+    Its temporary files go to `workdir` too (TMPDIR), so a killed run leaves them where the next
+    calibration cleans up."""
     plan_file = workdir / "plan.json"
     out_file = workdir / "result.json"
     progress_file = workdir / "progress.jsonl"
@@ -45,9 +77,13 @@ def run_runner(ctx: Session, python: str, bridge: Path, lib: Path | None, job: d
         argv += ["--lib", str(lib)]
     if quick:
         argv.append("--quick")
+    if comfyui:
+        argv += ["--comfyui", str(comfyui)]
     timeout = (QUICK_SECONDS if quick else FULL_SECONDS) + 30
+    env = {**os.environ, "TMPDIR": str(workdir), "TEMP": str(workdir), "TMP": str(workdir)}
     holder = {}
-    worker = threading.Thread(target=lambda: holder.update(result=run_process(argv, timeout=timeout)), daemon=True)
+    worker = threading.Thread(target=lambda: holder.update(result=run_process(argv, timeout=timeout, env=env)),
+                              daemon=True)
     worker.start()
     _follow(ctx, progress_file, worker)
     res = holder.get("result")

@@ -89,12 +89,13 @@ def _print_outcome(outcome: Outcome, as_json: bool) -> None:
     if as_json:
         doc = outcome.doc if outcome.doc is not None else {}
         sys.stdout.write(json.dumps(doc, indent=2, ensure_ascii=False, default=str) + "\n")
-    else:
-        if outcome.text:
-            sys.stdout.write(outcome.text.rstrip("\n") + "\n")
-        for w in outcome.warnings:
-            sys.stderr.write(f"warning: {w}\n")
+    elif outcome.text:
+        sys.stdout.write(outcome.text.rstrip("\n") + "\n")
+    # Flush first so that in a pipe the warnings come after the text they qualify; with --json they go to
+    # stderr too, so stdout stays one JSON document.
     sys.stdout.flush()
+    for w in outcome.warnings:
+        sys.stderr.write(f"warning: {w}\n")
 
 
 def _print_error(exc: H3kitError, as_json: bool, log_path) -> None:

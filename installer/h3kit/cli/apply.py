@@ -7,6 +7,8 @@ install record.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from h3kit.cli.context import Context, Outcome
 from h3kit.comfyui import deploy
 from h3kit.steps.common import current_plan, exclusive, generated_files, load_config, locate
@@ -32,7 +34,7 @@ def _apply(args, ctx: Context, config, install, notes: list[str]) -> Outcome:
     _, plan = current_plan(ctx, config, getattr(args, "profile", None), notes)
     doc = deploy.apply(install, dict(plan["settings"]), plan["profile"], ctx.locations.state_dir,
                        ctx.locations.cache_dir, dry_run=ctx.dry_run, generated=generated_files(plan))
-    doc["notes"] = notes
+    doc["notes"] = notes + doc.get("notes", [])
     if ctx.dry_run:
         return Outcome(doc, f"Would apply profile '{doc['profile']}' to {install.node_dir} and rewrite the launcher (--dry-run).")
     launcher = doc["launcher"]
@@ -41,4 +43,7 @@ def _apply(args, ctx: Context, config, install, notes: list[str]) -> Outcome:
         warnings.append(f"flags this ComfyUI does not accept were left out: {' '.join(launcher['dropped'])}")
     text = (f"Applied profile '{doc['profile']}' to {install.node_dir}. The nodes pick it up at their next run; "
             f"restart ComfyUI with {launcher.get('path') or 'its usual launcher'} for new launch flags.")
+    text += "".join(f"\nYour edited {Path(b).name} was moved out of the way first (yours, kept): {b}"
+                    for b in doc.get("backed_up", []))
+    text += "".join(f"\nnote: {n}" for n in doc["notes"])
     return Outcome(doc, text, 0, warnings)

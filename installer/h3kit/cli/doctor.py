@@ -3,7 +3,8 @@
 This ComfyUI half checks: ComfyUI found and its Python starts; it can run
 MiniMax H3 (version, H3's files, what H3's nodes import, PyAV's H.264/AAC
 encoders: h3kit.comfyui.h3_support); torch fits the hardware (h3kit.plan.torch_build when present); the pack is present and intact; the
-launcher's flags are accepted; the native library loads; the profile file
+launcher's flags are accepted; whether ComfyUI's dynamic VRAM (comfy-aimdo) is on
+with those flags, and whether the plan assumed the same; the native library loads; the profile file
 matches the config. h3kit.models adds its findings when present.
 """
 
@@ -61,6 +62,7 @@ def run(args, ctx: Context) -> Outcome:
 
 
 def _check(args, ctx: Context, config, fingerprint, plan, install, findings: list[dict], notes: list[str]) -> Outcome:
+    info = None
     try:
         info = comfyui.inspect(install)
         findings.append(doctor.finding("comfyui.python", "ok",
@@ -74,6 +76,7 @@ def _check(args, ctx: Context, config, fingerprint, plan, install, findings: lis
     findings += doctor.pack_findings(install, record)
     if install.python is not None:
         findings += doctor.launcher_findings(install, record, ctx.locations.cache_dir)
+        findings += doctor.dynamic_vram_findings(install, info, record, plan)
         findings += doctor.native_findings(install)
     findings += doctor.profile_findings(install, plan) if install.node_dir.is_dir() else []
     if plan is not None:
@@ -177,7 +180,8 @@ def _undo(args, ctx) -> Outcome:
     from h3kit.comfyui import setup as comfy_setup
 
     install = locate(args, ctx, load_config(ctx), need_write=False)
-    done = comfy_setup.undo_recorded(ctx, install, mf.load_or_new(ctx.locations.state_dir, install.path))
+    with exclusive(ctx, install, "doctor --undo"):  # undo moves folders and reinstalls torch: one h3kit at a time
+        done = comfy_setup.undo_recorded(ctx, install, mf.load_or_new(ctx.locations.state_dir, install.path))
     torch = next((d for d in done if d["action"] == "torch"), None)
     doc = {"schema": "h3kit.doctor/1", "comfyui": str(install.path), "undo": torch or done[0], "undone": done}
     verb = "Would restore" if ctx.dry_run else "Restored"

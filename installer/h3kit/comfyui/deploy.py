@@ -5,17 +5,25 @@ custom_nodes/, under a name ending in `.disabled` so a running ComfyUI skips
 it) and renames it into place: one rename on one file system, so ComfyUI
 never sees half a pack. A re-install stages the same way and then replaces
 the pack's files one by one (each an atomic replace), keeping files the user
-added. A folder named ComfyUI-h3kit that h3kit's record does not claim is
-never touched. Every file and folder created goes into the manifest
-(h3kit.comfyui.manifest) with its sha256; the manifest is saved last.
+added (and the calibration summary an earlier run left). A folder named
+ComfyUI-h3kit that h3kit's record does not claim is never touched.
+
+Every write follows the record-before-write rule of h3kit.comfyui.manifest:
+the staging folder, each folder and file of the pack, the launcher and each
+backup are entered in the record as pending (with the hash they will have)
+and the record saved before the first byte lands; each becomes final once
+written. Every run starts by finishing what a crash left (`recover`): the
+staging folder goes, pending entries are settled. Before staging, the free
+space of the disk is checked against the bytes to write. All file
+operations go through h3kit.core.files (one place, and its crash-test hook).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,20 +31,26 @@ import h3kit
 from h3kit import bundled
 from h3kit.comfyui import manifest as mf
 from h3kit.comfyui.inspect import marked_json
-from h3kit.comfyui.launcher import accepted_flags, filter_args, launcher_name, render
+from h3kit.comfyui.launcher import write_launcher
 from h3kit.comfyui.locate import ComfyInstall, run_python
+from h3kit.core import files as fs
 from h3kit.core.errors import BadInput, NotReady, VerificationFailed
-from h3kit.core.files import atomic_write
+from h3kit.core.files import sha256_bytes
 from h3kit.core.paths import asset_dir
+from h3kit.core.units import human_bytes
 
 PROFILE_FILE = "h3kit_profile.json"
 PROFILE_SCHEMA = "h3kit.node-profile/1"
+CALIBRATION_FILE = "h3kit_calibration.json"  # h3kit.calibrate.pack_summary writes it; a re-install keeps it
 STAGING_SUFFIX = ".h3kit-staging.disabled"
 STAGING_MARK = ".h3kit-staging"
+STAGING_TEXT = b"h3kit staging folder: safe to delete\n"
 DISABLED_SUFFIX = ".disabled"  # ComfyUI-Manager's "disable": the pack folder renamed, ComfyUI skips it
-EXPECTED_NODES = ("H3kitProfileInfo", "H3kitTiledVAEDecode", "H3kitMemoryGuard", "H3kitCalibrationReport")
+EXPECTED_NODES = ("H3kitProfileInfo", "H3kitTiledVAEDecode", "H3kitMemoryGuard", "H3kitCalibrationReport", "H3kitStreamedDiTLoader")
 VERIFY_TIMEOUT = 120.0
 SKIP_NAMES = {"__pycache__", ".pytest_cache", "tests"}
+BLOCK = 4096  # what a small file really takes on disk: sizes are rounded up to it in the space check
+backup_root, move_to_backup = mf.backup_root, mf.move_to_backup  # their old home: callers and tests use these names
 
 
 @dataclass
@@ -80,24 +94,51 @@ def profile_document(settings: dict, profile: str) -> bytes:
     return (json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
 
 
-# -- safety checks ----------------------------------------------------------------
+def pack_dirs(files: dict[str, bytes]) -> list[str]:
+    """Every folder the pack's files need (relative, parents first)."""
+    return sorted({p.as_posix() for rel in files for p in Path(rel).parents if p != Path(".")},
+                  key=lambda d: (d.count("/"), d))
 
 
-def staging_dirs(install: ComfyInstall) -> list[Path]:
+# -- safety checks and recovery --------------------------------------------------------
+
+
+def staging_dirs(install: ComfyInstall, record: mf.Manifest | None = None) -> list[Path]:
+    """Staging folders an interrupted install left: named so, real folders, with our mark or in our record."""
+    claimed = {e.path for e in record.entries} if record is not None else set()
     try:
         return [p for p in install.custom_nodes.iterdir()
-                if p.name.endswith(STAGING_SUFFIX) and p.is_dir() and not p.is_symlink() and (p / STAGING_MARK).is_file()]
+                if p.name.endswith(STAGING_SUFFIX) and p.is_dir() and not p.is_symlink()
+                and ((p / STAGING_MARK).is_file() or str(p.absolute()) in claimed)]
     except OSError:
         return []
 
 
-def clean_staging(install: ComfyInstall) -> list[str]:
-    """Remove what an interrupted install left (only folders carrying our staging mark)."""
+def clean_staging(install: ComfyInstall, record: mf.Manifest | None = None) -> list[str]:
+    """Remove what an interrupted install left (only folders carrying our mark or named in the record)."""
     removed = []
-    for p in staging_dirs(install):
-        shutil.rmtree(p)
+    for p in staging_dirs(install, record):
+        fs.remove_tree(p)
+        if record is not None:
+            record.forget(p)
         removed.append(str(p))
     return removed
+
+
+def recover(install: ComfyInstall, record: mf.Manifest) -> list[str]:
+    """Finish what a crash left, before anything else: staging folders go, pending entries are settled and the
+    record saved. Notes for the user (files that are not ours are named)."""
+    notes = [f"removed an interrupted install's staging folder {p}" for p in clean_staging(install, record)]
+    found = record.settle()
+    if found:
+        ours = [f for f in found if f["outcome"] == "ours"]
+        if ours:
+            notes.append(f"an interrupted h3kit run had written {len(ours)} of its files; they are recorded now")
+        notes += [f"{f['path']} was being written by an interrupted h3kit run and now holds something else: "
+                  "left alone, not h3kit's" for f in found if f["outcome"] == "not ours"]
+    if (found or notes) and (record.entries or (record.path is not None and record.path.exists())):
+        record.save()  # (no record file is made for a ComfyUI h3kit never installed into)
+    return notes
 
 
 def ensure_ours(install: ComfyInstall, record: mf.Manifest) -> bool:
@@ -144,47 +185,46 @@ def _refuse_disabled(install: ComfyInstall, record: mf.Manifest, command: str) -
                        f"{install.node_dir.name}), then run h3kit {command}; 'h3kit uninstall' removes it as it is.")
 
 
-def backup_root(state_dir: Path, target: str | os.PathLike) -> Path:
-    return Path(state_dir) / "backups" / mf.slug_for(Path(target)) / mf.now_iso().replace(":", "")
+def bytes_to_write(files: dict[str, bytes]) -> int:
+    """What staging the pack takes on disk: every file and folder rounded up to a block, plus the mark."""
+    blocks = sum(-(-len(data) // BLOCK) or 1 for data in files.values())
+    return (blocks + len(pack_dirs(files)) + 2) * BLOCK
 
 
-def move_to_backup(path: Path, base: Path, backups: Path) -> Path:
-    """Move `path` (never following a link) under `backups`, keeping its place relative to `base`."""
-    try:
-        rel = path.relative_to(base)
-    except ValueError:
-        rel = Path(path.name)
-    dest = backups / rel
-    n = 0
-    while dest.exists() or dest.is_symlink():  # two backups within one second: keep both
-        n += 1
-        dest = backups / rel.with_name(f"{rel.name}.{n}")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    shutil.move(str(path), str(dest))  # a symlink is moved as a link
-    return dest
+def check_space(install: ComfyInstall, files: dict[str, bytes]) -> None:
+    """NotReady (exit 3), before anything is written, when the disk of custom_nodes/ has too little room."""
+    need, free = bytes_to_write(files), fs.free_bytes(install.custom_nodes)
+    if free is not None and free < need:
+        raise NotReady(f"Not enough free space on the disk that holds {install.custom_nodes}: the node pack needs "
+                       f"{human_bytes(need)}, and {human_bytes(free)} is free. Nothing was written.",
+                       "Free space on that disk (or install into a ComfyUI on a disk with room), then run the "
+                       "install again.")
 
 
 # -- writing ----------------------------------------------------------------------
 
 
-def _write_tree(root: Path, files: dict[str, bytes]) -> None:
-    for rel, data in files.items():
-        dest = root / rel
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_bytes(data)
-
-
-def _record_tree(record: mf.Manifest, root: Path, role: str) -> None:
-    record.record_dir(root, role)
-    for dirpath, dirnames, filenames in os.walk(root):  # os.walk never follows links by default
-        for name in dirnames + filenames:
-            p = Path(dirpath) / name
-            if p.is_symlink():
-                record.record_link(p, role)
-            elif p.is_dir():
-                record.record_dir(p, role)
-            else:
-                record.record_file(p, role)
+def _stage(staging: Path, files: dict[str, bytes], record: mf.Manifest) -> None:
+    """The complete pack in `staging` (recorded first as one pending entry; removed whole on a failure)."""
+    if staging.exists() or staging.is_symlink():  # not ours (ours went in recover): never written into
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(staging))
+    record.intend_dir(staging, "staging")
+    record.save()
+    fs.make_dir(staging)
+    try:
+        fs.write_new(staging / STAGING_MARK, STAGING_TEXT)
+        for rel in pack_dirs(files):
+            fs.make_dir(staging / rel)
+        for rel, data in files.items():
+            fs.write_new(staging / rel, data)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)  # a full disk must not keep a half-written copy
+        record.forget(staging)
+        try:
+            record.save()
+        except OSError:
+            pass  # the same full disk: the next run's recover() removes the entry
+        raise
 
 
 def deploy(install: ComfyInstall, *, settings: dict, profile: str, library: Path | None,
@@ -194,102 +234,104 @@ def deploy(install: ComfyInstall, *, settings: dict, profile: str, library: Path
     say = progress or (lambda msg: None)
     record = mf.load_or_new(state_dir, install.path)
     _refuse_disabled(install, record, "install")
-    notes = [f"removed an interrupted install's staging folder {p}" for p in clean_staging(install)]
+    notes = recover(install, record)
     ours = ensure_ours(install, record)
     target = install.node_dir
-    if ours and (target / STAGING_MARK).is_file():
-        (target / STAGING_MARK).unlink()  # left by a crash right after the rename
+    mark = target / STAGING_MARK
+    if ours and mark.is_file() and not mark.is_symlink():
+        fs.unlink(mark)  # a crash right after the rename left it (recorded, or by an older h3kit)
+        record.forget(mark)
     files = pack_contents(library, settings, profile, generated)
     if library is None:
         notes.append("no native library was built: the pack works, nodes that need it say so")
+    check_space(install, files)
     staging = install.custom_nodes / (target.name + STAGING_SUFFIX)
     say(f"Staging the node pack ({len(files)} files) in {staging}")
-    staging.mkdir()  # a folder already there without our mark is someone else's: EEXIST, exit 3
-    try:
-        (staging / STAGING_MARK).write_text("h3kit staging folder: safe to delete\n", encoding="utf-8")
-        _write_tree(staging, files)
-    except OSError:
-        shutil.rmtree(staging, ignore_errors=True)  # a full disk must not keep a half-written copy
-        raise
+    _stage(staging, files, record)
     result = DeployResult(target, record, created=not ours, notes=notes)
     if not ours:
-        record.record_dir(target, "node-pack")
-        record.save()  # claim the name before it exists, so a crash after the rename still leaves it ours
-        os.rename(staging, target)  # the mark travels along, so a crash just before this still gets cleaned up
-        (target / STAGING_MARK).unlink()
-        _record_tree(record, target, "node-pack")
+        _move_into_place(record, staging, target, files)
         say(f"Installed the node pack into {target}")
     else:
         _upgrade(record, staging, target, files, state_dir, install, result)
-        shutil.rmtree(staging)
         say(f"Upgraded the node pack in {target} in place")
     result.launcher = write_launcher(install, record, settings, profile, state_dir, cache_dir, windows)
+    if result.launcher.get("backup"):
+        result.backed_up.append(result.launcher["backup"])
+    notes += [f"moved your edited copy of {Path(b).name} out of the way before writing h3kit's: it is in {b}"
+              for b in result.backed_up]
     record.extra.update({"comfyui": str(install.path), "layout": install.layout, "node_dir": str(target),
                          "profile": profile, "launcher": result.launcher})
     record.save()
     return result
 
 
+def _move_into_place(record: mf.Manifest, staging: Path, target: Path, files: dict[str, bytes]) -> None:
+    """The fresh install's one rename; every path it makes appear is recorded (pending) before it."""
+    mark = target / STAGING_MARK
+    record.intend_dir(target, "node-pack")
+    for rel in pack_dirs(files):
+        record.intend_dir(target / rel, "node-pack")
+    for rel, data in files.items():
+        record.intend_file(target / rel, sha256_bytes(data), len(data), "node-pack")
+    record.intend_file(mark, sha256_bytes(STAGING_TEXT), len(STAGING_TEXT), "staging")
+    record.save()
+    fs.rename(staging, target)
+    record.forget(staging)
+    fs.unlink(mark)
+    record.forget(mark)
+    for e in record.pending():
+        if e.path == str(target.absolute()) or e.path.startswith(str(target.absolute()) + os.sep):
+            record.confirm(e.path)
+
+
 def _upgrade(record: mf.Manifest, staging: Path, target: Path, files: dict[str, bytes], state_dir: Path,
              install: ComfyInstall, result: DeployResult) -> None:
-    backups = None
-    for rel in files:
-        src, dest = staging / rel, target / rel
-        for parent in reversed(dest.relative_to(target).parents[:-1]):
-            d = target / parent
-            if not d.exists():
-                d.mkdir()
-                record.record_dir(d, "node-pack")
+    backups = mf.backup_root(state_dir, install.path)
+    for rel in files:  # the user's own files where ours go: out of the way first, each recorded as theirs
+        dest = target / rel
         if dest.exists() or dest.is_symlink():
             entry = record.find(dest)
             if entry is None or not record.still_ours(entry):
-                backups = backups or backup_root(state_dir, install.path)
-                result.backed_up.append(str(move_to_backup(dest, target, backups)))
-        os.replace(src, dest)
-        record.record_file(dest, "node-pack")
-    shipped = {str((target / rel).absolute()) for rel in files}
+                result.backed_up.append(str(record.back_up(dest, target, backups)))
+    new_dirs = [target / d for d in pack_dirs(files) if not (target / d).is_dir()]
+    for d in new_dirs:
+        record.intend_dir(d, "node-pack")
+    for rel, data in files.items():
+        record.intend_file(target / rel, sha256_bytes(data), len(data), "node-pack")
+    record.save()
+    for d in new_dirs:
+        fs.make_dir(d)
+        record.confirm(d)
+    for rel in files:
+        fs.replace(staging / rel, target / rel)
+        record.confirm(target / rel)
+    shipped = {str((target / rel).absolute()) for rel in files} | {str((target / CALIBRATION_FILE).absolute())}
     for entry in [e for e in record.by_role("node-pack") if e.kind == "file"]:
         if entry.path.startswith(str(target) + os.sep) and entry.path not in shipped:
             if record.still_ours(entry):
-                Path(entry.path).unlink()
+                fs.unlink(entry.path)
                 result.removed_stale.append(entry.path)
             record.forget(entry.path)
+    record.save()
+    fs.remove_tree(staging)
+    record.forget(staging)
 
 
-def write_launcher(install: ComfyInstall, record: mf.Manifest, settings: dict, profile: str,
-                   state_dir: Path, cache_dir: Path, windows: bool | None = None) -> dict:
-    """Write (or rewrite) run_h3kit.sh/.bat; returns {path, args, dropped, detail} (path None when skipped)."""
-    windows = sys.platform == "win32" if windows is None else windows
-    where = install.launcher_dir
-    wanted = [str(a) for a in settings.get("comfyui_args") or []]
-    env = {str(k): str(v) for k, v in (settings.get("env") or {}).items()}
-    if where is None or install.python is None:
-        why = "the Desktop app starts ComfyUI itself" if where is None else "ComfyUI's Python is unknown"
-        return {"path": None, "args": [], "dropped": wanted, "detail": f"no launcher written: {why}"}
-    flags, detail = accepted_flags(install, cache_dir)
-    kept, dropped = filter_args(wanted, flags or set())
-    path = where / launcher_name(install, windows)
-    entry = record.find(path)
-    if path.exists() or path.is_symlink():
-        if entry is None:
-            return {"path": None, "args": kept, "dropped": dropped,
-                    "detail": f"{path} exists and was not written by h3kit: left alone, no launcher written"}
-        if not record.still_ours(entry):
-            move_to_backup(path, where, backup_root(state_dir, install.path))
-    text = render(install, install.python, kept, env, profile, windows)
-    path.write_bytes(text.encode("utf-8"))
-    if path.suffix == ".sh":
-        path.chmod(0o755)
-    record.record_file(path, "launcher")
-    return {"path": str(path), "args": kept, "dropped": dropped, "detail": detail}
+def rewrite_profile(install: ComfyInstall, record: mf.Manifest, settings: dict, profile: str,
+                    state_dir: Path | None = None) -> tuple[Path, str | None]:
+    """`h3kit apply`: a new h3kit_profile.json, recorded before it is written atomically; (path, backup).
 
-
-def rewrite_profile(install: ComfyInstall, record: mf.Manifest, settings: dict, profile: str) -> Path:
-    """`h3kit apply`: a new h3kit_profile.json, written atomically and recorded."""
+    One the user edited by hand (its hash is not the recorded one) is first moved to a backup (with a
+    state_dir; recorded as theirs), and the backup's path returned so the caller says so.
+    """
     path = install.node_dir / PROFILE_FILE
-    atomic_write(path, profile_document(settings, profile))
-    record.record_file(path, "node-pack")
-    return path
+    entry = record.find(path)
+    backup = None
+    if (path.exists() or path.is_symlink()) and (entry is None or not record.still_ours(entry)) and state_dir:
+        backup = str(record.back_up(path, install.node_dir, mf.backup_root(state_dir, install.path)))
+    record.write_file(path, profile_document(settings, profile), "node-pack")
+    return path, backup
 
 
 # -- verification ---------------------------------------------------------------------
@@ -348,10 +390,12 @@ def apply(install: ComfyInstall, settings: dict, profile: str, state_dir: Path, 
     One function for `h3kit apply` and for calibration's "apply what was
     measured": the nodes re-read the profile at their next run, the workflows
     open with the new defaults, and the launcher's flags take effect when
-    ComfyUI is restarted. A generated file the user edited in place is kept.
+    ComfyUI is restarted. A generated file the user edited in place is kept;
+    a hand-edited h3kit_profile.json is moved to a backup first (`backed_up`).
     """
     record = mf.load_or_new(state_dir, install.path)
     _refuse_disabled(install, record, "apply")
+    notes = [] if dry_run else recover(install, record)
     if record.find(install.node_dir) is None or not install.node_dir.is_dir():
         raise NotReady(f"h3kit is not installed in {install.path}, so there is nothing to apply.",
                        f'Run h3kit install --comfyui "{install.path}" first.')
@@ -362,12 +406,13 @@ def apply(install: ComfyInstall, settings: dict, profile: str, state_dir: Path, 
     if dry_run:
         doc["dry_run"] = True
         return doc
-    path = rewrite_profile(install, record, settings, profile)
+    path, backup = rewrite_profile(install, record, settings, profile, state_dir)
     doc["generated"], doc["kept"] = write_generated(install, record, generated or {})
     launcher = write_launcher(install, record, settings, profile, state_dir, cache_dir)
     record.extra.update({"profile": profile, "launcher": launcher})
     record.save()
-    doc.update({"profile_file": str(path), "launcher": launcher, "manifest": str(record.path)})
+    doc.update({"profile_file": str(path), "launcher": launcher, "manifest": str(record.path), "notes": notes,
+                "backed_up": [b for b in (backup, launcher.get("backup")) if b]})
     return doc
 
 
@@ -383,10 +428,11 @@ def write_generated(install: ComfyInstall, record: mf.Manifest, files: dict[str,
         for parent in reversed(dest.relative_to(install.node_dir).parents[:-1]):
             folder = install.node_dir / parent
             if not folder.is_dir():
-                folder.mkdir()
-                record.record_dir(folder, "node-pack")
-        atomic_write(dest, data)
-        record.record_file(dest, "node-pack")
+                record.intend_dir(folder, "node-pack")
+                record.save()
+                fs.make_dir(folder)
+                record.confirm(folder)
+        record.write_file(dest, data, "node-pack")
         written.append(str(dest))
     return written, kept
 

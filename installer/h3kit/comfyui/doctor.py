@@ -12,6 +12,7 @@ from pathlib import Path
 
 from h3kit.comfyui import manifest as mf
 from h3kit.comfyui.deploy import PROFILE_FILE, PROFILE_SCHEMA, disabled_copy
+from h3kit.comfyui.h3_support import H3_SCRIPT
 from h3kit.comfyui.inspect import marked_json
 from h3kit.comfyui.launcher import accepted_flags, filter_args
 from h3kit.comfyui.locate import ComfyInstall, run_python
@@ -128,3 +129,125 @@ def profile_findings(install: ComfyInstall, plan: dict | None) -> list[dict]:
                         f"The pack uses profile '{doc.get('profile')}' but the config now gives '{plan.get('profile')}' "
                         "or different settings.", apply_fix)]
     return [finding("profile.current", "ok", f"Profile '{doc.get('profile')}' in the pack matches the config.")]
+
+
+# -- dynamic VRAM ------------------------------------------------------------------------
+# Whether ComfyUI's own weight streaming (comfy-aimdo) runs in this ComfyUI, by ComfyUI's rule
+# (h3kit.plan.streaming.dynamic_vram, the one the planner uses): the torch build and version come
+# from the inspect probe, the import from h3_support's module probe, the flags from the launcher.
+
+AIMDO_MODULES = ("comfy_aimdo.control", "comfy_aimdo._version")  # _version carries the release number
+AIMDO_TIMEOUT = 60.0
+
+
+def tree_has_dynamic_vram(comfyui_dir: Path) -> bool | None:
+    """Does this ComfyUI's code know dynamic VRAM (cli_args.enables_dynamic_vram)? None when unreadable."""
+    try:
+        text = (Path(comfyui_dir) / "comfy" / "cli_args.py").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    return "def enables_dynamic_vram" in text
+
+
+def parse_aimdo_report(text: str) -> dict:
+    """{"imports": bool | None, "version", "error"} from h3_support.H3_SCRIPT's output for AIMDO_MODULES."""
+    report = marked_json(text, "H3KIT-H3")
+    if report is None:
+        return {"imports": None, "version": None, "error": "ComfyUI's Python gave no readable answer"}
+    modules = report.get("modules") or {}
+    control = modules.get(AIMDO_MODULES[0]) or {}
+    version = (modules.get(AIMDO_MODULES[1]) or {}).get("version")
+    return {"imports": bool(control.get("ok")), "version": version if control.get("ok") else None,
+            "error": None if control.get("ok") else control.get("error")}
+
+
+def dynamic_vram_status(info: dict, aimdo: dict, args: list, tree: bool | None, comfyui_version: str | None) -> dict:
+    """Pure: {"active": bool | None, "line", "reason", "torch", "aimdo_version", "flags", "comfyui_version"}."""
+    from h3kit.plan.streaming import DYNAMIC_VRAM_OFF_FLAGS, DYNAMIC_VRAM_FORCE_FLAG, dynamic_vram, version_tuple
+
+    torch = info.get("torch")
+    build = info.get("torch_build")
+    flags = [a for a in args if a in DYNAMIC_VRAM_OFF_FLAGS or a == DYNAMIC_VRAM_FORCE_FLAG]
+    out = {"torch": torch, "aimdo_version": aimdo.get("version"), "flags": flags, "comfyui_version": comfyui_version}
+    cu = f"ComfyUI {comfyui_version}" if comfyui_version else "this ComfyUI"
+    if tree is False:
+        active, reason = False, f"{cu} has no dynamic VRAM (its cli_args.py lacks it)"
+    elif not torch:
+        active, reason = None, "ComfyUI's Python has no torch"
+    elif build in ("cuda", "rocm") and not info.get("cuda_available") and "--cpu" not in args:
+        active, reason = False, f"torch {torch} sees no {'CUDA' if build == 'cuda' else 'ROCm'} device"
+    else:
+        backend = "cpu" if "--cpu" in args else (build or "cpu")
+        hip = version_tuple(info.get("torch_hip"))
+        active, reason = dynamic_vram(backend, list(args), version_tuple(torch), hip, aimdo.get("imports"))
+        if aimdo.get("imports") is None and active:
+            active, reason = None, f"whether comfy-aimdo imports is unknown ({aimdo.get('error')})"
+    if active:
+        line = f"dynamic VRAM: on (torch {torch}, comfy-aimdo {aimdo.get('version') or 'unknown version'})"
+    elif active is False:
+        line = f"dynamic VRAM: off: {reason}"
+    else:
+        line = f"dynamic VRAM: unknown: {reason}"
+    return {**out, "active": active, "reason": reason, "line": line}
+
+
+def launch_args(record: mf.Manifest | None, plan: dict | None) -> tuple[list[str], str]:
+    """The flags ComfyUI starts with: the recorded launcher's, else the plan's comfyui_args."""
+    launcher = (record.extra.get("launcher") if record else None) or {}
+    if launcher.get("path"):
+        return [str(a) for a in launcher.get("args") or []], "the h3kit launcher's flags"
+    planned = ((plan or {}).get("settings") or {}).get("comfyui_args")
+    if planned is not None:
+        return [str(a) for a in planned], "the plan's flags (no h3kit launcher recorded)"
+    return [], "no launch flags known"
+
+
+def dynamic_vram_findings(install: ComfyInstall, info: dict | None, record: mf.Manifest | None,
+                          plan: dict | None) -> list[dict]:
+    """The finding `comfyui.dynamic_vram`: ok with the one-line verdict; warn where it cannot tell or
+    where the plan counted on the opposite: it relies on dynamic VRAM that is off, or streams with
+    h3kit's loader where ComfyUI streams itself."""
+    args, flags_from = launch_args(record, plan)
+    tree = tree_has_dynamic_vram(install.path)
+    version = (info or {}).get("comfyui_version")
+    if info is None or install.python is None:
+        return [finding("comfyui.dynamic_vram", "warn", "dynamic VRAM: unknown: ComfyUI's Python did not answer.")]
+    aimdo = {"imports": False, "version": None, "error": "not probed"}
+    if tree is not False:
+        result = run_python(install, ["-c", H3_SCRIPT, json.dumps(list(AIMDO_MODULES)), "[]"], AIMDO_TIMEOUT)
+        aimdo = parse_aimdo_report(result.stdout)
+        if aimdo["imports"] is None and result.detail:
+            aimdo["error"] = result.detail
+    status = dynamic_vram_status(info, aimdo, args, tree, version)
+    where = f"ComfyUI {version}; " if version else ""
+    message = f"{status['line']} [{where}{flags_from}: {' '.join(args) or 'none'}]"
+    planned = (((plan or {}).get("settings") or {}).get("streaming") or {})
+    expected = planned.get("dynamic_vram")
+    if status["active"] is None:
+        return [dict(finding("comfyui.dynamic_vram", "warn", message), dynamic_vram=status)]
+    if expected is True and status["active"] is False:
+        return [dict(finding("comfyui.dynamic_vram", "warn",
+                             f"{message}; the plan counted on it and does not stream, so ComfyUI holds the DiT whole.",
+                             _dynamic_vram_fix(status, install)), dynamic_vram=status)]
+    if expected is False and status["active"] and planned.get("enabled"):
+        return [dict(finding("comfyui.dynamic_vram", "warn",
+                             f"{message}; the plan streams with h3kit's loader, which ComfyUI's own streaming makes "
+                             "unneeded (and slower).", _dynamic_vram_fix(status, install)), dynamic_vram=status)]
+    return [dict(finding("comfyui.dynamic_vram", "ok", message), dynamic_vram=status)]
+
+
+def _dynamic_vram_fix(status: dict, install: ComfyInstall) -> str:
+    """What makes ComfyUI match the plan: the cause of 'off' removed, or the plan redone to stream."""
+    apply = f'h3kit apply --comfyui "{install.path}"'
+    py = f'"{install.python}"' if install.python else "ComfyUI's Python"
+    if status["active"]:  # the plan assumed h3kit's own torch; this ComfyUI has a newer stack
+        return f"set stream_dit: off under overrides in h3kit's config.yaml (ComfyUI streams itself), then {apply}"
+    reason = status["reason"]
+    if "comfy-aimdo" in reason:
+        return f'{py} -m pip install comfy-aimdo, or stream with h3kit: set stream_dit: on under overrides, then {apply}'
+    if reason.startswith("torch ") and "<" in reason:
+        return "'h3kit doctor --fix' installs the torch h3kit plans for (2.8 or newer turns dynamic VRAM on)"
+    if status["flags"]:
+        return (f"drop {' '.join(status['flags'])} from comfyui_args (overrides in h3kit's config.yaml), "
+                f"or set stream_dit: on there; then {apply}")
+    return f"set stream_dit: on under overrides in h3kit's config.yaml, then {apply}"

@@ -4,7 +4,9 @@ Flags differ between ComfyUI versions and forks, so the profile's
 `comfyui_args` are filtered against the flags the installed `main.py --help`
 lists; the rest are dropped and reported. The help text is cached per
 ComfyUI version (and a hash of its argument parser file, since forks keep the
-version number) in the h3kit cache.
+version number) in the h3kit cache. `write_launcher` records the script
+before it writes it (h3kit.comfyui.manifest) and writes it atomically, with
+its mode, so a crash never leaves a launcher that the record does not name.
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ from __future__ import annotations
 import hashlib
 import re
 import shlex
+import sys
 from pathlib import Path
 
+from h3kit.comfyui import manifest as mf
 from h3kit.comfyui.inspect import comfyui_version
 from h3kit.comfyui.locate import ComfyInstall, run_python
 
@@ -117,3 +121,33 @@ def render(install: ComfyInstall, python: Path, args: list[str], env: dict, prof
     if launcher_name(install, windows).endswith(".bat"):
         return render_bat(install, python, args, env, profile)
     return render_sh(install, python, args, env, profile)
+
+
+def write_launcher(install: ComfyInstall, record: mf.Manifest, settings: dict, profile: str,
+                   state_dir: Path, cache_dir: Path, windows: bool | None = None) -> dict:
+    """Write (or rewrite) run_h3kit.sh/.bat; {path, args, dropped, detail, backup} (path None when skipped).
+
+    One the user edited is moved to a backup first (`backup`, recorded as theirs); a file of that name that
+    h3kit's record does not name is left alone and no launcher is written.
+    """
+    windows = sys.platform == "win32" if windows is None else windows
+    where = install.launcher_dir
+    wanted = [str(a) for a in settings.get("comfyui_args") or []]
+    env = {str(k): str(v) for k, v in (settings.get("env") or {}).items()}
+    if where is None or install.python is None:
+        why = "the Desktop app starts ComfyUI itself" if where is None else "ComfyUI's Python is unknown"
+        return {"path": None, "args": [], "dropped": wanted, "detail": f"no launcher written: {why}"}
+    flags, detail = accepted_flags(install, cache_dir)
+    kept, dropped = filter_args(wanted, flags or set())
+    path = where / launcher_name(install, windows)
+    entry = record.find(path)
+    backup = None
+    if path.exists() or path.is_symlink():
+        if entry is None:
+            return {"path": None, "args": kept, "dropped": dropped,
+                    "detail": f"{path} exists and was not written by h3kit: left alone, no launcher written"}
+        if not record.still_ours(entry):
+            backup = str(record.back_up(path, where, mf.backup_root(state_dir, install.path)))
+    text = render(install, install.python, kept, env, profile, windows)
+    record.write_file(path, text.encode("utf-8"), "launcher", mode=0o755 if path.suffix == ".sh" else None)
+    return {"path": str(path), "args": kept, "dropped": dropped, "detail": detail, "backup": backup}

@@ -1,9 +1,31 @@
 """The install record: every file and folder h3kit creates, with its hash.
 
 In the manner of pypa/installer: every write goes through one function that
-returns what was written (path, sha256, size); the record is saved last.
-Uninstall replays the record and removes only entries whose content still
-matches (a file the user changed is moved to a backup, never deleted).
+knows what is written (path, sha256, size). Uninstall replays the record and
+removes only entries whose content still matches (a file the user changed is
+moved to a backup, never deleted).
+
+**Record before write** (the way package managers journal). Nothing lands in
+a ComfyUI before the record names it:
+
+1. `intend_file` / `intend_dir` enter the path as `pending`, with the sha256
+   it will have once written (and, when it replaces a file of ours, the hash
+   it has now: `previous`); `save` writes the record durably (atomic write,
+   fsync of the file and its folder) before the first byte lands;
+2. the write itself (`h3kit.core.files`; a live file only ever atomically,
+   through `.<name>.h3kit-tmp`);
+3. `confirm` makes the entry final, kept by the next save.
+
+`write_file` is the three steps for one file. A crash anywhere leaves a
+record that names the path, so the next install or uninstall settles every
+pending entry (`settle`) before anything else: present with the expected hash
+(or with `previous`): ours, final; present with other content (or a link):
+not ours, dropped from the record, left alone and reported; absent: dropped.
+The temporary `.<name>.h3kit-tmp` of a pending file is removed. A staging
+folder is one entry: everything under it is h3kit's, and it is removed whole
+(h3kit.comfyui.deploy.clean_staging) before the pending entries are settled.
+A backup of a user's own file is recorded with role `backup`: it is the
+user's, so uninstall leaves it and says where it is.
 
 One manifest per target (a ComfyUI folder), stored as JSON under the state
 dir: `state/manifests/<slug>.json`, the slug made from the folder's resolved
@@ -16,8 +38,11 @@ folder is rebased onto the spelling in use (`Manifest.rebase`). Schema `h3kit.ma
      "updated": iso, "h3kit_version": "...",
      "entries": [{"path": "<abs>", "kind": "file"|"dir"|"link",
                   "sha256": hex|null, "bytes": int|null, "role": "node-pack"|...,
-                  "created": iso}],
+                  "created": iso,
+                  "pending": true, "previous": hex|null}],   # the last two only while pending
      "extra": {...}}
+
+A record without pending entries is byte-for-byte what h3kit 0.1.0 wrote.
 """
 
 from __future__ import annotations
@@ -32,7 +57,8 @@ from pathlib import Path
 
 from h3kit import __version__
 from h3kit.core.errors import BadInput
-from h3kit.core.files import atomic_write, sha256_file
+from h3kit.core import files
+from h3kit.core.files import atomic_write, sha256_bytes, sha256_file
 
 SCHEMA = "h3kit.manifest/1"
 
@@ -64,9 +90,15 @@ class Entry:
     bytes: int | None = None
     role: str = ""
     created: str = field(default_factory=now_iso)
+    pending: bool = False  # named before it is written; `settle` decides after a crash
+    previous: str | None = None  # pending only: the hash of the file of ours it replaces
 
     def to_json(self) -> dict:
-        return dict(self.__dict__)
+        doc = dict(self.__dict__)
+        if not self.pending:  # a final entry reads as it always did
+            doc.pop("pending")
+            doc.pop("previous")
+        return doc
 
 
 @dataclass
@@ -102,6 +134,99 @@ class Manifest:
         entry = Entry(str(p), "link", sha256=hashlib.sha256(os.readlink(p).encode()).hexdigest(), role=role)
         self._put(entry)
         return entry
+
+    # -- record before write (the rule in the module docstring) -------------
+    def intend_file(self, path: str | os.PathLike, sha256: str | None, size: int | None, role: str = "") -> Entry:
+        """Name a file about to be written (pending; its hash once written, or None until known)."""
+        p = Path(path).absolute()
+        old = self.find(p)
+        previous = None
+        if old is not None and old.kind == "file":
+            previous = old.previous if old.pending else old.sha256
+        entry = Entry(str(p), "file", sha256, size, role, pending=True, previous=previous)
+        self._put(entry)
+        return entry
+
+    def intend_dir(self, path: str | os.PathLike, role: str = "") -> Entry:
+        """Name a folder about to be made (pending); one already recorded as ours stays as it is."""
+        old = self.find(path)
+        if old is not None and old.kind == "dir" and not old.pending:
+            return old
+        entry = Entry(str(Path(path).absolute()), "dir", role=role, pending=True)
+        self._put(entry)
+        return entry
+
+    def confirm(self, path: str | os.PathLike) -> Entry | None:
+        """The pending entry at `path` is written: final from the next save on."""
+        entry = self.find(path)
+        if entry is not None and entry.pending:
+            entry.pending, entry.previous = False, None
+        return entry
+
+    def pending(self) -> list[Entry]:
+        return [e for e in self.entries if e.pending]
+
+    def write_file(self, path: str | os.PathLike, data: bytes | str, role: str = "", mode: int | None = None) -> Entry:
+        """Record before write, for one file: pending + durable save, the atomic write, then final (saved by
+        the caller's next save; a crash before that is settled as ours)."""
+        raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        self.intend_file(path, sha256_bytes(raw), len(raw), role)
+        self.save()
+        atomic_write(path, raw, mode, fixed_tmp=True)
+        return self.confirm(path)
+
+    def settle(self, dry_run: bool = False) -> list[dict]:
+        """Finish or roll back every pending entry; [{"path", "outcome": "ours"|"not ours"|"absent"}].
+
+        A pending file's `.<name>.h3kit-tmp` is removed (listed as outcome "temporary"). Nothing is saved.
+        """
+        found = []
+        for entry in self.pending():
+            if entry.kind == "file":
+                tmp = files.tmp_path(entry.path)
+                if tmp.is_file() and not tmp.is_symlink():
+                    if not dry_run:
+                        files.unlink(tmp)
+                    found.append({"path": str(tmp), "outcome": "temporary"})
+            outcome = self._resolve(entry)
+            if outcome != "ours":
+                self.entries.remove(entry)
+            found.append({"path": entry.path, "outcome": outcome})
+        return found
+
+    @staticmethod
+    def _resolve(entry: Entry) -> str:
+        p = Path(entry.path)
+        if p.is_symlink():
+            return "not ours"  # we never write a link where a file or folder was named
+        if not p.exists():
+            return "absent"
+        if entry.kind == "dir":
+            if not p.is_dir():
+                return "not ours"
+        else:
+            if not p.is_file():
+                return "not ours"
+            digest = sha256_file(p)
+            if digest not in (entry.sha256, entry.previous):
+                return "not ours"
+            entry.sha256, entry.bytes = digest, p.stat().st_size
+        entry.pending, entry.previous = False, None
+        return "ours"
+
+    def back_up(self, path: Path, base: Path, backups: Path) -> Path:
+        """Move the user's own `path` out of h3kit's way into `backups` (never following a link), recorded
+        before the move with role `backup`: it stays the user's, uninstall leaves it and says where."""
+        dest = backup_dest(path, base, backups)
+        if path.is_file() and not path.is_symlink():
+            self.intend_file(dest, sha256_file(path), path.stat().st_size, BACKUP_ROLE)
+        elif path.is_dir() and not path.is_symlink():
+            self.intend_dir(dest, BACKUP_ROLE)
+        self.save()
+        files.make_dirs(dest.parent)
+        files.move(path, dest)
+        self.confirm(dest)
+        return dest
 
     def forget(self, path: str | os.PathLike) -> None:
         key = str(Path(path).absolute())
@@ -157,9 +282,42 @@ class Manifest:
             raise ValueError("manifest has no storage path")
         self.updated = now_iso()
         dest.parent.mkdir(parents=True, exist_ok=True)
+        # A random temporary name: h3kit models / calibrate may save a record without holding the install lock.
         atomic_write(dest, json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n")
         self.path = dest
         return dest
+
+
+# -- backups: a user's own file, moved out of h3kit's way ----------------------------------------------
+
+BACKUP_ROLE = "backup"
+
+
+def backup_root(state_dir: Path, target: str | os.PathLike) -> Path:
+    return Path(state_dir) / "backups" / slug_for(Path(target)) / now_iso().replace(":", "")
+
+
+def backup_dest(path: Path, base: Path, backups: Path) -> Path:
+    """Where `path` goes under `backups`: its place relative to `base`, numbered when taken (two in one second)."""
+    try:
+        rel = Path(path).relative_to(base)
+    except ValueError:
+        rel = Path(Path(path).name)
+    dest = backups / rel
+    n = 0
+    while dest.exists() or dest.is_symlink():
+        n += 1
+        dest = backups / rel.with_name(f"{rel.name}.{n}")
+    return dest
+
+
+def move_to_backup(path: Path, base: Path, backups: Path) -> Path:
+    """Move `path` (never following a link) under `backups`, keeping its place relative to `base` (unrecorded:
+    uninstall's own backups, made as the record goes away)."""
+    dest = backup_dest(path, base, backups)
+    files.make_dirs(dest.parent)
+    files.move(path, dest)  # a symlink is moved as a link
+    return dest
 
 
 def manifest_path(state_dir: Path, target: str | os.PathLike) -> Path:

@@ -2,6 +2,12 @@
 
 Rules, in the order they are applied:
 
+- First, what a crash left is finished (as h3kit.comfyui.deploy.recover does for install; the
+  record-before-write rule of h3kit.comfyui.manifest): staging folders go, and
+  each pending entry is settled: present with the hash h3kit meant to write,
+  it is h3kit's and removed like the rest; with other content it is left
+  alone and reported; absent, it is dropped. So h3kit's own files are never
+  called "changed or added by you" after a crash.
 - Only entries under the ComfyUI folder (or the portable build's launcher
   folder one level up) are touched; models and a ComfyUI h3kit set up are
   never removed here (`h3kit models remove` does models).
@@ -13,6 +19,9 @@ Rules, in the order they are applied:
   entry with a link on its way (the pack folder replaced by a link to a
   checkout elsewhere, say) is left alone and reported, so nothing outside the
   recorded ComfyUI folder is ever touched; the command then exits 4.
+- Backups of the user's own files (recorded with role `backup` when a
+  re-install or apply moved them out of the way) are theirs: left where
+  they are, and listed.
 - No record, or a corrupt one: refuse (exit 2); `--dry-run` shows what a
   guess would remove, without removing anything. The one exception: a
   staging folder an interrupted install left (named `*.h3kit-staging.disabled`
@@ -31,9 +40,11 @@ from pathlib import Path
 from h3kit.comfyui import manifest as mf
 from h3kit.comfyui.deploy import backup_root, clean_staging, move_to_backup, staging_dirs
 from h3kit.comfyui.locate import NODE_DIR_NAME, ComfyInstall
+from h3kit.core import files as fs
 from h3kit.core.files import sha256_file
 
-KEEP_ROLES = {"model": "downloaded model weights are kept (remove them with 'h3kit models remove')",
+KEEP_ROLES = {mf.BACKUP_ROLE: "your own version, moved out of h3kit's way earlier: yours, left there",
+              "model": "downloaded model weights are kept (remove them with 'h3kit models remove')",
               "comfyui": "the ComfyUI h3kit set up is kept (delete the folder yourself if you no longer want it)"}
 LAUNCHER_NAMES = ("run_h3kit.sh", "run_h3kit.bat")
 BOOTSTRAP_RECORD = "bootstrap-record.json"  # written by scripts/bootstrap.py when it puts h3kit on the PATH
@@ -48,6 +59,7 @@ class Removal:
     missing: list[str] = field(default_factory=list)
     staging_cleaned: list[str] = field(default_factory=list)
     behind_links: list[dict] = field(default_factory=list)  # {"path", "link"}: left alone, never followed
+    settled: list[dict] = field(default_factory=list)  # pending entries a crash left: {"path", "outcome"}
     backup_dir: str | None = None
 
     def to_json(self) -> dict:
@@ -92,7 +104,18 @@ def _is_runtime_bytecode(path: Path) -> bool:
 def remove(record: mf.Manifest, install: ComfyInstall, state_dir: Path, *, dry_run: bool) -> Removal:
     """Replay the record backwards (deepest first). With dry_run nothing changes."""
     out = Removal()
-    out.staging_cleaned = clean_staging(install) if not dry_run else [str(p) for p in staging_dirs(install)]
+    out.staging_cleaned = (clean_staging(install, record) if not dry_run
+                           else [str(p) for p in staging_dirs(install, record)])
+    if dry_run:
+        for p in out.staging_cleaned:
+            record.forget(p)
+    out.settled = record.settle(dry_run=dry_run)
+    for found in out.settled:
+        if found["outcome"] == "not ours":
+            out.kept.append({"path": found["path"], "why": "h3kit was writing it when it was interrupted, and it "
+                                                           "holds something else now: not h3kit's, left alone"})
+    if out.settled and not dry_run:
+        record.save()
     roots = _allowed_roots(install)
     backups = backup_root(state_dir, install.path)
     base = install.path.parent if install.launcher_dir == install.path.parent else install.path
@@ -126,14 +149,14 @@ def remove(record: mf.Manifest, install: ComfyInstall, state_dir: Path, *, dry_r
             _empty_dir(path, recorded, dry_run, out, backup)
             if not dry_run:
                 try:
-                    path.rmdir()
+                    fs.remove_dir(path)
                 except OSError:
                     out.kept.append({"path": entry.path, "why": "not empty"})
                     continue
             out.removed.append(entry.path)
         elif record.still_ours(entry):
             if not dry_run:
-                path.unlink()
+                fs.unlink(path)
             out.removed.append(entry.path)
         else:
             backup(path)  # changed by the user, or replaced by a link: theirs now
@@ -151,7 +174,7 @@ def _empty_dir(path: Path, recorded: set[str], dry_run: bool, out: Removal, back
             continue  # its own entry decides (removed already, or kept and reported)
         if _is_runtime_bytecode(child):
             if not dry_run:
-                shutil.rmtree(child)
+                fs.remove_tree(child)
             out.removed.append(str(child))
         else:
             backup(child)
@@ -205,7 +228,7 @@ def forget_record(record: mf.Manifest, result: Removal) -> None:
     """Drop the record once everything in it is handled; keep it listing only what was kept, and while it
     still holds what an undo needs (a restore that failed during this uninstall)."""
     kept = {k["path"] for k in result.kept}
-    record.entries = [e for e in record.entries if e.path in kept]
+    record.entries = [e for e in record.entries if e.path in kept and e.role != mf.BACKUP_ROLE]
     if record.entries or any(record.extra.get(k) for k in UNDO_RECORDS):
         record.save()
     elif record.path is not None and record.path.exists():

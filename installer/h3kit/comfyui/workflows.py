@@ -3,10 +3,14 @@
 Two graphs, text-to-video and first-frame image-to-video, built from ComfyUI's
 own H3 nodes (the smallest graph FACTS.md lists, the shape of ComfyUI's own H3
 template): the plan's DiT, text encoder and VAE files through the loader the
-catalog names, the plan's canvas and frames as defaults, sampling defaults
-from the catalog, h3kit's tiled decode (which applies the profile's tiles)
-and, when the plan unloads the text encoder before sampling, h3kit's memory
-guard between the two. The end writes an MP4 with H3's audio track through
+catalog names -- the DiT through h3kit's streamed loader
+(H3kitStreamedDiTLoader, with the plan's preload/shard/prefetch) exactly when
+the plan streams it -- then the preset's LoRA (LoraLoaderModelOnly) when it
+uses one, the plan's canvas, frames, steps and cfg as defaults (cfg 1.0: one
+model call per step through BasicGuider; any other through CFGGuider with an
+empty negative prompt), sampler and shifts from the catalog, h3kit's tiled
+decode (which applies the profile's tiles) and, when the plan unloads the
+text encoder before sampling, h3kit's memory guard between the two. The end writes an MP4 with H3's audio track through
 ComfyUI's CreateVideo/SaveVideo (PyAV inside ComfyUI, no system ffmpeg).
 
 Each graph is written twice from one `Graph`: the UI format into
@@ -58,6 +62,10 @@ class WorkflowSettings:
     seed: int
     guard_memory: bool  # unload the text encoder before sampling (H3kitMemoryGuard)
     text_encoder_type: str = "minimax"
+    cfg: float = 1.0
+    lora: LoadedFile | None = None  # the preset's LoRA (LoraLoaderModelOnly), or none
+    lora_strength: float = 1.0
+    stream: dict | None = None  # {preload_bytes, shard_size_bytes, prefetch_blocks} when the plan streams the DiT
 
     @classmethod
     def from_plan(cls, plan: dict, catalog) -> "WorkflowSettings":
@@ -73,7 +81,21 @@ class WorkflowSettings:
             sampler=str(sampling.get("sampler", "res_multistep")), scheduler=str(sampling.get("scheduler", "simple")),
             shift_video=float(sampling.get("shift_video", 12.0)), shift_audio=float(sampling.get("shift_audio", 3.0)),
             fps=int(sampling.get("fps", 24)), seed=int(sampling.get("seed", 0)),
-            guard_memory=bool(s.get("unload_text_encoder", True)))
+            guard_memory=bool(s.get("unload_text_encoder", True)),
+            cfg=float(s["cfg"] if s.get("cfg") is not None else sampling.get("cfg", 1.0)),
+            lora=_file(catalog, s["lora"]) if s.get("lora") else None,
+            lora_strength=float(s.get("lora_strength") or 1.0),
+            stream=_stream(s))
+
+
+def _stream(settings: dict) -> dict | None:
+    """The streamed loader's widget values when the plan streams the DiT (settings.streaming.enabled)."""
+    st = settings.get("streaming") or {}
+    if not st.get("enabled"):
+        return None
+    preload = st.get("preload_bytes", settings.get("preload_bytes"))
+    return {"preload_bytes": int(preload or 0), "shard_size_bytes": int(settings.get("shard_size_bytes") or 0),
+            "prefetch_blocks": int(st.get("prefetch_blocks") or settings.get("prefetch_blocks") or 1)}
 
 
 def _canvas(settings: dict) -> tuple[int, int]:
@@ -92,7 +114,10 @@ def _file(catalog, weight_id: str) -> LoadedFile:
 def build(kind: str, ws: WorkflowSettings, specs: dict) -> Graph:
     """The graph for `kind` ("t2v" or "i2v")."""
     g = Graph(specs)
-    model = _load_dit(g, ws.dit)
+    model = _load_dit(g, ws.dit, ws.stream)
+    if ws.lora is not None:
+        model = g.add("LoraLoaderModelOnly", "preset LoRA", model=model.out(), lora_name=ws.lora.name,
+                      strength_model=ws.lora_strength)
     clip = _load_text_encoder(g, ws)
     vae = g.add("VAELoader", "video VAE", vae_name=ws.vae.name)
     audio_vae = g.add("VAELoader", "audio VAE", vae_name=ws.audio_vae.name)
@@ -109,7 +134,11 @@ def build(kind: str, ws: WorkflowSettings, specs: dict) -> Graph:
     shifted = g.add("MiniMaxH3SigmaShift", "flow shift", model=model.out(), shift_video=ws.shift_video,
                     shift_audio=ws.shift_audio)
     noise = g.add("RandomNoise", noise_seed=ws.seed)
-    guider = g.add("BasicGuider", model=shifted.out(), conditioning=positive)
+    if abs(ws.cfg - 1.0) < 1e-9:  # H3's setting: the positive prompt alone, one model call per step
+        guider = g.add("BasicGuider", model=shifted.out(), conditioning=positive)
+    else:
+        negative = g.add("CLIPTextEncode", "negative prompt", text="", clip=clip.out())
+        guider = g.add("CFGGuider", model=shifted.out(), positive=positive, negative=negative.out(), cfg=ws.cfg)
     sampler = g.add("KSamplerSelect", sampler_name=ws.sampler)
     sigmas = g.add("BasicScheduler", model=shifted.out(), scheduler=ws.scheduler, steps=ws.steps, denoise=1.0)
     sampled = g.add("SamplerCustomAdvanced", noise=noise.out(), guider=guider.out(), sampler=sampler.out(),
@@ -125,9 +154,12 @@ def build(kind: str, ws: WorkflowSettings, specs: dict) -> Graph:
     return g
 
 
-def _load_dit(g: Graph, f: LoadedFile):
-    if f.loader == "UnetLoaderGGUF":
+def _load_dit(g: Graph, f: LoadedFile, stream: dict | None = None):
+    if f.loader == "UnetLoaderGGUF":  # h3kit's streamer reads safetensors only; ComfyUI-GGUF loads per layer
         return g.add("UnetLoaderGGUF", "DiT", unet_name=f.name)
+    if stream is not None:
+        return g.add("H3kitStreamedDiTLoader", "DiT (streamed from disk)", unet_name=f.name, weight_dtype="default",
+                     **stream)
     return g.add("UNETLoader", "DiT", unet_name=f.name, weight_dtype="default")
 
 

@@ -86,6 +86,11 @@ def run(
         return ToolResult(args, "missing", seconds=time.monotonic() - start, detail=f"cannot start: {exc}")
     try:
         out, err = proc.communicate(input=input_text.encode() if input_text is not None else None, timeout=timeout)
+    except KeyboardInterrupt:
+        # The child runs in its own session, so Ctrl-C never reached it: stop it and its children too,
+        # then let the interrupt go on to the CLI (exit 130).
+        _kill_tree(proc)
+        raise
     except subprocess.TimeoutExpired:
         _kill_tree(proc)
         try:

@@ -46,3 +46,47 @@ def human_seconds(s: float | None, unknown: str = "unknown") -> str:
         h, m = divmod(int(round(s / 60)), 60)
         return f"{h} h {m:02d} min"
     return f"{s / 86400:.1f} days"
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and x == x
+
+
+def gib_of(used: float | None, total: float | None, unknown: str = "?") -> str:
+    """`14.2 of 16.0 GiB` (`14.2 GiB` without a total): a peak against what the card or machine has."""
+    if not _number(used):
+        return unknown
+    if not _number(total) or total <= 0:
+        return gib(used)
+    return f"{used / 2**30:.1f} of {total / 2**30:.1f} GiB"
+
+
+def human_rate(bytes_per_s: float | None, unknown: str = "unknown") -> str:
+    """`1.80 GB/s`, `950 MB/s`: a read or copy speed in the same decimal units as file sizes."""
+    if not _number(bytes_per_s) or bytes_per_s < 0:
+        return unknown
+    return human_bytes(bytes_per_s) + "/s"
+
+
+def percent(fraction: float | None, signed: bool = False, unknown: str = "-") -> str:
+    """A fraction as `4%` (`0.4%` below one percent); `signed` gives `+12%` / `-8%` for a difference."""
+    if not _number(fraction):
+        return unknown
+    p = 100.0 * fraction
+    text = f"{p:.1f}" if 0 < abs(p) < 1 else f"{p:.0f}"
+    if text in ("-0", "-0.0"):
+        text = "0"
+    return (("+" if p > 0 else "") + text + "%") if signed else text + "%"
+
+
+def precise_seconds(s: float | None, unknown: str = "-") -> str:
+    """Three significant figures where they matter: `28.8 ms`, `12.4 s`, `124 s`; past 10 min as human_seconds."""
+    if not _number(s) or s < 0:
+        return unknown
+    if s == 0:
+        return "0 s"
+    if s < 1:
+        return f"{s * 1000:.3g} ms"
+    if s < 600:
+        return f"{s:.3g} s"
+    return human_seconds(s, unknown)

@@ -19,7 +19,8 @@ from typing import Any
 from h3kit.core.errors import BadInput
 from h3kit.core.paths import asset_dir
 from h3kit.core.units import gb
-from h3kit.data import figures
+from h3kit.data import figures, speed
+from h3kit.data import throughput as throughput_mod
 from h3kit.data import settings as validate_settings
 from h3kit.data.figures import ComfyMemory, MemoryModel
 from h3kit.data.yamlio import Problems, YamlDoc, is_one_of, load_yaml, parse_size
@@ -38,7 +39,7 @@ class Weight:
     """One weight file variant; `file` is what a download needs (folder, loader, name, urls, sha256)."""
 
     id: str
-    part: str  # dit | text_encoder | vae | audio_vae
+    part: str  # dit | text_encoder | vae | audio_vae | lora
     format: str
     bytes: int
     quality: int
@@ -106,6 +107,7 @@ class Catalog:
     text_encoder: list[Weight]
     vae: list[Weight]
     audio_vae: list[Weight]
+    lora: list[Weight] = field(default_factory=list)
     model_id: str = field(init=False)
     blocks: int = field(init=False)
     canvas_ladder: tuple = field(init=False)  # ((width, height), ...), largest first
@@ -116,6 +118,10 @@ class Catalog:
     comfyui: ComfyMemory = field(init=False)
     loader_packs: dict = field(init=False)
     avoid_args: tuple = field(init=False)  # ComfyUI flags that harm this model
+    sequence: speed.Sequence | None = field(init=False)  # the DiT's joint sequence, for the time estimate
+    work: speed.Work | None = field(init=False)  # FLOPs outside the DiT blocks
+    presets: dict = field(init=False)  # name -> speed.Preset
+    throughput: Any = None  # data.throughput.Throughput read beside the catalog (load()), so planning reads no file
 
     def __post_init__(self) -> None:
         d = self.doc.data
@@ -129,6 +135,9 @@ class Catalog:
         self.comfyui = figures.comfy_memory(d["comfyui"])
         self.loader_packs = dict(d.get("loader_packs") or {})
         self.avoid_args = tuple(d.get("comfyui_avoid_args") or ())
+        self.sequence = speed.sequence(d)
+        self.work = speed.work(d)
+        self.presets = speed.presets(d)
 
     @property
     def data(self) -> dict:
@@ -139,7 +148,7 @@ class Catalog:
         return -(-weight.bytes // self.blocks)
 
     def weight(self, weight_id: str) -> Weight | None:
-        for w in self.dit + self.text_encoder + self.vae + self.audio_vae:
+        for w in self.dit + self.text_encoder + self.vae + self.audio_vae + self.lora:
             if w.id == weight_id:
                 return w
         return None
@@ -265,8 +274,10 @@ def check_catalog(doc: YamlDoc) -> Catalog:
     te = _weights(doc, problems, "text_encoder", "text_encoder", formats)
     vae = _weights(doc, problems, "vae", "vae", formats)
     avae = _weights(doc, problems, "audio_vae", "audio_vae", formats)
+    lora = _weights(doc, problems, "lora", "lora", formats) if "lora" in data else []
+    speed.check(data, problems, [w.id for w in lora])
     problems.raise_if_any("Restore the file from h3kit's checkout, or correct the value named (see the comments at its top).")
-    return Catalog(doc, formats, dit, te, vae, avae)
+    return Catalog(doc, formats, dit, te, vae, avae, lora)
 
 
 # Parsed files by (path, mtime, size): plans are made many times per process
@@ -284,9 +295,12 @@ def load(models_dir: Path | None = None, model: str = "minimax-h3") -> Catalog:
     path = folder / f"{model}.yaml"
     if not path.is_file():
         raise BadInput(f"The model catalog {path} does not exist.", "Reinstall h3kit; the catalog ships with it.")
-    key = ("catalog",) + _stamp([path])
+    table = folder.parent / "throughput.yaml"
+    key = ("catalog",) + _stamp([path] + ([table] if table.is_file() else []))
     if key not in _parsed:
-        _parsed[key] = check_catalog(load_yaml(path))
+        cat = check_catalog(load_yaml(path))
+        cat.throughput = throughput_mod.load(table) if table.is_file() else None
+        _parsed[key] = cat
     return _parsed[key]
 
 

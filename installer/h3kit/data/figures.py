@@ -17,6 +17,7 @@ from h3kit.data.yamlio import Problems, parse_size
 MEMORY_SIZES = ("activation_fixed", "text_encoder_activation", "comfyui_process_ram", "gpu_resident_overhead")
 MEMORY_RATES = ("activation_bytes_per_token", "vae_decode_bytes_per_voxel", "decoded_video_bytes_per_pixel_frame")
 RESERVE_KEYS = ("default", "windows", "large_card_from", "large_card_extra")
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,21 @@ class ComfyMemory:
     large_card_extra: int
     inference_minimum: int
     weights_share: float  # weights get at most total * share - (inference_minimum + reserve)
+    compute_dtype: tuple = (("default", "bfloat16"),)  # ((backend, dtype), ...): what ComfyUI computes in
+    cast_formats: tuple = ()  # ((format, bytes per weight in the file), ...): files cast to the compute dtype
+    cast_parts: tuple = ()  # the parts (dit, vae, ...) ComfyUI casts that way
+
+    def dtype_on(self, backend: str) -> str:
+        table = dict(self.compute_dtype)
+        return table.get(backend, table.get("default", "bfloat16"))
+
+    def held_factor(self, part: str, fmt: str, backend: str) -> float:
+        """Bytes in memory per byte of file once ComfyUI loaded a `part` file in `fmt` on `backend`:
+        2.0 for a bf16 DiT on a CPU (held as float32), 1.0 where nothing is cast."""
+        file_bytes = dict(self.cast_formats).get(fmt)
+        if part not in self.cast_parts or not file_bytes:
+            return 1.0
+        return max(1.0, DTYPE_BYTES[self.dtype_on(backend)] / file_bytes)
 
 
 def memory_model(section: dict) -> MemoryModel:
@@ -52,7 +68,8 @@ def comfy_memory(section: dict) -> ComfyMemory:
     r = section["reserve"]
     return ComfyMemory(parse_size(r["default"]), parse_size(r["windows"]), parse_size(r["large_card_from"]),
                        parse_size(r["large_card_extra"]), parse_size(section["inference_minimum"]),
-                       float(section["weights_share"]))
+                       float(section["weights_share"]), tuple((section.get("compute_dtype") or {}).items()),
+                       tuple((section.get("cast_formats") or {}).items()), tuple(section.get("cast_parts") or ()))
 
 
 def _whole(v: Any) -> bool:
@@ -81,6 +98,16 @@ def check(data: dict, problems: Problems) -> None:
     share = data["comfyui"].get("weights_share")
     if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
         problems.add(("comfyui", "weights_share"), f"is {share!r}; allowed: a fraction above 0 and at most 1")
+    dtypes = data["comfyui"].get("compute_dtype")
+    if not isinstance(dtypes, dict) or "default" not in dtypes or any(v not in DTYPE_BYTES for v in dtypes.values()):
+        problems.add(("comfyui", "compute_dtype"), f"is {dtypes!r}; allowed: {{default: DTYPE, cpu: DTYPE, ...}} with "
+                                                   f"DTYPE one of {', '.join(DTYPE_BYTES)}")
+    casts = data["comfyui"].get("cast_formats")
+    if not isinstance(casts, dict) or not all(_whole(v) for v in casts.values()):
+        problems.add(("comfyui", "cast_formats"), f"is {casts!r}; allowed: {{FORMAT: bytes per weight in the file}}")
+    parts = data["comfyui"].get("cast_parts")
+    if not isinstance(parts, list) or not all(p in ("dit", "text_encoder", "vae", "audio_vae") for p in parts):
+        problems.add(("comfyui", "cast_parts"), f"is {parts!r}; allowed: a list of dit, text_encoder, vae, audio_vae")
     for k in ("spatial_tokens_px", "temporal_compression"):
         if not _whole(data["tokens"].get(k)):
             problems.add(("tokens", k), f"is {data['tokens'].get(k)!r}; allowed: a whole number > 0")

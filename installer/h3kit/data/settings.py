@@ -9,6 +9,7 @@ checked settings into the values the planner computes with.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from h3kit.data.yamlio import (
@@ -42,7 +43,13 @@ DESCRIPTIONS = {
     "max_frames": "largest frame count (5 + 17n)",
     "canvas": "[width, height] the generated workflows open with (default: max_canvas)",
     "frames": "frame count the generated workflows open with (5 + 17n; default: max_frames)",
-    "steps": "sampling steps the generated workflows open with (default: the catalog's)",
+    "steps": "sampling steps the generated workflows open with (default: the preset's)",
+    "cfg": "classifier-free guidance the workflows open with (1.0: one model call per step; more: two)",
+    "preset": "speed preset: fast, balanced or quality (steps, cfg, LoRA, canvas), or auto (best that meets target_minutes)",
+    "target_minutes": "minutes one clip may take; the planner picks canvas, frames, steps and preset to meet it",
+    "timing": "seconds per DiT block, token and step (a mapping; written by calibration, else from profiles/throughput.yaml)",
+    "stream_dit": "stream the DiT from disk with h3kit's loader: auto (planner decides), on, off",
+    "prefetch_blocks": "DiT blocks read ahead while the current one computes (1 to 8)",
     "min_frames": "frame count a format must fit to be chosen (5 + 17n)",
     "formats": "DiT formats this profile may choose from",
     "stream_from": "where streamed DiT blocks wait: ram (offloaded copy) or disk (memory-mapped file)",
@@ -53,6 +60,12 @@ DESCRIPTIONS = {
 }
 KEYS = tuple(DESCRIPTIONS)
 SIZE_KEYS = ("shard_size_bytes", "preload_bytes", "os_ram_headroom")
+PRESETS = ("fast", "balanced", "quality")
+# The `timing` mapping (interfaces.md A): required rates, optional ones, and the devices it may name.
+TIMING_REQUIRED = ("block_s_per_token", "block_s_per_token2", "step_fixed_s")
+TIMING_OPTIONAL = ("step_fixed_s_per_token", "text_encode_s", "decode_s_per_pixel_frame")
+TIMING_TEXT = ("source", "device", "dtype")
+TIMING_DEVICES = ("cpu", "cuda", "mps", "rocm", "xpu")
 CANVAS_KEYS = ("max_canvas", "min_canvas", "canvas")
 
 
@@ -77,6 +90,54 @@ def _frames_check(catalog, v: Any) -> str | None:
         examples = ", ".join(str(base + step * n) for n in range(1, 5))
         return f"is {v!r}; allowed: {base} + {step}n up to {top} ({examples}, ...)"
     return None
+
+
+def _is_number(lo: float, hi: float, *, lo_open: bool = False):
+    def check(v: Any) -> str | None:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            return f"must be a number from {lo:g} to {hi:g}, not {v!r}"
+        if v > hi or v < lo or (lo_open and v == lo):
+            return f"is {v:g}; allowed: {'more than' if lo_open else 'from'} {lo:g} {'and at most' if lo_open else 'to'} {hi:g}"
+        return None
+    return check
+
+
+def _seconds(x: Any) -> float | None:
+    """A rate as a float; PyYAML reads 1e-5 (no dot) as a string, so numeric strings count too."""
+    if isinstance(x, bool):
+        return None
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) and f >= 0 else None
+
+
+def _timing_check(v: Any) -> str | None:
+    """The calibrated (or table) rates: every number finite and >= 0, the three rates present, nothing unknown."""
+    allowed = TIMING_TEXT + TIMING_REQUIRED + TIMING_OPTIONAL
+    if not isinstance(v, dict):
+        return f"must be a mapping ({', '.join(allowed)}), not {v!r}"
+    for key, x in v.items():
+        if key not in allowed:
+            return f"has '{key}', which is not a timing field; allowed: {', '.join(allowed)}"
+        if key == "device" and x not in TIMING_DEVICES:
+            return f"has device {x!r}; allowed: {', '.join(TIMING_DEVICES)}"
+        if key in ("source", "dtype") and not isinstance(x, str):
+            return f"has {key} {x!r}; allowed: a string"
+        if key in TIMING_REQUIRED + TIMING_OPTIONAL and (isinstance(x, (list, dict)) or _seconds(x) is None):
+            return f"has {key} {x!r}; allowed: a number of seconds >= 0"
+    missing = [k for k in TIMING_REQUIRED if k not in v]
+    if missing:
+        return f"is missing {', '.join(missing)} (seconds; see 'h3kit calibrate')"
+    return None
+
+
+def _on_off(v: Any) -> str | None:
+    # YAML 1.1 reads a bare on/off as true/false; both spellings mean the same here (typed() turns them back).
+    if isinstance(v, bool) or v in ("auto", "on", "off"):
+        return None
+    return f"is {v!r}; allowed: auto, on, off"
 
 
 def _auto_or(inner):
@@ -107,6 +168,12 @@ def _checks(catalog) -> dict:
         "canvas": lambda v: _canvas_check(catalog, v),
         "frames": lambda v: _frames_check(catalog, v),
         "steps": is_int_range(1, 200),
+        "cfg": _is_number(1.0, 30.0),
+        "preset": is_one_of((AUTO,) + PRESETS),
+        "target_minutes": _is_number(0.0, 7 * 24 * 60.0, lo_open=True),
+        "timing": _timing_check,
+        "stream_dit": _on_off,
+        "prefetch_blocks": is_int_range(1, 8),
         "min_frames": lambda v: _frames_check(catalog, v),
         "formats": lambda v: is_str_list(v) or next((f"contains {f!r}; allowed: {', '.join(dit_formats)}"
                                                      for f in v if f not in dit_formats), None),
@@ -157,4 +224,11 @@ def typed(settings: dict) -> dict:
     for key in CANVAS_KEYS:
         if key in out:
             out[key] = tuple(out[key])
+    for key in ("cfg", "target_minutes"):
+        if key in out:
+            out[key] = float(out[key])
+    if isinstance(out.get("stream_dit"), bool):
+        out["stream_dit"] = "on" if out["stream_dit"] else "off"
+    if "timing" in out:
+        out["timing"] = {k: (_seconds(x) if k in TIMING_REQUIRED + TIMING_OPTIONAL else x) for k, x in out["timing"].items()}
     return out

@@ -75,11 +75,12 @@ def _catalog(catalog=None):
 
 
 def files_for_plan(plan: dict, catalog=None) -> list[ModelFile]:
-    """The files `plan` needs, DiT first, each from its catalog entry."""
+    """The files `plan` needs, DiT first, then text encoder, VAEs and the preset's LoRA, each from its catalog entry."""
     cat = _catalog(catalog)
     settings = plan.get("settings") or {}
     ids = [settings.get("dit_weights"), settings.get("text_encoder_weights"), settings.get("vae_weights"),
-           settings.get("audio_vae_weights") or (cat.audio_vae[0].id if cat.audio_vae else None)]
+           settings.get("audio_vae_weights") or (cat.audio_vae[0].id if cat.audio_vae else None),
+           settings.get("lora")]  # the preset's LoRA (the fast preset's Turbo LoRA), when it uses one
     packs = cat.data.get("loader_packs") or {}
     out: list[ModelFile] = []
     for wid in ids:

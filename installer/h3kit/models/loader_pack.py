@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from h3kit.comfyui import locate
+from h3kit.core import files
 from h3kit.core.errors import NotReady
 from h3kit.core.tools import PipOptions, run_git, run_pip
 from h3kit.models.files import PACK_ROLE, manifest_for, session_config
@@ -34,16 +35,27 @@ def install_loader_pack(ctx, pack: dict, comfyui_dir: Path, *, git_url: str | No
     """git clone the pack into custom_nodes, pip-install its requirements with ComfyUI's Python, record every file."""
     comfyui_dir = Path(comfyui_dir)
     dest = comfyui_dir / "custom_nodes" / pack["folder"]
-    if dest.exists():
+    man = manifest_for(ctx, comfyui_dir)
+    entry = man.find(dest)
+    interrupted = entry is not None and entry.pending and dest.is_dir() and not dest.is_symlink()
+    if dest.exists() and not interrupted:
         return {"name": pack["name"], "path": str(dest), "installed": False, "why": "already there"}
     source = git_url or pack["git"]
     if ctx.dry_run:
-        return {"name": pack["name"], "path": str(dest), "installed": False, "why": "dry run"}
+        return {"name": pack["name"], "path": str(dest), "installed": False,
+                "why": "dry run" + (" (an interrupted clone would be redone)" if interrupted else "")}
+    if interrupted:
+        # The record named this folder before it existed, so a half-made clone in it is ours to redo.
+        ctx.progress(f"Removing the interrupted clone of {pack['name']} in {dest} ...")
+        files.remove_tree(dest)
+    # Record before write: the folder is named (pending) before git makes it, so a crash mid-clone
+    # leaves a record that says the folder is ours, and the next run redoes the clone.
+    man.intend_dir(dest, PACK_ROLE)
+    man.save()
     ctx.progress(f"Installing {pack['name']} from {source} into {dest} ...")
     run_git(ctx, ["clone", "--depth", "1", source, str(dest)], f"Cloning {pack['name']} from {source}",
             timeout=CLONE_TIMEOUT, alternative=f"or clone {source} into {dest} yourself and run again")
-    man = manifest_for(ctx, comfyui_dir)
-    man.record_dir(dest, PACK_ROLE)
+    man.confirm(dest)
     for root, dirs, names in os.walk(dest):
         for d in dirs:
             man.record_dir(Path(root) / d, PACK_ROLE)

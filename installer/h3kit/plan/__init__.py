@@ -11,13 +11,16 @@ profile name): it reads no file, so a caller loads the catalog once
 (h3kit.data.catalog) and plans as often as it likes. The work is split:
 
 - `budget`: what the machine offers and what one choice of files and canvas
-  needs, phase by phase;
-- `search`: per profile, the files and canvas that fit, best first;
+  needs, phase by phase, held by ComfyUI or streamed by h3kit's loader;
+- `search`: per profile, the files and canvas that fit, best first, with their
+  workflow defaults and time (`defaults`, `timing`);
+- `streaming`: whether h3kit's own loader streams the DiT, and why;
 - `rationale`: one sentence per decision, and the warnings.
 
-Among profiles, the best plan wins (fits, loads, format quality, canvas,
-frames). Nothing fits: `fits: false`, the cheapest plan, and warnings naming
-what is short and by how much.
+Among profiles, the best plan wins (search.Candidate.rank). `fits` and the
+peaks describe the run the plan sets up: the streamed one when
+settings.streaming.enabled. Nothing fits: `fits: false`, the plan that misses
+by least, and warnings naming what is short and by how much.
 
 `torch_build` is the other question this layer answers: which PyTorch wheel
 the hardware needs.
@@ -30,9 +33,10 @@ from typing import Mapping
 from h3kit.core.errors import BadInput
 from h3kit.data import catalog as catalog_mod
 from h3kit.data.catalog import Catalog, Machine, Profile
-from h3kit.plan.defaults import workflow_defaults
 from h3kit.plan.rationale import rationale_for, warnings_for
 from h3kit.plan.search import Candidate, plan_profile
+
+from h3kit.plan.streaming import decide_streaming
 
 SCHEMA = "h3kit.plan/1"
 
@@ -95,8 +99,13 @@ def make_plan(fingerprint: dict, catalog: Catalog, profiles: Mapping[str, Profil
                       "resident_blocks": catalog.blocks if e.resident else e.preload // e.block,
                       "shard_blocks": e.shard_blocks},
     }
-    defaults, defaults_why, defaults_warnings = workflow_defaults(catalog, s, best.source, ch.canvas, ch.frames)
+    defaults, time, defaults_why, defaults_warnings = best.defaults, best.time, best.defaults_why, best.defaults_warnings
     settings.update(defaults)
+    settings["timing"] = best.timing
+    lora = catalog.weight(defaults["lora"]) if defaults["lora"] else None
+    decided, stream_why = decide_streaming(fingerprint, machine, s, e, catalog, budget=b, dit_weight=ch.dit,
+                                           choice=ch, held=best.held)
+    settings["streaming"].update(decided)
     return {
         "schema": SCHEMA,
         "model": catalog.model_id,
@@ -107,10 +116,14 @@ def make_plan(fingerprint: dict, catalog: Catalog, profiles: Mapping[str, Profil
         "settings_source": {k: best.source.get(k, "planner") for k in settings},
         "budget": {"gpu_bytes": b.gpu_bytes, "ram_bytes": b.ram_bytes, "disk_bytes": b.disk_bytes,
                    "unified_memory": b.unified},
-        "estimates": {"peak_gpu_bytes": e.peak_gpu, "peak_ram_bytes": e.peak_ram, "disk_bytes": e.disk,
-                      "tokens": e.tokens, "activation_bytes": e.activations, "phases": e.phases},
+        "estimates": {"peak_gpu_bytes": e.peak_gpu, "peak_ram_bytes": e.peak_ram,
+                      "disk_bytes": e.disk + (lora.bytes if lora else 0),
+                      "tokens": e.tokens, "activation_bytes": e.activations, "phases": e.phases,
+                      "minutes_per_clip": time["minutes_per_clip"], "seconds_per_step": time["seconds_per_step"],
+                      "time": time},
         "candidates": [{"profile": p.profile.name, "fits": p.est.fits, "quantization": p.choice.dit.format,
-                        "max_canvas": list(p.choice.canvas), "max_frames": p.choice.frames} for p in plans],
-        "rationale": rationale_for(catalog, best, why_profile) + defaults_why,
+                        "max_canvas": list(p.choice.canvas), "max_frames": p.choice.frames,
+                        "streamed": p.est.streamed} for p in plans],
+        "rationale": rationale_for(catalog, best, why_profile) + defaults_why + stream_why,
         "warnings": notes + warnings_for(catalog, best, config) + defaults_warnings,
     }

@@ -4,12 +4,23 @@ Phases (peaks are the max over them):
   encode  text encoder weights + its activations; runs once per prompt and is
           dropped before sampling. On a discrete GPU what does not fit spills
           to RAM.
-  sample  DiT: `preload_bytes` resident on the GPU, the rest streamed in
-          shards of whole blocks (two shard buffers: one in use, one
-          arriving) from RAM or from the memory-mapped file on disk;
-          activations grow with tokens = (w/32)*(h/32)*latent_frames.
-  decode  video + audio VAE and one decode tile; the DiT has left the GPU (it
-          waits in RAM when streamed from RAM).
+  sample  DiT + activations, which grow with tokens = (w/32)*(h/32)*latent_frames.
+  decode  video + audio VAE and one decode tile.
+
+How the DiT is held is one of two runs (`estimate(..., stream=)`):
+  ComfyUI's own loading. On a CPU the whole DiT sits in RAM through the
+          decode, and on Apple the whole DiT sits in the one pool (ComfyUI has
+          no dynamic VRAM on either). On a discrete card `preload_bytes` of
+          whole blocks stay on the GPU and the rest streams in shards (two
+          buffers: one in use, one arriving) from RAM (stream_from: ram) or
+          the memory-mapped file (disk, which needs dynamic VRAM).
+  h3kit's streamed loader. The DiT is read from the file block by block
+          into a ring of prefetch + 1 blocks (file dtype); resident blocks and
+          the computing one are in the compute dtype, and the resident ones
+          stay beside every phase (the next prompt's encoding too).
+ComfyUI casts 16-bit float files to the dtype it computes in (float32 on a
+CPU: a bf16 DiT takes twice its file size there); the catalog's comfyui
+section says which backend, formats and parts, so the factor is data.
 Unified memory (Apple) is one pool: the GPU share Metal allows is the GPU
 budget, and RAM is counted once -- every phase's GPU bytes are also RAM bytes.
 
@@ -41,6 +52,7 @@ class Budget:
     disk_path: str | None
     disk_kind: str
     gpu_count: int
+    backend: str = "cpu"  # what ComfyUI computes on under this plan: cpu | cuda | rocm | mps | xpu | directml
 
 
 def _reserve(cat: Catalog, fp: dict, gpu_total: int, args: list) -> int:
@@ -87,7 +99,7 @@ def make_budget(cat: Catalog, fp: dict, settings: dict, comfyui_path: str | None
     disk_path, disk_kind = (disk["path"], disk["kind"]) if disk else (None, "unknown")
     if gpu is None or cpu:
         return Budget(None, ram_bytes, disk_bytes, False, None, None, 0, ram_total, headroom,
-                      disk_path, disk_kind, 0)
+                      disk_path, disk_kind, 0, "cpu")
     gpu_total = int(gpu["memory_total_bytes"])
     reserve = _reserve(cat, fp, gpu_total, settings.get("comfyui_args") or [])
     cu = cat.comfyui
@@ -97,7 +109,7 @@ def make_budget(cat: Catalog, fp: dict, settings: dict, comfyui_path: str | None
     if unified:
         gpu_bytes = min(gpu_bytes, ram_bytes)
     return Budget(gpu_bytes, ram_bytes, disk_bytes, unified, weights_cap, gpu_total, reserve, ram_total, headroom,
-                  disk_path, disk_kind, len(gpus))
+                  disk_path, disk_kind, len(gpus), str(gpu["backend"]))
 
 
 # --- needs -----------------------------------------------------------------
@@ -127,6 +139,11 @@ class Estimate:
     resident: bool
     phases: dict = field(default_factory=dict)
     short: list = field(default_factory=list)  # (what, need, have, phase)
+    streamed: bool = False  # h3kit's streamed loader runs the DiT (else ComfyUI loads it its own way)
+    resident_blocks: int = 0  # with `streamed`: blocks kept for the whole run (preload = these x block)
+    ring: int = 0  # with `streamed`: the read-ahead buffers (prefetch + 1 blocks, file dtype)
+    dit_held: int = 0  # bytes the whole DiT takes once loaded (the file cast to the compute dtype)
+    block_held: int = 0  # one block once loaded
 
     @property
     def fits(self) -> bool:
@@ -167,43 +184,96 @@ def _preload(cat: Catalog, budget: Budget, settings: dict, dit: int, block: int,
     return dit if preload >= dit else (preload // block) * block
 
 
-def estimate(cat: Catalog, budget: Budget, settings: dict, choice: Choice) -> Estimate:
-    """Per-phase GPU and RAM needs of `choice` under `settings`, and what is short of `budget`."""
+def held_bytes(cat: Catalog, weight: Weight, backend: str) -> int:
+    """Bytes `weight` takes once ComfyUI loaded it on `backend` (the catalog's comfyui.cast_formats/cast_parts)."""
+    return int(weight.bytes * cat.comfyui.held_factor(weight.part, weight.format, backend))
+
+
+def _streamed_resident(cat: Catalog, budget: Budget, settings: dict, block: int, per_block: int,
+                       ram_peak: int, gpu_peak: int | None) -> int:
+    """Blocks h3kit's loader keeps for the whole run: preload_bytes when set, else as many as the phases leave room
+    for (they sit beside every phase, the next prompt's text encoding too); at least one block streams."""
+    if settings.get("preload_bytes", "auto") != "auto":
+        return max(0, min(cat.blocks - 1, settings["preload_bytes"] // block))
+    room = budget.ram_bytes - ram_peak
+    if gpu_peak is not None:
+        room = min(room, budget.gpu_bytes - gpu_peak)
+    return max(0, min(cat.blocks - 1, room // per_block))
+
+
+def estimate(cat: Catalog, budget: Budget, settings: dict, choice: Choice, stream: int | None = None) -> Estimate:
+    """Per-phase GPU and RAM needs of `choice` under `settings`, and what is short of `budget`.
+
+    `stream` None: ComfyUI loads the DiT its own way (whole in RAM on a CPU and in unified memory on
+    Apple, cast to the compute dtype; on a discrete card what its weights share holds, the rest in RAM
+    or memory-mapped). `stream` = read-ahead depth: h3kit's streamed loader runs it, reading blocks
+    from the file into a ring of depth + 1 buffers (file dtype) and keeping resident blocks and the
+    computing one in the compute dtype."""
     mem = cat.memory
     process = mem.comfyui_process_ram
     inference_min = cat.comfyui.inference_minimum
     tokens = tokens_for(cat.data["tokens"], *choice.canvas, choice.frames)
     act = tokens * mem.activation_bytes_per_token + mem.activation_fixed
     dit, block = choice.dit.bytes, cat.block_bytes(choice.dit)
-    from_disk = settings["stream_from"] == "disk"
+    dit_held, cast = held_bytes(cat, choice.dit, budget.backend), cat.comfyui.held_factor("dit", choice.dit.format,
+                                                                                          budget.backend)
+    per_block = int(block * cast)
+    from_disk = settings["stream_from"] == "disk" or stream is not None
     gpu = budget.gpu_bytes
     enc_gpu, enc_ram = _encode_phase(cat, budget, choice, process)
+    ring = (stream + 1) * block if stream is not None else 0
 
     shard_blocks = _shard_blocks(settings, block)
     shard = shard_blocks * block
-    if gpu is None:
-        preload, resident, buffers = 0, False, 0
-        smp_gpu, smp_ram = None, process + dit + act
-    else:
-        preload = _preload(cat, budget, settings, dit, block, act, shard)
-        resident = preload >= dit
-        buffers = 0 if resident else 2 * shard
-        smp_gpu = preload + buffers + act
-        if budget.unified:  # one pool; streamed blocks come from the SSD page cache
-            smp_ram = process + smp_gpu
-        else:
-            smp_ram = process + (0 if from_disk else dit - preload)
-
     tile = settings["vae_tile_size"] + 2 * settings["vae_tile_overlap"]
     tile_ws = tile * tile * settings["vae_temporal_tile"] * mem.vae_decode_bytes_per_voxel
     video = choice.canvas[0] * choice.canvas[1] * choice.frames * mem.decoded_video_bytes_per_pixel_frame
-    vae_need = choice.vae.bytes + choice.audio_vae.bytes + tile_ws
-    if gpu is None:  # the DiT is still in RAM while the VAE decodes
-        dec_gpu, dec_ram = None, process + dit + vae_need + video
+    vae_need = held_bytes(cat, choice.vae, budget.backend) + held_bytes(cat, choice.audio_vae, budget.backend) + tile_ws
+    resident_blocks = 0
+    if gpu is None:
+        preload, resident, buffers = 0, False, 0
+        if stream is None:  # held whole, and still there while the VAE decodes
+            smp_gpu, smp_ram = None, process + dit_held + act
+            dec_gpu, dec_ram = None, process + dit_held + vae_need + video
+        else:
+            smp_gpu, smp_ram = None, process + act + ring + per_block
+            dec_gpu, dec_ram = None, process + vae_need + video
+            resident_blocks = _streamed_resident(cat, budget, settings, block, per_block,
+                                                 max(enc_ram, smp_ram, dec_ram), None)
+            enc_ram, smp_ram, dec_ram = (x + resident_blocks * per_block for x in (enc_ram, smp_ram, dec_ram))
+            preload = resident_blocks * block
     elif budget.unified:
-        dec_gpu, dec_ram = vae_need, process + vae_need + video
+        buffers = 0
+        if stream is None:  # ComfyUI has no dynamic VRAM on Apple: the DiT is loaded whole into the one pool
+            preload, resident = dit, True  # and stays loaded beside the VAE (free_memory unloads only for room)
+            smp_gpu = dit_held + act
+            smp_ram = process + smp_gpu
+            dec_gpu = dit_held + vae_need
+            dec_ram = process + dec_gpu + video
+        else:
+            resident = False
+            smp_gpu = act + per_block
+            smp_ram = process + smp_gpu + ring
+            dec_gpu, dec_ram = vae_need, process + vae_need + video
+            resident_blocks = _streamed_resident(
+                cat, budget, settings, block, per_block, max(enc_ram, smp_ram, dec_ram),
+                max(enc_gpu, smp_gpu + inference_min, dec_gpu))
+            extra = resident_blocks * per_block
+            enc_gpu, smp_gpu, dec_gpu = enc_gpu + extra, smp_gpu + extra, dec_gpu + extra
+            enc_ram, smp_ram, dec_ram = enc_ram + extra, smp_ram + extra, dec_ram + extra
+            preload = resident_blocks * block
     else:
+        preload = _preload(cat, budget, settings, dit, block, act, shard)
+        resident = preload >= dit and stream is None
+        buffers = 0 if resident else 2 * shard
+        smp_gpu = preload + buffers + act
+        # h3kit's loader (stream) reads from the file into its ring; ComfyUI keeps what the card does not
+        # hold in RAM (stream_from: ram) or maps it from the file (disk)
+        smp_ram = process + ring + (0 if from_disk else dit - preload)
         dec_gpu, dec_ram = vae_need, process + (0 if from_disk else dit) + video
+        if stream is not None:
+            resident_blocks = min(cat.blocks - 1, preload // block)
+            preload = resident_blocks * block
 
     phases = {"encode": {"gpu_bytes": enc_gpu, "ram_bytes": enc_ram},
               "sample": {"gpu_bytes": smp_gpu, "ram_bytes": smp_ram},
@@ -211,7 +281,9 @@ def estimate(cat: Catalog, budget: Budget, settings: dict, choice: Choice) -> Es
     peak_gpu = None if gpu is None else max(enc_gpu, smp_gpu, dec_gpu)
     peak_ram = max(enc_ram, smp_ram, dec_ram)
     disk = dit + choice.te.bytes + choice.vae.bytes + choice.audio_vae.bytes
-    est = Estimate(peak_gpu, peak_ram, disk, tokens, act, preload, shard, shard_blocks, block, resident, phases)
+    est = Estimate(peak_gpu, peak_ram, disk, tokens, act, preload, shard, shard_blocks, block, resident, phases,
+                   streamed=stream is not None, resident_blocks=resident_blocks, ring=ring, dit_held=dit_held,
+                   block_held=per_block)
     if gpu is not None:
         if peak_gpu > gpu:
             est.short.append(("GPU", peak_gpu, gpu, max(phases, key=lambda p: phases[p]["gpu_bytes"])))

@@ -1,39 +1,168 @@
-"""What the generated workflows open with: canvas, frames and steps, inside the memory limits.
+"""What the generated workflows open with: preset, canvas, frames and steps that finish a clip in time.
 
 The memory search (`search`) finds the largest canvas and frames that fit;
-those are the limits (`max_canvas`, `max_frames`). The workflows open at
-the limits unless a profile, calibration or the user (`overrides:`) names
-`canvas`, `frames` or `steps`; such a value wins, and one beyond the limits
-gets a warning instead of being changed behind the user's back.
+those are the limits (`max_canvas`, `max_frames`). Within them this module
+picks what one clip can do in `target_minutes` (default 15) with the best
+quality: the best preset (quality > balanced > fast, the catalog's
+`presets:`) that meets the target at or above that preset's smallest canvas
+and frames, then the largest canvas, then the most frames up to the video
+node's default length. The time of each option is `timing.estimate_clip`
+with the plan's rates (calibrated `timing`, else the throughput table).
+
+A value a profile, calibration or the user (`overrides:`) names for
+`canvas`, `frames`, `steps`, `cfg` or `preset` wins; one beyond the memory
+limits gets a warning instead of being changed behind the user's back.
+When nothing meets the target, the workflows open at the cheapest option,
+and a clip that takes hours even then is said plainly in the warnings.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from h3kit.core.units import human_seconds as duration
 from h3kit.data.catalog import Catalog
+from h3kit.data.speed import PRESET_ORDER, Preset
+from h3kit.plan.timing import estimate_clip
+
+TARGET_MINUTES = 15.0  # settings key target_minutes when nothing sets it (issue #14)
+SLOW_CLIP_MINUTES = 180.0  # beyond this even the cheapest clip is worth a plain warning
 
 
-def workflow_defaults(cat: Catalog, settings: dict, source: dict, max_canvas: tuple, max_frames: int
-                      ) -> tuple[dict, list[str], list[str]]:
-    """({canvas, frames, steps}, rationale sentences, warnings)."""
-    sampling = cat.data.get("sampling") or {}
-    canvas = tuple(settings.get("canvas") or max_canvas)
-    frames = int(settings.get("frames") or max_frames)
-    steps = int(settings.get("steps") or sampling.get("steps", 20))
-    why, warnings = [], []
+def _fits(canvas: tuple, max_canvas: tuple) -> bool:
+    return canvas[0] * canvas[1] <= max_canvas[0] * max_canvas[1] and canvas[0] <= max_canvas[0] \
+        and canvas[1] <= max_canvas[1]
+
+
+def _presets(cat: Catalog) -> dict:
+    if cat.presets:
+        return cat.presets
+    sampling = cat.data.get("sampling") or {}  # a catalog without presets: one, from its sampling defaults
+    smallest = cat.canvas_ladder[-1]
+    return {"balanced": Preset("balanced", int(sampling.get("steps", 20)), float(sampling.get("cfg", 1.0)), None, 1.0,
+                               smallest, cat.frames_ladder[0], "the catalog's sampling defaults")}
+
+
+def _when(source: dict, key: str) -> str:
+    return source.get(key, "the settings")
+
+
+def _options(cat: Catalog, settings: dict, max_canvas: tuple, max_frames: int, preset: Preset, cap: int):
+    """(canvas, frames) pairs to try for `preset`, best first: largest canvas, then most frames."""
     if "canvas" in settings:
-        why.append(f"The workflows open at {canvas[0]}x{canvas[1]}, as {source.get('canvas', 'the settings')} says.")
-        if canvas[0] * canvas[1] > max_canvas[0] * max_canvas[1] or canvas[0] > max_canvas[0] or canvas[1] > max_canvas[1]:
+        canvases = [tuple(settings["canvas"])]
+    else:
+        canvases = [c for c in cat.canvas_ladder if _fits(c, max_canvas)] or [tuple(max_canvas)]
+        canvases = [c for c in canvases if c[0] * c[1] >= preset.min_canvas[0] * preset.min_canvas[1]]
+    if "frames" in settings:
+        frames = [int(settings["frames"])]
+    else:
+        top = min(max_frames, cap)
+        frames = sorted({f for f in cat.frames_ladder if preset.min_frames <= f <= top}, reverse=True)
+    return [(c, f) for c in canvases for f in frames]
+
+
+def workflow_defaults(cat: Catalog, settings: dict, source: dict, max_canvas: tuple, max_frames: int,
+                      timing: dict, *, pass_overhead: float = 0.0) -> tuple[dict, dict, list[str], list[str]]:
+    """({canvas, frames, steps, cfg, preset, lora, lora_strength, target_minutes}, the time estimate,
+    rationale sentences, warnings). `pass_overhead`: the share h3kit's streamed loader adds to each model call."""
+    arch = cat.data["architecture"]
+    sampling = cat.data.get("sampling") or {}
+    fps = float(sampling.get("fps", 24))
+    target = float(settings.get("target_minutes") or TARGET_MINUTES)
+    presets = _presets(cat)
+    wanted = settings.get("preset", "auto")
+    order = [wanted] if wanted in presets else [p for p in PRESET_ORDER if p in presets]
+    cap = int(sampling.get("frames", 124))
+
+    def run(p: Preset, canvas, frames) -> dict:
+        steps = int(settings.get("steps") or p.steps)
+        cfg = float(settings["cfg"]) if "cfg" in settings else p.cfg
+        return estimate_clip(arch, timing, canvas, frames, steps, cfg, cat, pass_overhead=pass_overhead) | \
+            {"steps": steps, "cfg": cfg}
+
+    chosen, skipped = None, []
+    # The last try drops the fastest preset's minimums: a short or small clip in time beats none.
+    relaxed = replace(presets[order[-1]], min_canvas=cat.canvas_ladder[-1], min_frames=min(cat.frames_ladder))
+    tries = [(name, presets[name]) for name in order] + [(order[-1], relaxed)]
+    for name, p in tries:
+        options = _options(cat, settings, max_canvas, max_frames, p, cap)
+        for canvas, frames in options:
+            est = run(p, canvas, frames)
+            if est["minutes_per_clip"] <= target:
+                chosen = (p, canvas, frames, est)
+                break
+        if chosen:
+            break
+        if p is relaxed:
+            continue
+        if options:
+            c, f = options[-1]
+            skipped.append(f"{name} would take {duration(run(p, c, f)['seconds_per_clip'])} even at "
+                           f"{c[0]}x{c[1]}, {f} frames")
+        else:
+            skipped.append(f"{name} needs at least {p.min_canvas[0]}x{p.min_canvas[1]} and {p.min_frames} frames, "
+                           "more than fits in memory")
+    met = chosen is not None
+    if not met:  # nothing meets the target: the cheapest option, said plainly below
+        p = relaxed
+        canvas = tuple(settings["canvas"]) if "canvas" in settings else \
+            min([c for c in cat.canvas_ladder if _fits(c, max_canvas)] or [tuple(max_canvas)], key=lambda c: c[0] * c[1])
+        frames = int(settings["frames"]) if "frames" in settings else \
+            min([f for f in cat.frames_ladder if f <= max_frames] or [max_frames])
+        chosen = (p, canvas, frames, run(p, canvas, frames))
+    p, canvas, frames, est = chosen
+    why, warnings = [], []
+    took = f"{duration(est['seconds_per_clip'])} per clip ({duration(est['seconds_per_step'])} per step)"
+    if wanted in presets:
+        why.append(f"Preset {p.name} ({p.why}), as {_when(source, 'preset')} says.")
+    elif met:
+        why.append(f"Preset {p.name} ({p.why}) is the best-quality preset that finishes one clip within "
+                   f"target_minutes {target:g}" + (f"; {'; '.join(skipped)}." if skipped else "."))
+    else:
+        why.append(f"No preset finishes one clip within target_minutes {target:g} ({'; '.join(skipped)}); "
+                   f"the workflows open with the fastest, {p.name} ({p.why}).")
+    limits = f"the memory limit is {max_canvas[0]}x{max_canvas[1]}, {max_frames} frames"
+    if "canvas" in settings:
+        why.append(f"The workflows open at {canvas[0]}x{canvas[1]}, as {_when(source, 'canvas')} says ({limits}).")
+        if not _fits(canvas, max_canvas):
             warnings.append(f"canvas {canvas[0]}x{canvas[1]} is beyond the largest canvas that fits in memory "
                             f"({max_canvas[0]}x{max_canvas[1]}); a run at it may run out of memory.")
     else:
-        why.append(f"The workflows open at {canvas[0]}x{canvas[1]}, the largest canvas that fits.")
+        why.append(f"The workflows open at {canvas[0]}x{canvas[1]}, "
+                   + (f"the largest canvas that meets the target with preset {p.name}" if met else
+                      "the smallest canvas, since none meets the target") + f" ({limits}).")
     if "frames" in settings:
-        why.append(f"They open with {frames} frames, as {source.get('frames', 'the settings')} says.")
+        why.append(f"They open with {frames} frames ({frames / fps:.1f} s of video), as {_when(source, 'frames')} says.")
         if frames > max_frames:
             warnings.append(f"frames {frames} is beyond the most frames that fit in memory ({max_frames}); "
                             "a run with them may run out of memory.")
     else:
-        why.append(f"They open with {frames} frames ({frames / sampling.get('fps', 24):.1f} s of video), the most that fit.")
-    why.append(f"They sample {steps} steps" + (f", as {source['steps']} says." if "steps" in settings and "steps" in source
-                                              else " (the catalog's default, as in ComfyUI's own H3 template)."))
-    return {"canvas": list(canvas), "frames": frames, "steps": steps}, why, warnings
+        why.append(f"They open with {frames} frames ({frames / fps:.1f} s of video), "
+                   + ("the most within the target at that canvas" if met else "the fewest there are")
+                   + f" (at most {min(max_frames, cap)}: the video node's default length {cap} or the memory limit).")
+    steps_from = f", as {_when(source, 'steps')} says," if "steps" in settings else f" (preset {p.name})"
+    calls = "one model call per step" if est["model_calls_per_step"] == 1 else "two model calls per step (cfg is not 1.0)"
+    why.append(f"They sample {est['steps']} steps{steps_from} at cfg {est['cfg']:g}, {calls}"
+               + (f", with the LoRA {p.lora}" if p.lora else "") + f": about {took}, by {est['source']}.")
+    if "cfg" in settings and abs(est["cfg"] - 1.0) > 1e-9:
+        warnings.append(f"cfg {est['cfg']:g} ({_when(source, 'cfg')}) doubles the model calls per step, and H3 is "
+                        "reported to give wrong results silently with any cfg but 1.0.")
+    if not met:
+        cheapest = est["seconds_per_clip"]
+        if cheapest > SLOW_CLIP_MINUTES * 60:
+            warnings.append(f"One clip at {canvas[0]}x{canvas[1]}, {frames} frames takes about {duration(cheapest)} "
+                            f"on this {timing.get('device', 'machine')} even with preset {p.name} ({est['steps']} steps); "
+                            "it fits in memory, but expect hours per clip. A GPU, or a calibration "
+                            "('h3kit calibrate') if this estimate looks wrong, is the way forward.")
+        else:
+            warnings.append(f"One clip takes about {duration(cheapest)} at the smallest option ({canvas[0]}x{canvas[1]}, "
+                            f"{frames} frames, preset {p.name}), more than target_minutes {target:g}.")
+    defaults = {"canvas": list(canvas), "frames": int(frames), "steps": est["steps"], "cfg": est["cfg"],
+                "preset": p.name, "lora": p.lora, "lora_strength": p.lora_strength if p.lora else None,
+                "target_minutes": target}
+    time = {k: est[k] for k in ("tokens", "model_calls_per_step", "seconds_per_step", "sampling_s", "text_encode_s",
+                                "decode_s", "seconds_per_clip", "minutes_per_clip", "source", "steps")}
+    time.update({"canvas": list(canvas), "frames": int(frames), "video_seconds": round(frames / fps, 2),
+                 "meets_target": met, "stream_pass_overhead": round(float(pass_overhead), 4)})
+    return defaults, time, why, warnings

@@ -148,30 +148,43 @@ def rationale_for(cat: Catalog, c: Candidate, why_profile: str) -> list[str]:
     why_format = (c.source.get("quantization", "profile") if s.get("quantization", "auto") != "auto"
                   else "highest-quality format that fits among files ComfyUI loads" if not ch.dit.load_tier
                   else "a fallback, see below")
-    if b.gpu_bytes is None:
-        out.append(f"DiT {ch.dit.variant} {ch.dit.format}: {gb(ch.dit.bytes)} ({why_format}), held whole in RAM with "
-                   f"activations ({gb(e.activations)}) at {ch.canvas[0]}x{ch.canvas[1]}x{ch.frames}: sample phase "
-                   f"{gb(e.phases['sample']['ram_bytes'])} of the {gb(b.ram_bytes)} RAM budget.")
+    cast = "" if e.block_held == e.block else f" as {cat.comfyui.dtype_on(b.backend)}"
+    if b.gpu_bytes is None and e.streamed:
+        out.append(f"DiT {ch.dit.variant} {ch.dit.format}: {gb(ch.dit.bytes)} ({why_format}), streamed from disk by "
+                   f"h3kit's loader: {e.resident_blocks} of {cat.blocks} blocks resident{cast} "
+                   f"({gb(e.resident_blocks * e.block_held)}), a read-ahead ring of {gb(e.ring)} and one computing "
+                   f"block ({gb(e.block_held)}), with activations ({gb(e.activations)}) at "
+                   f"{ch.canvas[0]}x{ch.canvas[1]}x{ch.frames}: sample phase {gb(e.phases['sample']['ram_bytes'])} of "
+                   f"the {gb(b.ram_bytes)} RAM budget.")
+    elif b.gpu_bytes is None:
+        out.append(f"DiT {ch.dit.variant} {ch.dit.format}: {gb(ch.dit.bytes)} ({why_format}), held whole in RAM"
+                   + (f"{cast} ({gb(e.dit_held)}: ComfyUI casts it to the dtype it computes in there)" if cast else "")
+                   + f" with activations ({gb(e.activations)}) at {ch.canvas[0]}x{ch.canvas[1]}x{ch.frames}: "
+                   f"sample phase {gb(e.phases['sample']['ram_bytes'])} of the {gb(b.ram_bytes)} RAM budget.")
     else:
         out.append(f"DiT {ch.dit.variant} {ch.dit.format}: {gb(ch.dit.bytes)} ({why_format}); {gb(e.preload)} of it "
                    f"stays on the GPU, leaving {gb(b.gpu_bytes - e.preload)} of the {gb(b.gpu_bytes)} GPU budget for "
                    f"activations ({gb(e.activations)}) at {ch.canvas[0]}x{ch.canvas[1]}x{ch.frames}.")
-    if b.gpu_bytes is not None:
+    if b.gpu_bytes is not None and e.streamed:
+        out.append(f"h3kit's loader keeps {e.resident_blocks} of {cat.blocks} blocks ({gb(e.block)} each) resident "
+                   f"(preload {gb(e.preload)}) and reads the other {cat.blocks - e.resident_blocks} from the file on "
+                   f"disk as they are needed, through a ring of {gb(e.ring)} in RAM.")
+    elif b.gpu_bytes is not None:
         if e.resident:
-            out.append(f"Streaming off: all {cat.blocks} blocks ({gb(e.block)} each) stay resident "
+            out.append(f"ComfyUI's own loading: all {cat.blocks} blocks ({gb(e.block)} each) stay resident "
                        f"(DiT {gb(ch.dit.bytes)} + activations {gb(e.activations)} fit the GPU budget).")
         else:
             resident_blocks = e.preload // e.block
             src = "the memory-mapped file on disk" if s["stream_from"] == "disk" else "RAM"
-            out.append(f"Streaming on: {resident_blocks} of {cat.blocks} blocks ({gb(e.block)} each) resident "
+            out.append(f"ComfyUI's own loading: {resident_blocks} of {cat.blocks} blocks ({gb(e.block)} each) resident "
                        f"(preload {gb(e.preload)}), the other {cat.blocks - resident_blocks} stream from {src} "
                        f"{e.shard_blocks} block(s) ({gb(e.shard)}) per transfer, two buffers on the GPU.")
-        asked = s.get("shard_size_bytes", "auto")
-        if asked != "auto" and asked != e.shard:
-            out.append(f"shard_size_bytes {c.written['shard_size_bytes']} was rounded to {e.shard_blocks} whole "
-                       f"block(s) = {e.shard} bytes: a transfer never splits a block.")
-            if s["stream_from"] == "disk" and b.disk_kind == "hdd":
-                out.append("The model disk is a spinning disk: streaming from it starves the GPU; move models to an SSD.")
+    asked = s.get("shard_size_bytes", "auto")
+    if b.gpu_bytes is not None and asked != "auto" and asked != e.shard:
+        out.append(f"shard_size_bytes {c.written['shard_size_bytes']} was rounded to {e.shard_blocks} whole "
+                   f"block(s) = {e.shard} bytes: a transfer never splits a block.")
+        if s["stream_from"] == "disk" and b.disk_kind == "hdd":
+            out.append("The model disk is a spinning disk: streaming from it starves the GPU; move models to an SSD.")
     enc = e.phases["encode"]
     out.append(f"Text encoder {ch.te.format}: {gb(ch.te.bytes)}, runs once per prompt and is dropped before sampling "
                f"(peak {'' if enc['gpu_bytes'] is None else 'GPU ' + gb(enc['gpu_bytes']) + ', '}RAM {gb(enc['ram_bytes'])}).")
@@ -179,7 +192,8 @@ def rationale_for(cat: Catalog, c: Candidate, why_profile: str) -> list[str]:
                f"{s['vae_tile_size']} px, overlap {s['vae_tile_overlap']} (h3kit Tiled VAE Decode sets them on the H3 "
                f"video VAE for the decode; its own are {H3_VAE_OWN_TILE} px): decode peak "
                + (f"{gb(e.phases['decode']['gpu_bytes'])} on the GPU." if b.gpu_bytes is not None else
-                  f"{gb(e.phases['decode']['ram_bytes'])} of RAM (the DiT is still loaded)."))
+                  f"{gb(e.phases['decode']['ram_bytes'])} of RAM "
+                  + ("(with the resident blocks)." if e.streamed else "(the DiT is still loaded).")))
     out.append(f"The H3 video VAE chunks time itself ({H3_VAE_CLIP_FRAMES}-frame clips), so vae_temporal_tile "
                f"({s['vae_temporal_tile']} frames) only applies to other VAEs.")
     out.append(f"Canvas {ch.canvas[0]}x{ch.canvas[1]} at {ch.frames} frames ({e.tokens} tokens): "
@@ -195,7 +209,10 @@ def rationale_for(cat: Catalog, c: Candidate, why_profile: str) -> list[str]:
                "(version-dependent: deploy keeps only flags the installed ComfyUI accepts).")
     for k, src in sorted(c.source.items()):
         if src.startswith(("override", "calibration")):
-            out.append(f"{k} = {c.written[k]!r} from the {src}.")
+            value = c.written[k]
+            if isinstance(value, bool) and k == "stream_dit":  # YAML 1.1 reads a bare on/off as true/false
+                value = "on" if value else "off"
+            out.append(f"{k} = {value!r} from the {src}.")
     return out
 
 

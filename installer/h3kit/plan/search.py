@@ -1,19 +1,30 @@
 """The search: for one profile, the files and the canvas that fit, best first.
 
-Per profile: the highest-quality runnable format whose smallest file fits at
-the profile's min canvas and min frames; then the largest canvas and frame
-count that fit with it. Files ComfyUI is reported to load (its own loader, or
-a loader pack) are tried first; files with no report come next, and files
-reported not to load only when nothing else fits (the catalog's
-file.comfyui_loads). Nothing fits: the cheapest choice, marked as not fitting.
+Per profile: down the DiT formats in quality order, each at its largest
+canvas and frame count that fit, to the first one ComfyUI's own loading runs.
+Above it, a DiT h3kit's streamed loader can read (plain bf16/fp16/fp32
+safetensors) is also tried streamed where ComfyUI's loading falls short and the
+machine has no dynamic VRAM (plan/streaming.py decides when that applies).
+Each option gets its workflow defaults and time (streaming slows every model
+call; plan/defaults.py), and the best wins by Candidate.rank: fits, files
+that load, a clip within target_minutes, format quality, preset, canvas,
+frames, ComfyUI's own loading before streaming. Files ComfyUI is reported to
+load (its own loader, or a loader pack) are tried first; files with no report
+come next, and files reported not to load only when nothing else fits (the
+catalog's file.comfyui_loads). Nothing fits: the plan that misses by least,
+marked as not fitting.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from h3kit.data.catalog import LOAD_TIERS, Catalog, Machine, Profile, Weight
+from h3kit.data.speed import PRESET_ORDER
+from h3kit.plan import streaming
+from h3kit.plan import timing as timing_mod
 from h3kit.plan.budget import Budget, Choice, Estimate, estimate, make_budget
+from h3kit.plan.defaults import workflow_defaults
 
 
 def merge_settings(profile: Profile, config) -> tuple[dict, dict, dict]:
@@ -73,10 +84,16 @@ class Candidate:
     written: dict  # the settings as their files spell them, for sentences that quote them
     budget: Budget
     choice: Choice
-    est: Estimate
+    est: Estimate  # the run the plan describes: ComfyUI loading the DiT, or h3kit's loader streaming it
     skipped: list
     searched: bool  # canvas/frames chosen by search (not fixed by the user)
     machine: Machine
+    held: Estimate | None = None  # with a streamed `est`: the same choice loaded by ComfyUI itself
+    timing: dict = field(default_factory=dict)
+    defaults: dict = field(default_factory=dict)  # workflow_defaults: (defaults, time, rationale, warnings)
+    time: dict = field(default_factory=dict)
+    defaults_why: list = field(default_factory=list)
+    defaults_warnings: list = field(default_factory=list)
 
     @property
     def loads(self) -> tuple:
@@ -85,9 +102,36 @@ class Candidate:
         return tuple(sorted((w.load_tier for w in (ch.dit, ch.te, ch.vae, ch.audio_vae)), reverse=True))
 
     def rank(self) -> tuple:
-        ch = self.choice
-        return (self.est.fits, tuple(-t for t in self.loads), ch.dit.quality, ch.canvas[0] * ch.canvas[1],
-                ch.frames, -ch.dit.bytes)
+        """Fits, files that load, a clip within target_minutes, format quality, preset, the workflows' canvas and
+        frames, ComfyUI's own loading before h3kit's streamer (it is faster), then the memory limits."""
+        ch, d = self.choice, self.defaults
+        preset = PRESET_ORDER.index(d["preset"]) if d.get("preset") in PRESET_ORDER else len(PRESET_ORDER)
+        canvas = d.get("canvas") or ch.canvas
+        return (self.est.fits, tuple(-t for t in self.loads), bool(self.time.get("meets_target")), ch.dit.quality,
+                -preset, canvas[0] * canvas[1], d.get("frames") or 0, not self.est.streamed,
+                ch.canvas[0] * ch.canvas[1], ch.frames, -ch.dit.bytes)
+
+
+def _timing(cat: Catalog, fp: dict, machine: Machine, profile: Profile, settings: dict, dit: Weight) -> dict:
+    """The rates the time estimate uses: calibrated `timing` when set, else the throughput table's for this DiT."""
+    if isinstance(settings.get("timing"), dict):
+        return dict(settings["timing"])
+    backend = "cpu" if profile.match.get("backend") == ["cpu"] else machine.backend
+    return timing_mod.rates_from_table(fp, cat, timing_mod.compute_dtype(fp, backend, cat), backend=backend,
+                                       weight_format=dit.format)
+
+
+def _finish(c: Candidate, cat: Catalog, fp: dict) -> Candidate:
+    """The workflow defaults and their time for `c` (streaming slows every model call), which its rank needs."""
+    c.timing = _timing(cat, fp, c.machine, c.profile, c.settings, c.choice.dit)
+    c.defaults, c.time, c.defaults_why, c.defaults_warnings = workflow_defaults(
+        cat, c.settings, c.source, c.choice.canvas, c.choice.frames, c.timing,
+        pass_overhead=streaming.pass_overhead(cat, c.est))
+    return c
+
+
+def _shortfall(est: Estimate) -> int:
+    return sum(need - have for _, need, have, _ in est.short)
 
 
 def plan_profile(cat: Catalog, fp: dict, machine: Machine, profile: Profile, config) -> Candidate:
@@ -95,6 +139,10 @@ def plan_profile(cat: Catalog, fp: dict, machine: Machine, profile: Profile, con
     settings, source, written = merge_settings(profile, config)
     budget = make_budget(cat, fp, settings, getattr(config, "comfyui_path", None),
                          cpu=profile.match.get("backend") == ["cpu"])
+    pol = streaming.policy(fp, machine, settings, budget)
+    # ComfyUI maps the off-card part from the file only with dynamic VRAM; without it, it keeps that part in RAM.
+    discrete = budget.gpu_bytes is not None and not budget.unified
+    hs = dict(settings, stream_from="ram") if discrete and pol["dynamic_vram"] is not True else settings
     formats = settings["formats"]
     if settings.get("quantization", "auto") != "auto":
         formats = [settings["quantization"]]
@@ -115,43 +163,67 @@ def plan_profile(cat: Catalog, fp: dict, machine: Machine, profile: Profile, con
         frames = [settings["max_frames"]]
     small = (canvases[-1], frames[0])
 
-    def first_fit(dit, tes, vaes, canvas, nframes):
+    def first_fit(dit, tes, vaes, canvas, nframes, stream):
         for te in tes:
             for vae in vaes:
                 ch = Choice(dit, te, vae, audio, canvas, nframes)
-                est = estimate(cat, budget, settings, ch)
+                est = estimate(cat, budget, settings if stream is not None else hs, ch, stream)
                 if est.fits:
                     return ch, est
         return None
 
-    def search(dits, tes, vaes):
-        """The best DiT that fits at the smallest canvas, then the largest canvas and frames it allows."""
-        chosen = next((found for dit in dits if (found := first_fit(dit, tes, vaes, *small))), None)
+    def grow(dit, tes, vaes, stream):
+        """`dit` at the smallest canvas, then the largest canvas and frames it allows; None when even that fails."""
+        chosen = first_fit(dit, tes, vaes, *small, stream)
         if chosen is None:
             return None
-        dit = chosen[0].dit
         for canvas in canvases:
-            found = first_fit(dit, tes, vaes, canvas, frames[0])
+            found = first_fit(dit, tes, vaes, canvas, frames[0], stream)
             if found:
                 chosen = found
                 for nframes in reversed(frames):
-                    bigger = first_fit(dit, tes, vaes, canvas, nframes)
+                    bigger = first_fit(dit, tes, vaes, canvas, nframes, stream)
                     if bigger:
                         chosen = bigger
                         break
                 break
         return chosen
 
+    def search(dits, tes, vaes) -> list:
+        """Down the DiT ladder to the first one ComfyUI's own loading runs, with every streamable DiT above it that
+        h3kit's loader runs where that loading falls short: [(choice, est, held est or None)]."""
+        found = []
+        for dit in dits:
+            held = grow(dit, tes, vaes, None)
+            if streaming.may_stream(pol, dit):
+                probe = held[1] if held else estimate(cat, budget, hs, Choice(dit, tes[0], vaes[0], audio, *small))
+                if streaming.wants_stream(pol, probe, budget):
+                    held = None  # ComfyUI's own loading falls short here (or stream_dit is on)
+                    if (streamed := grow(dit, tes, vaes, pol["depth"])):
+                        found.append((*streamed, estimate(cat, budget, hs, streamed[0])))
+            if held:
+                found.append((*held, None))
+                break
+        return found
+
+    def candidate(ch, est, held, searched=True) -> Candidate:
+        return _finish(Candidate(profile, settings, source, written, budget, ch, est, skipped,
+                                 searched and not (fixed_canvas and fixed_frames), machine, held), cat, fp)
+
     # Files ComfyUI loads first; widen to unreported, then to reported-broken files only when nothing fits.
-    chosen = None
     for level in sorted(set(LOAD_TIERS.values())):
         allowed = [[w for w in ws if w.load_tier <= level] for ws in (dits, tes, vaes)]
-        if all(allowed) and (chosen := search(*allowed)):
-            break
-    if chosen is None:  # nothing fits: the cheapest plan, honestly marked
-        dit = min(dits, key=lambda w: w.bytes)
-        ch = Choice(dit, min(tes, key=lambda w: w.bytes), min(vaes, key=lambda w: w.bytes), audio, *small)
-        return Candidate(profile, settings, source, written, budget, ch, estimate(cat, budget, settings, ch), skipped,
-                         False, machine)
-    return Candidate(profile, settings, source, written, budget, chosen[0], chosen[1], skipped,
-                     not (fixed_canvas and fixed_frames), machine)
+        if all(allowed) and (found := search(*allowed)):
+            return max((candidate(*f) for f in found), key=Candidate.rank)
+    # Nothing fits: the plan that misses by least (the cheapest DiT held, or a streamable one streamed), honestly marked.
+    te, vae = min(tes, key=lambda w: w.bytes), min(vaes, key=lambda w: w.bytes)
+    tries = []
+    for dit in sorted(dits, key=lambda w: w.bytes)[:1] + [w for w in dits if streaming.may_stream(pol, w)]:
+        ch = Choice(dit, te, vae, audio, *small)
+        held = estimate(cat, budget, hs, ch)
+        if streaming.may_stream(pol, dit) and streaming.wants_stream(pol, held, budget):
+            tries.append(candidate(ch, estimate(cat, budget, settings, ch, pol["depth"]), held, False))
+        else:
+            tries.append(candidate(ch, held, None, False))
+    tries.sort(key=Candidate.rank, reverse=True)  # at equal shortfall, the better plan
+    return min(tries, key=lambda c: _shortfall(c.est))

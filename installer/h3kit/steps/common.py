@@ -88,6 +88,18 @@ def exclusive(ctx: Context, install: comfyui.ComfyInstall, command: str):
             yield
 
 
+@contextmanager
+def exclusive_home(ctx: Context, command: str):
+    """Hold only the h3kit home's lock (before a ComfyUI is known: a new one set up, the build with no ComfyUI)."""
+    if ctx.dry_run:
+        yield
+        return
+    fix = "Wait for the other h3kit to finish (or close its window), then run this command again."
+    with lock.held(mf.home_lock_path(ctx.locations.state_dir), f"Another h3kit is changing h3kit's own files in "
+                   f"{ctx.locations.config_dir}", fix, {"command": command}):
+        yield
+
+
 def remember_comfyui(ctx: Context, config, install: comfyui.ComfyInstall, notes: list[str]) -> None:
     """After a successful install: save the ComfyUI as `comfyui_path` in config.yaml (comments kept), so apply,
     uninstall, doctor and the scripts/ shims find it without --comfyui. A comfyui_path the user set to another

@@ -24,6 +24,7 @@ from h3kit.steps import next_steps
 from h3kit.steps.common import (
     current_plan,
     exclusive,
+    exclusive_home,
     generated_files,
     load_config,
     locate,
@@ -38,6 +39,8 @@ SCHEMA = "h3kit.install/1"
 
 
 def run(args, ctx: Context) -> Outcome:
+    """The chain. Nothing is written before the locks are held: fingerprint, plan and the search for
+    ComfyUI only read; the build (h3kit's cache), a new ComfyUI and the deploy write, each under its lock."""
     notes: list[str] = []
     warnings: list[str] = []
     config = load_config(ctx)
@@ -45,27 +48,29 @@ def run(args, ctx: Context) -> Outcome:
                          else current_plan(ctx, config, args.profile, notes))
     settings = dict(plan["settings"]) if plan else {}
     profile = plan["profile"] if plan else (args.profile or "none")
-    warnings += list(plan.get("warnings", [])) if plan else []
-
-    library = _build(ctx, notes, warnings)
-
     if args.new_comfyui and not ctx.dry_run:
-
-        args.comfyui = str(new_comfyui(ctx, Path(args.new_comfyui), args.comfyui_source, fingerprint))
+        with exclusive_home(ctx, "install"):
+            args.comfyui = str(new_comfyui(ctx, Path(args.new_comfyui), args.comfyui_source, fingerprint))
         args.comfyui_python = None  # the new ComfyUI's own venv
     try:
         install = locate(args, ctx, config, need_write=True)
     except NotReady as missing:
-
         offer = not args.comfyui and not getattr(args, "no_new_comfyui", False)
-        created = offer_new_comfyui(ctx, fingerprint, args.comfyui_source, searched=comfyui.searched_places(),
-                                    min_version=h3_support.requirements(catalog.load())[0]) if offer else None
-        if created is None:
-            return _without_comfyui(args, ctx, plan, profile, notes, warnings, missing)
+        with exclusive_home(ctx, "install"):
+            created = offer_new_comfyui(ctx, fingerprint, args.comfyui_source, searched=comfyui.searched_places(),
+                                        min_version=h3_support.requirements(catalog.load())[0]) if offer else None
+            if created is None:
+                _build(ctx, notes, warnings)
+                warnings += list(plan.get("warnings", [])) if plan else []
+                return _without_comfyui(args, ctx, plan, profile, notes, warnings, missing)
         args.comfyui, args.comfyui_python = str(created), None
         install = locate(args, ctx, config, need_write=True)
     with exclusive(ctx, install, "install"):
-        return _into(args, ctx, config, fingerprint, plan, settings, profile, library, install, notes, warnings)
+        library = _build(ctx, notes, warnings)
+        outcome = _into(args, ctx, config, fingerprint, plan, settings, profile, library, install, notes, warnings)
+    last = list(plan.get("warnings", [])) if plan else []  # the plan's (what falls short, how long a clip takes)
+    outcome.warnings = [w for w in outcome.warnings if w not in last] + last
+    return outcome
 
 
 def _into(args, ctx: Context, config, fingerprint, plan, settings: dict, profile: str, library, install,

@@ -9,6 +9,9 @@ with what would make it work.
 
 from __future__ import annotations
 
+import shlex
+import sys
+
 from h3kit.core.units import human_seconds
 
 UNUSABLE_SECONDS = 4 * 3600  # a clip that takes longer than an afternoon is not a setup anyone keeps
@@ -25,9 +28,18 @@ def seconds_per_clip(plan: dict | None, calibration: dict | None) -> float | Non
     return per_step * int(plan["settings"].get("steps") or 20)
 
 
+def shell_quoted(path: str, windows: bool | None = None) -> str:
+    """`path` as one word for the platform's shell, pasteable as it is: in double quotes (what people expect,
+    and all cmd.exe knows), or in POSIX single quotes when double ones would let the shell expand something."""
+    windows = sys.platform == "win32" if windows is None else windows
+    if windows or not any(c in path for c in '$`"\\!'):
+        return f'"{path}"'
+    return shlex.quote(path)
+
+
 def lines(launcher: str | None, plan: dict | None, calibration: dict | None, cpu_only: bool) -> list[str]:
     s = (plan or {}).get("settings") or {}
-    start = f'Start ComfyUI: "{launcher}"' if launcher else "Start ComfyUI as you usually do (the Desktop app starts it itself)."
+    start = f"Start ComfyUI: {shell_quoted(launcher)}" if launcher else "Start ComfyUI as you usually do (the Desktop app starts it itself)."
     canvas, frames, steps = s.get("canvas") or s.get("max_canvas"), s.get("frames") or s.get("max_frames"), s.get("steps")
     shape = f" ({canvas[0]}x{canvas[1]}, {frames} frames = {frames / 24:.1f} s of video, {steps} steps)" if canvas and frames else ""
     open_it = f"Then open Templates > ComfyUI-h3kit > h3kit_text_to_video{shape}."

@@ -7,12 +7,12 @@ it with ComfyUI's interpreter, so the torch measured is the torch ComfyUI
 uses:
 
     python PATH/h3k_calibration_runner --bridge PATH/h3k_native --plan plan.json \
-        --out result.json [--lib LIB] [--quick] [--progress FILE]
+        --out result.json [--lib LIB] [--quick] [--progress FILE] [--comfyui DIR]
 
 `plan.json` is either a bare `h3kit.plan/1` document or h3kit's job
 `{"plan": ..., "scaled_dit": {...}, "budget": {...}, "tile_candidates": [...]}`.
 The result is one JSON object: `runner`, `native`, `inference`, `device`,
-`tiles`, `skipped`. Each part that cannot run says why in `reason` instead
+`tiles`, `h3_model`, `skipped`. Each part that cannot run says why in `reason` instead
 of stopping the others. Progress goes to --progress as JSON lines
 `{"stage", "done", "total"}` for h3kit's progress bars.
 
@@ -31,6 +31,14 @@ What it measures, module by module:
 - `device` (torch sees cuda, mps or xpu): bf16/fp16 matmul TFLOP/s,
   host-to-device GB/s, free memory, a tile sweep of decode-shaped
   convolutions with time and peak memory per tile.
+
+- `h3_model` (with `--comfyui DIR`, in ComfyUI's Python >= 0.31):
+  ComfyUI's own H3 transformer at the file's full width and one or two
+  blocks deep, timed through `apply_model` at a few token counts plus its
+  attention alone, fitted into the plan's timing rates (`fit`, pure), with
+  peak RSS / device memory; `h3_parts` times the video VAE decoder and the
+  Qwen3-VL text encoder the same way; `comfy_env` imports ComfyUI with the
+  plan's memory flags. Result key `h3_model`.
 
 `measure` holds what they share (progress, peak RSS, medians, the page
 cache); `_numpy` imports numpy on first use. h3kit's own process imports

@@ -1,7 +1,10 @@
-"""`python h3k_calibration_runner --bridge DIR --plan FILE --out FILE [--lib LIB] [--quick] [--progress FILE]`.
+"""`python h3k_calibration_runner --bridge DIR --plan FILE --out FILE [--lib LIB] [--quick] [--progress FILE] [--comfyui DIR]`.
 
 Runs every measurement (each guarded, so one failing part never stops the
-others) and writes one JSON result to --out, atomically. Run as a folder or
+others) and writes one JSON result to --out, atomically. With --comfyui
+(ComfyUI's folder, this Python being ComfyUI's) it also builds and times
+ComfyUI's own H3 transformer (`h3_model`, see h3_model.py); without it, or
+without torch, that part says "skipped" and why. Run as a folder or
 with `-m`; as a folder it imports its own package from the parent folder.
 """
 
@@ -20,6 +23,7 @@ if __package__:
     from . import _numpy
     from ._numpy import need_numpy
     from .device import measure_device
+    from .h3_model import measure_h3_model
     from .measure import RESULT_SCHEMA, Progress
     from .native_bench import load_bridge, measure_native
     from .scaled_dit import run_scaled_dit
@@ -28,6 +32,7 @@ else:  # run as a path (python .../h3k_calibration_runner): import the package f
     from h3k_calibration_runner import _numpy
     from h3k_calibration_runner._numpy import need_numpy
     from h3k_calibration_runner.device import measure_device
+    from h3k_calibration_runner.h3_model import measure_h3_model
     from h3k_calibration_runner.measure import RESULT_SCHEMA, Progress
     from h3k_calibration_runner.native_bench import load_bridge, measure_native
     from h3k_calibration_runner.scaled_dit import run_scaled_dit
@@ -63,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="where to write the result JSON")
     ap.add_argument("--quick", action="store_true", help="a short run")
     ap.add_argument("--progress", help="append progress lines here")
+    ap.add_argument("--comfyui", help="ComfyUI's folder: build and time its own H3 transformer (result key h3_model)")
     args = ap.parse_args(argv)
     progress = Progress(args.progress)
     need_numpy()
@@ -92,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     result["device"], result["tiles"] = device if isinstance(device, tuple) else (device, [])
     if result["device"].get("status") != "measured":
         result["skipped"].append(f"device rates and tile sweep: {result['device'].get('reason')}")
+    result["h3_model"] = _guard("H3 model measurement", measure_h3_model, job, args.comfyui, args.quick, progress)
+    if result["h3_model"].get("status") != "measured":
+        result["skipped"].append(f"ComfyUI's H3 model: {result['h3_model'].get('reason')}")
     result["runner"]["torch"] = _torch_version()
     result["seconds"] = time.perf_counter() - started
     tmp = args.out + ".tmp"

@@ -8,7 +8,10 @@
 
 The sections are built once from the document (`sections.build`, a model in
 `model`) and laid out by two small renderers (`markdown`, `htmlpage`), so the
-two formats cannot drift apart. The words and numbers live in `text`.
+two formats cannot drift apart. The first screen's figures are read in
+`figures` (newest keys first, an older report's after), the sections a person
+reads first are built in `front`, the measurement in ComfyUI's Python in
+`measured`; cell and sentence wording lives in `text`.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from h3kit.calibrate.report import svg
 from h3kit.calibrate.report.model import (
     CHARTS,
     Bullets,
+    Details,
     Paragraph,
     Report,
     Strong,
@@ -27,6 +28,12 @@ table{border-collapse:collapse;margin:.5rem 0}td,th{border:1px solid #ddd;paddin
 th{background:#f0f0f0}.grid{display:flex;flex-wrap:wrap;gap:1rem}.note{color:#555}
 .estimate{background:#fff7e6;border-left:4px solid #e08a2c;padding:.4rem .8rem}
 .changed{font-weight:bold;color:#1a5d1a}code{font-size:12px}
+.first{background:#f4f8fd;border:1px solid #c9dbf0;border-radius:6px;padding:.2rem 1.2rem 1rem;margin-top:1rem}
+.first h2{border:0;margin-top:.8rem}.headline{font-size:1.35rem;line-height:1.35;margin:.4rem 0 .8rem}
+ul.warn{list-style:none;padding:0}ul.warn li{background:#fdecea;border-left:4px solid #c0392b;padding:.4rem .8rem;margin:.3rem 0}
+ul.warn li::before{content:"Warning: ";font-weight:bold}
+details{margin:.5rem 0}summary{cursor:pointer;color:#3b6fb6}
+.appendix h2{color:#555}
 """
 
 
@@ -65,16 +72,21 @@ def _blocks(blocks: list) -> list[str]:
         elif isinstance(b, Paragraph):
             out.append(_paragraph(b))
         elif isinstance(b, Bullets):
-            out.append("<ul>" + "".join(f"<li>{_e(s)}</li>" for s in b.items) + "</ul>")
+            cls = f" class='{b.style}'" if b.style else ""
+            out.append(f"<ul{cls}>" + "".join(f"<li>{_e(s)}</li>" for s in b.items) + "</ul>")
+        elif isinstance(b, Details):
+            out.append(f"<details><summary>{_e(b.summary)}</summary>" + "".join(_blocks(list(b.blocks))) + "</details>")
         else:
             raise TypeError(f"no HTML for {b!r}")
     return out
 
 
 def render(report: Report) -> str:
-    body = [f"<h1>{_e(report.title)}</h1>", "<ul>" + "".join(f"<li>{_e(s)}</li>" for s in report.summary) + "</ul>"]
+    """The page: the first screen in its own box at the top, every other section after it, appendices last."""
+    body = [f"<h1>{_e(report.title)}</h1>"]
     for section in report.sections:
-        body.append(f"<h2>{_e(section.title)}</h2>" + "".join(_blocks(section.blocks)))
+        inner = f"<h2>{_e(section.title)}</h2>" + "".join(_blocks(section.blocks))
+        body.append(f"<section class='{section.style}'>{inner}</section>" if section.style else inner)
     return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
             "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; style-src 'unsafe-inline'\">"
             f"<title>{_e(report.title)}</title><style>{CSS}</style></head><body>"

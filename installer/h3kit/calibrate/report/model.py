@@ -28,7 +28,10 @@ class Paragraph:
 
 @dataclass(frozen=True)
 class Bullets:
+    """A list; `style` "warn" makes each item a warning (a quoted line in Markdown, a red box in HTML)."""
+
     items: tuple
+    style: str = ""
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,10 @@ class BarChart:
 
 @dataclass(frozen=True)
 class LineChart:
-    """Lines through (x, y) points, one per series; an optional dashed horizontal `limit` (a budget)."""
+    """Lines through (x, y) points, one per series; an optional dashed horizontal `limit` (a budget).
+
+    `xticks`: the x values labelled (default: every point's); `curves`: series drawn as a line without
+    dots (a fitted curve, as opposed to measured points)."""
 
     id: str
     title: str
@@ -61,6 +67,8 @@ class LineChart:
     xlabel: str
     ylabel: str
     limit: float | None = None
+    xticks: tuple = ()
+    curves: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,25 @@ class Timeline:
 
 
 @dataclass(frozen=True)
+class HBars:
+    """Horizontal bars, one row per option: `rows` are (label, value, text shown beside the bar)."""
+
+    id: str
+    title: str
+    rows: tuple
+    unit: str
+
+
+@dataclass(frozen=True)
+class Split:
+    """One bar cut into parts that add up to the whole: `parts` are (label, value) in drawing order."""
+
+    id: str
+    title: str
+    parts: tuple
+
+
+@dataclass(frozen=True)
 class NoChart:
     """A chart with nothing to draw, and the reason, so a reader never meets an empty box."""
 
@@ -81,13 +108,24 @@ class NoChart:
     reason: str
 
 
-CHARTS = (BarChart, LineChart, Timeline, NoChart)
+CHARTS = (BarChart, LineChart, Timeline, HBars, Split, NoChart)
+
+
+@dataclass(frozen=True)
+class Details:
+    """Blocks a reader opens on demand (kept settings, raw figures): `<details>` in both formats."""
+
+    summary: str
+    blocks: tuple
 
 
 @dataclass
 class Section:
+    """`style` "first" marks the first screen (HTML sets it apart); "appendix" the figures after the rest."""
+
     title: str
     blocks: list = field(default_factory=list)
+    style: str = ""
 
 
 @dataclass
@@ -97,4 +135,9 @@ class Report:
     sections: list[Section]
 
     def charts(self) -> list:
-        return [b for s in self.sections for b in s.blocks if isinstance(b, CHARTS)]
+        out = []
+        for s in self.sections:
+            for b in s.blocks:
+                inner = b.blocks if isinstance(b, Details) else (b,)
+                out += [c for c in inner if isinstance(c, CHARTS)]
+        return out

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 
-from h3kit.calibrate.report.model import BarChart, LineChart, NoChart, Timeline
+from h3kit.calibrate.report.model import BarChart, HBars, LineChart, NoChart, Split, Timeline
 from h3kit.calibrate.report.text import fmt
 
 _W, _H, _PAD = 560, 240, 44
@@ -19,8 +19,8 @@ def _e(x) -> str:
     return html.escape(str(x), quote=True)
 
 
-def _svg(title: str, body: str, height: int = _H) -> str:
-    return (f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{height}" '
+def _svg(title: str, body: str, height: int = _H, cls: str = "chart") -> str:
+    return (f'<svg class="{cls}" xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{height}" '
             f'viewBox="0 0 {_W} {height}" role="img" aria-label="{_e(title)}"><title>{_e(title)}</title>'
             f'<rect x="0" y="0" width="{_W}" height="{height}" fill="#fafafa" stroke="#ddd"/>{body}</svg>')
 
@@ -38,7 +38,7 @@ def empty(title: str, reason: str) -> str:
     top = _H / 2 - 9 * (len(lines) - 1)
     body = "".join(f'<text x="{_W / 2}" y="{top + 18 * i:.1f}" text-anchor="middle" font-size="13" fill="#666">'
                    f'{_e(text)}</text>' for i, text in enumerate(lines))
-    return _svg(title, body)
+    return _svg(title, body, cls="chart empty")
 
 
 def _axes(ymax: float, ylabel: str) -> str:
@@ -102,14 +102,15 @@ def line_chart(c: LineChart) -> str:
         return _H - _PAD - plot_h * y / ymax
 
     out = [_axes(ymax, c.ylabel)]
-    for x in sorted(set(xs)):
-        out.append(f'<text x="{sx(x):.1f}" y="{_H - _PAD + 14}" font-size="10" text-anchor="middle">{fmt(x)}</text>')
+    for x in sorted(set(c.xticks or xs)):
+        label = fmt(int(x)) if float(x).is_integer() else fmt(x)
+        out.append(f'<text x="{sx(x):.1f}" y="{_H - _PAD + 14}" font-size="10" text-anchor="middle">{label}</text>')
     out.append(f'<text x="{_W - 12}" y="{_H - _PAD + 28}" font-size="10" text-anchor="end">{_e(c.xlabel)}</text>')
     for si, (name, ps) in enumerate(c.points.items()):
         color = _COLORS[si % len(_COLORS)]
         pts = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in sorted(ps))
         out.append(f'<polyline points="{pts}" fill="none" stroke="{color}" stroke-width="2"/>')
-        for x, y in ps:
+        for x, y in ([] if name in c.curves else ps):
             out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3.5" fill="{color}">'
                        f'<title>{_e(name)} {fmt(x)}: {fmt(y)}</title></circle>')
     if c.limit:
@@ -154,6 +155,50 @@ def timeline_chart(c: Timeline) -> str:
     return _svg(c.title, "".join(out), height)
 
 
+def hbars(c: HBars) -> str:
+    """One horizontal bar per option, its value written beside it: options compare at a glance."""
+    rows = [r for r in c.rows if isinstance(r[1], (int, float)) and r[1] > 0]
+    if not rows:
+        return empty(c.title, "nothing to compare")
+    vmax = max(r[1] for r in rows)
+    label_w, row_h = 170, 22
+    height = 30 + row_h * len(rows) + 10
+    plot_w = _W - label_w - 90
+    out = []
+    for i, (label, value, text) in enumerate(rows):
+        y = 24 + i * row_h
+        w = max(plot_w * value / vmax, 1.0)
+        short = str(label) if len(str(label)) <= 28 else str(label)[:27] + "…"
+        out.append(f'<text x="{label_w - 6}" y="{y + 14}" font-size="11" text-anchor="end">{_e(short)}</text>'
+                   f'<rect x="{label_w}" y="{y + 3}" width="{w:.1f}" height="{row_h - 6}" '
+                   f'fill="{_COLORS[0] if i else _COLORS[2]}"><title>{_e(label)}: {_e(text)}</title></rect>'
+                   f'<text x="{label_w + w + 5:.1f}" y="{y + 14}" font-size="11">{_e(text)}</text>')
+    out.append(f'<text x="10" y="16" font-size="12">{_e(c.title)}</text>')
+    return _svg(c.title, "".join(out), height)
+
+
+def split(c: Split) -> str:
+    """One bar cut into its parts (computing vs waiting for disk), each with its share written in it."""
+    parts = [(str(label), float(v)) for label, v in c.parts if isinstance(v, (int, float)) and v >= 0]
+    total = sum(v for _, v in parts)
+    if not parts or total <= 0:
+        return empty(c.title, "nothing measured")
+    height, x0, bar_w = 120, 20, _W - 40
+    out = [f'<text x="{x0}" y="22" font-size="12">{_e(c.title)}</text>']
+    x = float(x0)
+    for i, (label, v) in enumerate(parts):
+        w = bar_w * v / total
+        share = f"{100 * v / total:.0f}%" if v / total >= 0.01 else f"{100 * v / total:.1f}%"
+        out.append(f'<rect x="{x:.1f}" y="36" width="{max(w, 1.0):.1f}" height="34" fill="{_COLORS[i % len(_COLORS)]}">'
+                   f'<title>{_e(label)}: {share}</title></rect>')
+        if w > 40:
+            out.append(f'<text x="{x + w / 2:.1f}" y="58" font-size="12" text-anchor="middle" fill="#fff">{share}</text>')
+        out.append(f'<rect x="{x0 + i * 200}" y="86" width="10" height="10" fill="{_COLORS[i % len(_COLORS)]}"/>'
+                   f'<text x="{x0 + i * 200 + 14}" y="95" font-size="11">{_e(label)} {share}</text>')
+        x += w
+    return _svg(c.title, "".join(out), height)
+
+
 def draw(chart) -> str:
     """The SVG text of one chart of the section model."""
     if isinstance(chart, BarChart):
@@ -162,6 +207,10 @@ def draw(chart) -> str:
         return line_chart(chart)
     if isinstance(chart, Timeline):
         return timeline_chart(chart)
+    if isinstance(chart, HBars):
+        return hbars(chart)
+    if isinstance(chart, Split):
+        return split(chart)
     if isinstance(chart, NoChart):
         return empty(chart.title, chart.reason)
     raise TypeError(f"not a chart: {chart!r}")

@@ -1,0 +1,174 @@
+"""The native-kernel estimate: the real model's FLOPs over h3kit's own matmul rate (an appendix figure).
+
+This was calibration's headline until it turned out to predict a kernel the
+real run never uses (ComfyUI computes with torch) and to depend on which
+interpreter ran h3kit. It stays as `estimates.native_appendix`, next to the
+scaled DiT it can be checked against, and is never the time a report leads
+with (that is `estimates`, from ComfyUI's own H3 transformer).
+
+Pure functions of the catalog (layers, widths, the token rule), the plan and
+the measured rates: no file, no process, no clock. Every figure `estimate`
+returns carries its formula in `formulas`.
+"""
+
+from __future__ import annotations
+
+from h3kit.data.catalog import tokens_for
+
+# The scaled DiT: H3's block shape (from the catalog) at a width this machine can run in seconds.
+SCALED = {"quick": {"blocks": 2, "hidden": 512}, "full": {"blocks": 4, "hidden": 1024}}
+CALIBRATION_CANVAS = (256, 256, 22)  # w, h, frames: the smallest H3 canvas (17k + 5 frames)
+NATIVE_KINDS = ("q8_0", "q4_0")
+
+
+def native_kind(fmt: str | None) -> str:
+    """The native kernel closest to a weight format: q4_0 for 5 bits and below, else q8_0."""
+    if fmt in NATIVE_KINDS:
+        return fmt
+    low_bits = ("q5", "q4", "q3", "q2", "w4a8", "nvfp4")
+    return "q4_0" if fmt and fmt.startswith(low_bits) else "q8_0"
+
+
+def scaled_dit_config(catalog: dict, plan: dict, quick: bool) -> dict:
+    """The scaled-down H3-shaped DiT the runner builds: H3's ratios, a small width."""
+    arch = catalog["architecture"]
+    size = SCALED["quick" if quick else "full"]
+    hidden = size["hidden"]
+    head_dim = arch["head_dim"]
+    ffn = int(round(hidden * arch["ffn"] / arch["hidden"] / 32)) * 32  # same FFN ratio, whole quant blocks
+    quant = (plan.get("settings") or {}).get("quantization")
+    return {
+        "blocks": size["blocks"],
+        "hidden": hidden,
+        "heads": hidden // head_dim,
+        "head_dim": head_dim,
+        "ffn": ffn,
+        "tokens": tokens_for(catalog["tokens"], *CALIBRATION_CANVAS),
+        "canvas": list(CALIBRATION_CANVAS),
+        "quantization": native_kind(quant),
+        "plan_quantization": quant,
+    }
+
+
+def block_params(hidden: int, ffn: int) -> int:
+    """Weights of one block: q, k, v, o (4 h^2) and the SwiGLU gate, up, down (3 h ffn)."""
+    return 4 * hidden * hidden + 3 * hidden * ffn
+
+
+def flops_per_pass(blocks: int, hidden: int, ffn: int, tokens: int) -> float:
+    """One forward pass: 2 FLOPs per weight per token, plus attention's QK^T and AV (4 T^2 h per block)."""
+    return blocks * (2.0 * block_params(hidden, ffn) * tokens + 4.0 * tokens * tokens * hidden)
+
+
+def rate_for(native: dict, kind: str) -> float | None:
+    """Best matmul GFLOP/s the runner measured for one quantization kind."""
+    rates = [k["gflop_per_s"] for k in native.get("kernels") or [] if k["kind"] == kind and k["op"] == "matmul"]
+    return max(rates) if rates else None
+
+
+def measured_rates(native: dict, device: dict, disk: dict, inference: dict, kind: str) -> dict:
+    """The rates `estimate` reads, picked out of the run's parts (None where a part did not measure)."""
+    return {"native_gflops": rate_for(native, kind) or (native.get("best") or {}).get("gflop_per_s"),
+            "device_tflops": device.get("bf16_tflops") or device.get("fp16_tflops"),
+            "h2d_gbps": device.get("h2d_gb_per_s"), "disk_gbps": disk.get("gb_per_s"),
+            "memory_growth_ratio": inference.get("memory_growth_ratio")}
+
+
+def streamed_per_step(plan: dict, dit_bytes: int | None) -> tuple[int, str]:
+    """DiT bytes moved per sampling step and where they come from (ram or disk), by the plan's streaming."""
+    s = plan.get("settings") or {}
+    streaming = s.get("streaming") or {}
+    ram_budget = (plan.get("budget") or {}).get("ram_bytes") or 0
+    source = "disk" if s.get("stream_from") == "disk" or (dit_bytes and ram_budget and dit_bytes > ram_budget) else "ram"
+    if streaming.get("resident"):
+        return 0, source
+    if streaming.get("block_bytes") and streaming.get("blocks"):
+        moving_blocks = streaming["blocks"] - (streaming.get("resident_blocks") or 0)
+        return int(moving_blocks * streaming["block_bytes"]), source
+    return int(dit_bytes or 0), source
+
+
+def _g(x) -> str:
+    return "-" if x is None else f"{x:.3g}"
+
+
+def estimate(catalog: dict, plan: dict, measured: dict, dit_bytes: int | None) -> dict:
+    """Seconds per sampling step and peak memory of the real model at the plan's settings.
+
+    `measured` holds the rates the run found (`measured_rates`): native
+    GFLOP/s for the plan's quantization, device TFLOP/s and H2D GB/s when
+    there is a GPU, disk GB/s, and the scaled DiT's measured vs predicted
+    RSS growth. Every value carries its formula in `formulas`.
+    """
+    arch = catalog["architecture"]
+    s = plan.get("settings") or {}
+    w, h = (s.get("max_canvas") or [CALIBRATION_CANVAS[0], CALIBRATION_CANVAS[1]])[:2]
+    frames = s.get("max_frames") or CALIBRATION_CANVAS[2]
+    tokens = tokens_for(catalog["tokens"], w, h, frames)
+    flops = flops_per_pass(arch["blocks"], arch["hidden"], arch["ffn"], tokens)
+    device_tflops = measured.get("device_tflops")
+    rate = device_tflops * 1e12 if device_tflops else (measured.get("native_gflops") or 0) * 1e9
+    rate_name = "device bf16 matmul" if device_tflops else "native CPU matmul"
+    compute_s = flops / rate if rate else None
+    streamed, source = streamed_per_step(plan, dit_bytes)
+    if source == "disk":
+        link, link_name = measured.get("disk_gbps"), "disk read"
+    elif measured.get("h2d_gbps"):
+        link, link_name = measured.get("h2d_gbps"), "host-to-device copy"
+    else:  # CPU compute reads the weights where they lie: already in the measured matmul rate
+        link, link_name = None, None
+    stream_s = streamed / (link * 1e9) if (streamed and link) else 0.0
+    overlapped = (s.get("preload_bytes") or 0) > 0
+    step_s = None
+    if compute_s is not None:
+        step_s = max(compute_s, stream_s) if overlapped else compute_s + stream_s
+    growth = measured.get("memory_growth_ratio") or 1.0
+    plan_est = plan.get("estimates") or {}
+    plan_peak_ram = plan_est.get("peak_ram_bytes")
+    moving = (plan_est.get("activation_bytes") or 0) + (s.get("shard_size_bytes") or 0) + (s.get("preload_bytes") or 0)
+    px, tc = catalog["tokens"]["spatial_tokens_px"], catalog["tokens"]["temporal_compression"]
+    return {
+        "label": "native-kernel estimate (appendix)",
+        "canvas": [w, h, frames],
+        "tokens": tokens,
+        "flops_per_pass": flops,
+        "compute_seconds_per_step": compute_s,
+        "stream_seconds_per_step": stream_s,
+        "seconds_per_step": step_s,
+        "peak_ram_bytes": int(plan_peak_ram + (growth - 1.0) * moving) if plan_peak_ram else None,
+        "peak_gpu_bytes": plan_est.get("peak_gpu_bytes"),
+        "memory_growth_ratio": growth,
+        "formulas": {
+            "tokens": f"(w/{px}) x (h/{px}) x ceil(frames/{tc}) = {tokens}",
+            "flops_per_pass": f"blocks x (2 x (4 h^2 + 3 h ffn) x T + 4 T^2 h) with blocks={arch['blocks']}, "
+                              f"h={arch['hidden']}, ffn={arch['ffn']}, T={tokens} (one model pass per step; "
+                              "classifier-free guidance doubles it)",
+            "compute_seconds_per_step": f"flops_per_pass / measured {rate_name} rate "
+                                        f"({_g(rate / 1e9 if rate else None)} GFLOP/s)",
+            "stream_seconds_per_step": (f"streamed DiT bytes per step ({_g(streamed / 1e9)} GB from {source}) / "
+                                        f"measured {link_name} GB/s ({_g(link)})") if link_name else
+                                       "0: the CPU reads the weights in RAM (counted in the matmul rate)",
+            "seconds_per_step": ("max(compute, stream): the streamer reads the next block while this one runs"
+                                 if overlapped else "compute + stream: no preload, reads are not overlapped"),
+            "peak_ram_bytes": f"planner's peak RAM + (g - 1) x (activations + shard + preload), g = measured / "
+                              f"predicted RSS growth of the scaled DiT while streaming = {_g(growth)}",
+            "peak_gpu_bytes": "planner's estimate (a GPU run with the real model measures it: --with-model)",
+        },
+    }
+
+
+def check_scaled(config: dict, inference: dict, native_gflops: float | None) -> dict:
+    """The estimate formula applied to the scaled DiT, next to what the run measured ({} when it did not run)."""
+    if inference.get("status") != "measured" or not native_gflops:
+        return {}
+    ran = inference.get("config") or config  # the native+python path runs a smaller shape
+    flops_block = flops_per_pass(1, ran["hidden"], ran["ffn"], ran["tokens"])
+    out = {
+        "measured_seconds_per_block": inference["seconds_per_block"],
+        "estimated_seconds_per_block": flops_block / (native_gflops * 1e9),
+        "formula": "(2 x (4 h^2 + 3 h ffn) x T + 4 T^2 h) / measured native GFLOP/s",
+    }
+    if inference.get("path") == "native+python":
+        out["note"] = ("measured in the native+python path: the norms, softmax and SwiGLU ran as plain Python, "
+                       "so the measured time is an upper bound on what the formula describes")
+    return out

@@ -1,0 +1,199 @@
+"""How long one clip takes: the one formula the plan and the calibration share (interfaces.md A).
+
+One model call (one DiT forward) costs, per block, a part linear in the
+sequence length T (the qkv/out projections and the SwiGLU MLP) and a part in
+T^2 (attention), plus a fixed part outside the blocks (embeddings, token
+refiner, final layer, reading the weights once):
+
+    seconds_per_call = blocks * (block_s_per_token * T + block_s_per_token2 * T^2)
+                       + step_fixed_s + step_fixed_s_per_token * T
+    seconds_per_step = seconds_per_call * (1 at cfg 1.0, else 2)
+    seconds_per_clip = steps * seconds_per_step + text_encode_s + decode_s_per_pixel_frame * w * h * frames
+
+The rates in a `timing` mapping come either from calibration (measured in
+ComfyUI's Python; the settings key `timing`) or, before any calibration,
+from `rates_from_table`: the model's FLOPs over a device's dense peak
+(profiles/throughput.yaml) times an efficiency. Both functions are pure; the
+table is read once (cached) unless one is passed in.
+"""
+
+from __future__ import annotations
+
+import re
+
+from h3kit.data import throughput as throughput_mod
+from h3kit.data.catalog import Catalog, tokens_for
+
+DTYPE_NAMES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
+               "fp32": "float32", "float32": "float32"}
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+_CLOCK = re.compile(r"@\s*([0-9]+(?:\.[0-9]+)?)\s*GHz", re.IGNORECASE)
+
+
+def sequence_tokens(cat: Catalog, width: int, height: int, frames: int) -> int:
+    """Rows of the DiT's joint sequence [text | audio | video] at this canvas (the catalog's `sequence:`)."""
+    seq = cat.sequence
+    if seq is None:  # a catalog without the section: the memory model's token rule
+        return tokens_for(cat.data["tokens"], width, height, frames)
+    rule = cat.data["frames"]["rule"]
+    base, step = rule["base"], rule["step"]
+    frames = base + -(-max(0, int(frames) - base) // step) * step  # ComfyUI snaps the length up to 5 + 17n
+    latent_t = seq.first_latent_frames + (frames - base) // step * seq.latent_frames_per_step
+    px = cat.spatial_tokens_px  # the latent is padded to whole 2x2 patches
+    video = latent_t * max(1, -(-int(height) // px)) * max(1, -(-int(width) // px))
+    audio = 2 * round(frames / seq.fps * seq.audio_rows_per_second / 2)
+    return int(seq.text_tokens + audio + video)
+
+
+def block_flops(arch: dict) -> tuple[float, float]:
+    """(FLOPs per token, FLOPs per token pair) of one DiT block: qkv + out projection + SwiGLU; QK^T + AV."""
+    hidden, inner, ffn = arch["hidden"], arch["heads"] * arch["head_dim"], arch["ffn"]
+    linear = 2.0 * hidden * (3 * inner + inner + 2 * ffn + ffn)
+    return linear, 4.0 * inner
+
+
+def compute_dtype(fingerprint: dict, backend: str | None = None, catalog: Catalog | None = None) -> str:
+    """The dtype ComfyUI computes H3 in there: the catalog's comfyui.compute_dtype for the backend (float32 on
+    a CPU, else bf16: comfy/model_management.py should_use_bf16); without a catalog, that same rule."""
+    backend = backend or _backend(fingerprint)
+    if catalog is not None:
+        return catalog.comfyui.dtype_on(backend)
+    return "float32" if backend == "cpu" else "bfloat16"
+
+
+def _gpu(fingerprint: dict) -> dict | None:
+    gpus = [g for g in fingerprint.get("gpus") or [] if g.get("backend")]
+    return max(gpus, key=lambda g: g.get("memory_total_bytes") or 0) if gpus else None
+
+
+def _backend(fingerprint: dict) -> str:
+    gpu = _gpu(fingerprint)
+    return gpu["backend"] if gpu else "cpu"
+
+
+def _cc(text) -> tuple | None:
+    try:
+        return tuple(int(p) for p in str(text).split(".")[:2]) if text else None
+    except ValueError:
+        return None
+
+
+def match_device(gpu: dict, table) -> throughput_mod.DeviceRow | None:
+    """The table row for `gpu`: the longest name substring that matches, else its vendor's generation row."""
+    name = " " + " ".join(str(gpu.get("name") or "").lower().split()) + " "
+    vendor = gpu.get("vendor")
+    best, best_len = None, 0
+    for row in table.devices:
+        if row.vendor != vendor:
+            continue
+        for n in row.names:
+            if n in name and len(n) > best_len:
+                best, best_len = row, len(n)
+    if best is not None:
+        return best
+    cc = _cc(gpu.get("compute_capability"))
+    for row in table.devices:
+        if row.vendor != vendor or row.generation is None:
+            continue
+        lo, hi = row.generation
+        if cc is None and (lo is not None or hi is not None):
+            continue
+        if (lo is None or cc >= lo) and (hi is None or cc <= hi):
+            return row
+    return None
+
+
+def _cpu_peak(fingerprint: dict, table) -> tuple[float, float, str]:
+    """(fp32 TFLOPS, GB/s, description) of the CPU from its cores, widest SIMD flag and clock."""
+    cpu = fingerprint.get("cpu") or {}
+    flags = {str(f).lower() for f in cpu.get("flags") or []}
+    per, flag = table.cpu.scalar_flops_per_cycle, "scalar"
+    for name, value in table.cpu.flops_per_cycle:
+        if name in flags:
+            per, flag = value, name
+            break
+    m = _CLOCK.search(str(cpu.get("model") or ""))
+    clock = float(m.group(1)) if m else table.cpu.clock_ghz
+    cores = max(1, int(cpu.get("physical_cores") or cpu.get("logical_cores") or 1))
+    tflops = cores * per * clock / 1000.0
+    what = (f"{cores} cores x {per:g} FLOP/cycle ({flag}) x {clock:g} GHz"
+            + ("" if m else " (assumed clock)") + f" = {tflops * 1000:.0f} GFLOPS fp32")
+    return tflops, table.cpu.bandwidth, what
+
+
+def rates_from_table(fingerprint: dict, catalog: Catalog, dtype: str, *, backend: str | None = None,
+                     table=None, weight_format: str | None = None) -> dict:
+    """A `timing` mapping for this machine from profiles/throughput.yaml (source "table: <row>").
+
+    `dtype` is the compute dtype (bf16/bfloat16, fp16, fp32/float32); `backend` forces one (cpu for a
+    CPU-only plan on a machine with a GPU); `table` defaults to the one read with the catalog
+    (data.catalog.load), else the shipped throughput.yaml. `weight_format` is the DiT's format: one whose
+    catalog entry says `compute: int8|fp8|fp4` runs its linear layers at the row's 8-bit rate on CUDA."""
+    table = table or getattr(catalog, "throughput", None) or throughput_mod.load()
+    backend = backend or _backend(fingerprint)
+    dt = DTYPE_NAMES.get(str(dtype).lower(), "bfloat16")
+    gpu = _gpu(fingerprint) if backend != "cpu" else None
+    row = match_device(gpu, table) if gpu else None
+    if gpu is None or row is None:
+        backend = "cpu" if gpu is None else backend
+        dt = "float32" if backend == "cpu" else dt
+        tflops, bandwidth, what = _cpu_peak(fingerprint, table)
+        row_id = "cpu" if gpu is None else f"{gpu.get('vendor')} (not in the table; CPU figures)"
+    else:
+        tflops = {"bfloat16": row.bf16, "float16": row.fp16, "float32": row.fp32}[dt]
+        bandwidth, row_id = row.bandwidth, row.id
+        what = f"{tflops:g} TFLOPS {dt} dense, {bandwidth:g} GB/s ({row.source})"
+    eff = table.efficiency[backend if backend in table.efficiency else "cpu"]
+    linear_tflops = tflops
+    low = (catalog.formats.get(weight_format) or {}).get("compute") if weight_format else None
+    if low and backend == "cuda" and row is not None and row.int8:
+        linear_tflops = max(tflops, row.int8)  # quantized linears; attention stays in the compute dtype
+        what += f"; {weight_format} linears at {row.int8:g} TOPS {low}"
+    linear_rate = linear_tflops * 1e12 * eff["linear"]
+    attn_rate = tflops * 1e12 * eff["attention"]
+    bytes_rate = bandwidth * 1e9 * table.memory_efficiency
+    arch = catalog.data["architecture"]
+    per_token, per_pair = block_flops(arch)
+    weight_bytes = per_token / 2.0 * catalog.blocks * DTYPE_BYTES[dt]  # every block weight read once per call
+    work = catalog.work
+    text_tokens = catalog.sequence.text_tokens if catalog.sequence else 256
+    refiner = (work.refiner_blocks if work else 0) * (per_token * text_tokens / linear_rate
+                                                      + per_pair * text_tokens ** 2 / attn_rate)
+    out = {
+        "source": f"table: {row_id} ({what}; efficiency {eff['linear']:g} linear, {eff['attention']:g} attention)",
+        "device": backend if backend in ("cpu", "cuda", "mps", "rocm", "xpu") else "cpu",
+        "dtype": dt,
+        "block_s_per_token": per_token / linear_rate,
+        "block_s_per_token2": per_pair / attn_rate,
+        "step_fixed_s": weight_bytes / bytes_rate + refiner + table.call_overhead_s.get(backend, 0.0),
+        # patch embedding in and the final layer out: 2 x hidden x (video patch 96 + audio 32) x 2 FLOPs
+        "step_fixed_s_per_token": 2.0 * arch["hidden"] * 2 * (96 + 32) / linear_rate,
+    }
+    if work is not None:
+        te_bytes = work.text_encoder_params * DTYPE_BYTES[dt]
+        out["text_encode_s"] = 2.0 * work.text_encoder_params * text_tokens / linear_rate + te_bytes / bytes_rate
+        out["decode_s_per_pixel_frame"] = work.decode_flops_per_pixel_frame / linear_rate
+    return out
+
+
+def estimate_clip(arch: dict, timing: dict, canvas: tuple[int, int], frames: int, steps: int, cfg: float,
+                  catalog: Catalog, *, pass_overhead: float = 0.0) -> dict:
+    """Seconds and minutes for one clip at `canvas` x `frames`, `steps` steps, guidance `cfg`, with `timing`'s rates.
+
+    `arch` needs `blocks` (or `blocks_total`, as the runner reports it); the catalog's architecture fills it in.
+    `pass_overhead` is the share every model call takes longer when h3kit streams the DiT (0.84: +84%)."""
+    w, h = int(canvas[0]), int(canvas[1])
+    tokens = sequence_tokens(catalog, w, h, int(frames))
+    blocks = int(arch.get("blocks_total") or arch.get("blocks") or catalog.blocks)
+    calls = 1 if abs(float(cfg) - 1.0) < 1e-9 else 2
+    per_call = (blocks * (float(timing["block_s_per_token"]) * tokens + float(timing["block_s_per_token2"]) * tokens ** 2)
+                + float(timing["step_fixed_s"]) + float(timing.get("step_fixed_s_per_token") or 0.0) * tokens)
+    per_call *= 1.0 + max(0.0, float(pass_overhead or 0.0))
+    per_step = calls * per_call
+    sampling = int(steps) * per_step
+    text = float(timing.get("text_encode_s") or 0.0)
+    decode = float(timing.get("decode_s_per_pixel_frame") or 0.0) * w * h * int(frames)
+    total = sampling + text + decode
+    return {"tokens": tokens, "model_calls_per_step": calls, "seconds_per_call": per_call,
+            "seconds_per_step": per_step, "sampling_s": sampling, "text_encode_s": text, "decode_s": decode,
+            "seconds_per_clip": total, "minutes_per_clip": total / 60.0, "source": str(timing.get("source", ""))}

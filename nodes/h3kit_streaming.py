@@ -1,0 +1,362 @@
+"""The streamed blocks at run time: read each one as the model reaches it, free it after.
+
+`h3kit_streaming_load.load_streamed` builds the model with every block
+parameter an empty placeholder and hands the blocks to a `BlockStream`. A
+forward pre-hook on every block calls `BlockStream.before`, which reads that
+block's bytes through h3kit's native streamer (a pread ring filled by a C
+thread, which reads the next `prefetch_blocks` blocks while this one
+computes), copies them into the parameters in the dtype ComfyUI chose for
+that device (so a bf16 file computes in fp32 on --cpu, exactly as stock),
+and applies the patcher's weight patches (LoRA) to them with ComfyUI's own
+`patch_weight_to_device`; the forward hook (`after`) puts the placeholders
+back. The first `preload_bytes` worth of blocks keep their weights once read
+(per device and patch set). Blocks not resident share one set of buffers
+(every block has the same layers), so the memory a streamed block costs is
+one block in the compute dtype plus the read ring in the file's dtype.
+
+The prefetch queue is kept in model order and round the end of the model to
+the start of the next call; anything out of that order (an interrupted
+call, a patched block that was skipped, a changed patch set) restarts the
+streamer at the block asked for. A read that fails, or a file that changed
+under us, becomes one StreamError naming the file and the block; the
+streamer is then closed, so the next prompt starts clean.
+
+torch and comfy are imported inside functions: the pack must import without them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from collections import deque
+
+from .h3kit_streaming_logic import (StreamError, chunk_count, merge_ranges, pieces, stamp_change, stats_document,
+                                    upcoming, write_json_atomic)
+
+LOG = logging.getLogger("h3kit")
+
+
+def _dtype(name: str):
+    import torch
+    return {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+            "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+            "BOOL": torch.bool, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2}[name]
+
+
+class _Spec:
+    """One streamed parameter: where it lives in the model and in the file."""
+
+    __slots__ = ("block", "key", "module", "pname", "shape", "dtype", "file_dtype", "itemsize", "start", "end",
+                 "direct", "placeholder")
+
+    def __init__(self, block, key, module, pname, param, entry, range_start):
+        import torch
+        self.block, self.key, self.module, self.pname = block, key, module, pname
+        self.shape, self.dtype = tuple(param.shape), param.dtype
+        self.file_dtype = _dtype(entry["dtype"])
+        self.itemsize = torch.empty(0, dtype=self.file_dtype).element_size()
+        self.start, self.end = entry["start"], entry["end"]
+        # chunk edges fall on range_start + k * read_size (a whole MiB): element-aligned iff the tensor is
+        self.direct = (self.start - range_start) % self.itemsize == 0
+        self.placeholder = torch.nn.Parameter(torch.empty(0, dtype=param.dtype), requires_grad=False)
+
+    def put(self, tensor) -> None:
+        import torch
+        self.module._parameters[self.pname] = torch.nn.Parameter(tensor, requires_grad=False)
+
+    def clear(self) -> None:
+        self.module._parameters[self.pname] = self.placeholder
+
+
+class BlockStream:
+    """Reads blocks on demand through the native streamer and keeps the prefetch queue in model order."""
+
+    def __init__(self, path, stamp, bridge, specs: dict, plan: dict, stats_path):
+        self.path, self.stamp, self.bridge = str(path), stamp, bridge
+        self.specs, self.plan = specs, plan
+        self.order = sorted(specs)
+        self.resident = set(plan["resident"])
+        self.ranges = {b: merge_ranges((s.start, s.end) for s in ss) for b, ss in specs.items()}
+        self.chunks = {b: chunk_count(r, plan["read_size"]) for b, r in self.ranges.items()}
+        self.keys = {s.key for ss in specs.values() for s in ss}
+        self.modules = {s.key.rsplit(".", 1)[0] for s in self.keys_specs()}
+        self.stats_path = stats_path
+        self.streamer, self.queue = None, deque()
+        self.loaded: dict[int, tuple] = {}  # resident block -> (device, patches uuid) it was read for
+        self.live: set[int] = set()
+        self.ahead: dict | None = None  # the block being converted by the helper thread
+        self.set_in_use = None  # which of the two buffer sets the computing block uses
+        self.slots: dict = {}
+        self.closed_totals = {"bytes_read": 0, "reader_wait_s": 0.0}
+        self.patcher_ref = None
+        self.counters = self._fresh()
+        self._base = self._totals()
+        self._t_block = None
+
+    def keys_specs(self):
+        return [s for ss in self.specs.values() for s in ss]
+
+    # -- runs -------------------------------------------------------------------------------------------
+    @staticmethod
+    def _fresh() -> dict:
+        return {"bytes_read": 0, "wait_s": 0.0, "reader_wait_s": 0.0, "compute_s": 0.0, "load_s": 0.0, "model_calls": 0,
+                "blocks_read": 0, "timesteps": set(), "t0": time.perf_counter(), "finished": False}
+
+    def begin_run(self, patcher) -> None:
+        hooked = sorted(k for group in (patcher.hook_patches or {}).values() for k in group if k in self.keys)
+        if hooked:
+            raise StreamError(f"h3kit's streamed loader does not support weight hooks (hook LoRA / keyframed "
+                              f"weights) on its streamed blocks ({hooked[0]}); use a plain LoRA loader, or "
+                              "ComfyUI's Load Diffusion Model.")
+        wrapped = sorted(k for k in patcher.weight_wrapper_patches if k in self.keys)
+        if wrapped:
+            raise StreamError(f"h3kit's streamed loader does not support weight wrappers on its streamed blocks "
+                              f"({wrapped[0]}); use ComfyUI's Load Diffusion Model for this graph.")
+        self.patcher_ref = weakref.ref(patcher)
+        self.counters = self._fresh()
+        self._base = self._totals()
+
+    def end_run(self) -> None:
+        self.release_all()
+        c = self.counters
+        now = self._totals()
+        c.update(bytes_read=now["bytes_read"] - self._base["bytes_read"],
+                 reader_wait_s=now["reader_wait_s"] - self._base["reader_wait_s"],
+                 run_s=time.perf_counter() - c["t0"], steps=len(c["timesteps"]), finished=True)
+        self.write_stats()
+
+    def write_stats(self) -> None:
+        if self.stats_path is None:
+            return
+        try:
+            write_json_atomic(self.stats_path, stats_document(self.path, len(self.order), self.counters, self.plan))
+        except OSError as exc:  # the figures are a report, never a reason to fail a prompt
+            LOG.warning("h3kit: could not write %s: %s", self.stats_path, exc)
+
+    def model_call(self, args) -> None:
+        self.counters["model_calls"] += 1
+        try:
+            self.counters["timesteps"].add(float(args[1].flatten()[0]))
+        except Exception:
+            pass
+
+    # -- the native streamer ------------------------------------------------------------------------------
+    def _totals(self) -> dict:
+        out = dict(self.closed_totals)
+        if self.streamer is not None:
+            st = self.streamer.stats()
+            out["bytes_read"] += st["bytes_read"]
+            out["reader_wait_s"] += st["wait_seconds"]
+        return out
+
+    def close(self) -> None:
+        self._settle()
+        if self.streamer is not None:
+            st = self.streamer.stats()
+            self.closed_totals["bytes_read"] += st["bytes_read"]
+            self.closed_totals["reader_wait_s"] += st["wait_seconds"]
+            self.streamer.close()
+        self.streamer = None
+        self.queue.clear()
+
+    def _restart(self) -> None:
+        self.close()
+        try:
+            self.streamer = self.bridge.Streamer(self.path, read_size=self.plan["read_size"], depth=self.plan["depth"])
+        except Exception as exc:
+            raise StreamError(f"h3kit streamed loader: cannot open {self.path} for streaming: {exc}") from exc
+
+    def _submit(self, block: int) -> None:
+        for start, end in self.ranges[block]:
+            self.streamer.submit(start, end - start)
+        self.queue.append(block)
+
+    def _top_up(self, block: int, reading: bool, skip: set) -> None:
+        want = ([block] if reading else []) + upcoming(block, self.order, skip, self.plan["prefetch_blocks"])
+        have = ([self.ahead["block"]] if self.ahead else []) + list(self.queue)
+        if have == want[:len(have)]:
+            for b in want[len(have):]:
+                self._submit(b)
+
+    # -- the hooks -------------------------------------------------------------------------------------
+    def _patcher(self):
+        return self.patcher_ref() if self.patcher_ref is not None else None
+
+    def before(self, block: int, args) -> None:
+        import torch
+        t0 = time.perf_counter()
+        x = args[0] if args else None
+        device = x.device if torch.is_tensor(x) else torch.device("cpu")
+        try:
+            self._ensure(block, device)
+        except StreamError:
+            self.close()
+            raise
+        except Exception as exc:
+            self.close()
+            if type(exc).__name__ == "InterruptProcessingException":
+                raise
+            raise StreamError(f"h3kit streamed loader: reading block {block} of {self.path} failed: {exc}. "
+                              "If the file was cut short or changed, restore or re-download it and queue the "
+                              "prompt again.") from exc
+        self.counters["load_s"] += time.perf_counter() - t0
+        self._t_block = time.perf_counter()
+
+    def after(self, block: int) -> None:
+        if self._t_block is not None:
+            self.counters["compute_s"] += time.perf_counter() - self._t_block
+            self._t_block = None
+        if block not in self.resident:
+            self._release(block)
+
+    def _ensure(self, block: int, device) -> None:
+        problem = stamp_change(self.path, self.stamp, block)
+        if problem:
+            raise StreamError("h3kit streamed loader: " + problem)
+        for other in list(self.live):
+            if other != block:
+                self._release(other)
+        patcher = self._patcher()
+        uuid = getattr(patcher, "patches_uuid", None)
+        ready = {b for b, held in self.loaded.items() if held == (device, uuid)}
+        if block in ready:
+            self._top_up(block, False, ready)
+            return
+        if block in self.loaded and self.loaded[block][1] == uuid:  # same weights, another device: move them
+            for s in self.specs[block]:
+                s.put(s.module._parameters[s.pname].data.to(device))
+            self.loaded[block] = (device, uuid)
+            self._top_up(block, False, ready | {block})
+            return
+        self.loaded.pop(block, None)
+        keep = block in self.resident
+        job = self.ahead
+        t_wait = time.perf_counter()  # from here until the weights are there, the model waits for them
+        if job is not None and (job["block"], job["device"], job["keep"]) == (block, device, keep):
+            job["done"].wait()
+            self.ahead = None
+            if job["error"] is not None:
+                raise job["error"]
+            dest, used = job["dest"], job["set"]
+            self._top_up(block, False, ready | ({block} if keep else set()))
+        else:
+            self._settle()
+            if self.streamer is None or not self.queue or self.queue[0] != block:
+                self._restart()
+                self._submit(block)
+            self._top_up(block, True, ready | ({block} if keep else set()))
+            used = None if keep else 0
+            dest = self._read(block, device, keep, used)
+            self.queue.popleft()
+        self.counters["wait_s"] += time.perf_counter() - t_wait
+        for s in self.specs[block]:
+            s.put(dest[id(s)])
+        self.set_in_use = used
+        self._patch(block, patcher, device)
+        self.counters["blocks_read"] += 1
+        if block in self.resident:
+            self.loaded[block] = (device, uuid)
+        else:
+            self.live.add(block)
+        self._convert_ahead(device, ready | ({block} if keep else set()))
+
+    # -- one block converted ahead, in a thread, while this one computes -------------------------------------
+    def _convert_ahead(self, device, ready: set) -> None:
+        """Start reading and converting the next queued block into the other buffer set.
+
+        The C thread has already read it into the ring (prefetch); what is left is the copy into the compute
+        dtype, which this thread does while the model computes the current block (torch releases the GIL).
+        Only this thread and the main thread's reads touch the streamer, never both at once: the main thread
+        waits for it (`_settle`) before it reads, restarts or closes.
+        """
+        if self.ahead is not None or not self.queue or self.queue[0] in ready:
+            return
+        block = self.queue.popleft()
+        keep = block in self.resident
+        job = {"block": block, "device": device, "keep": keep, "set": None if keep else 1 - (self.set_in_use or 0),
+               "done": threading.Event(), "error": None, "dest": None}
+
+        import torch
+        inference = torch.is_inference_mode_enabled()  # thread-local: the sampler's mode must hold in the helper too
+
+        def run():
+            try:
+                with torch.inference_mode(inference), torch.no_grad():
+                    job["dest"] = self._read(block, device, keep, job["set"])
+            except BaseException as exc:  # handed to the main thread when it needs the block
+                job["error"] = exc
+            finally:
+                job["done"].set()
+
+        self.ahead = job
+        threading.Thread(target=run, name=f"h3kit-block-{block}", daemon=True).start()
+
+    def _settle(self) -> None:
+        """Wait for the block being converted ahead and drop it (its chunks are consumed, its buffers free)."""
+        job, self.ahead = self.ahead, None
+        if job is not None:
+            job["done"].wait()
+
+    def _dest(self, s: _Spec, device, keep: bool, which):
+        import torch
+        if keep:
+            return torch.empty(s.shape, dtype=s.dtype, device=device)
+        # the same layer of every block shares a buffer in each of the two sets (one computes, one fills)
+        slot = (which, s.key.split(".", 3)[-1], s.shape, s.dtype, str(device))
+        if slot not in self.slots:
+            self.slots[slot] = torch.empty(s.shape, dtype=s.dtype, device=device)
+        return self.slots[slot]
+
+    def _read(self, block: int, device, keep: bool, which) -> dict:
+        """The block's chunks from the streamer, converted into its parameters' dtype: {id(spec): tensor}."""
+        import torch
+        specs = self.specs[block]
+        dest = {id(s): self._dest(s, device, keep, which) for s in specs}
+        staged: dict = {}
+        spans = [(s, s.start, s.end) for s in specs]
+        for _ in range(self.chunks[block]):
+            item = self.streamer.next()
+            if item is None:
+                raise StreamError(f"h3kit streamed loader: the streamer of {self.path} ran dry before block {block}.")
+            off, view = item
+            raw = torch.frombuffer(view, dtype=torch.uint8) if len(view) else None
+            for s, a, b in pieces(off, len(view), spans):
+                src = raw[a - off:b - off]
+                if s.direct:
+                    lo, hi = (a - s.start) // s.itemsize, (b - s.start) // s.itemsize
+                    dest[id(s)].view(-1)[lo:hi].copy_(src.view(s.file_dtype))
+                else:
+                    buf = staged.setdefault(id(s), torch.empty(s.end - s.start, dtype=torch.uint8))
+                    buf[a - s.start:b - s.start].copy_(src)
+            del raw, view
+        for s in specs:
+            if id(s) in staged:
+                dest[id(s)].view(-1).copy_(staged.pop(id(s)).view(s.file_dtype))
+        return dest
+
+    def _patch(self, block: int, patcher, device) -> None:
+        if patcher is None or not patcher.patches:
+            return
+        import comfy.model_patcher
+        base = comfy.model_patcher.ModelPatcher.patch_weight_to_device
+        for s in self.specs[block]:
+            if s.key in patcher.patches:
+                s.put(base(patcher, s.key, device_to=device, return_weight=True))
+
+    def _release(self, block: int) -> None:
+        for s in self.specs[block]:
+            s.clear()
+        self.live.discard(block)
+
+    def drop_buffers(self) -> None:
+        """Free the two buffer sets and a block converted ahead; the next block read makes them again."""
+        self._settle()
+        self.release_all()
+        self.slots.clear()
+        self.set_in_use = None
+
+    def release_all(self) -> None:
+        for b in list(self.live):
+            self._release(b)

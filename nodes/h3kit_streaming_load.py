@@ -1,0 +1,233 @@
+"""Building the streamed model: comfy.sd.load_diffusion_model's steps with the blocks left on disk.
+
+`load_streamed` reads the safetensors header, loads the tensors outside
+`blocks.N.*` (the embeddings, token refiner and final layer ComfyUI keeps
+anyway), lets ComfyUI detect the model and choose its dtypes from a state
+dict whose block tensors are shape-only (`meta`), builds the model with
+ComfyUI's own classes, replaces every block parameter by an empty
+placeholder (recording the dtype ComfyUI gave it, which is what a block is
+converted to when it is read) and wraps it in `patcher_class()`, a
+ModelPatcher that leaves those blocks to `h3kit_streaming.BlockStream`.
+Only safetensors MiniMax H3 DiTs are streamed; anything else is refused
+with a sentence naming the loader to use instead.
+
+torch and comfy are imported inside functions: the pack must import without them.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from pathlib import Path
+
+from .h3kit_streaming import BlockStream, _dtype, _Spec
+from .h3kit_streaming_logic import (StreamError, file_stamp, group_blocks, merge_ranges, plan_stream, read_header,
+                                    refuse_unsupported)
+
+LOG = logging.getLogger("h3kit")
+ATTR = "h3kit_stream"
+_PATCHER_CLASS = None
+
+
+def _native(bridge=None):
+    """The h3k_native bridge (the pack's copy), loaded, or one sentence saying why not."""
+    if bridge is None:
+        try:
+            from . import h3k_native as bridge
+        except ImportError:
+            try:
+                import h3k_native as bridge
+            except ImportError as exc:
+                raise StreamError("h3kit's native bridge (h3k_native) is missing from the node pack; run "
+                                  "'h3kit apply' (or use ComfyUI's Load Diffusion Model).") from exc
+    try:
+        bridge.load()
+    except Exception as exc:
+        raise StreamError(f"h3kit's native library does not load here ({exc}); run 'h3kit build' and "
+                          "'h3kit apply', or use ComfyUI's Load Diffusion Model.") from exc
+    return bridge
+
+
+def patcher_class():
+    """ModelPatcher that leaves the streamed blocks to BlockStream (built once, after comfy imports).
+
+    Without it ComfyUI's load would patch and move the placeholders itself (a LoRA on a placeholder is a
+    shape error). It leaves the streamed modules out of the load list and patches their weights per block
+    instead; clones (LoraLoader, model patches) keep the class, because ModelPatcher.clone uses it.
+    """
+    global _PATCHER_CLASS
+    if _PATCHER_CLASS is not None:
+        return _PATCHER_CLASS
+    import comfy.model_patcher
+
+    class H3kitStreamedModelPatcher(comfy.model_patcher.ModelPatcher):
+        def _stream(self):
+            return getattr(self.model, ATTR, None)
+
+        def _load_list(self, *args, **kwargs):
+            out = super()._load_list(*args, **kwargs)
+            stream = self._stream()
+            return out if stream is None else [x for x in out if x[-3] not in stream.modules]
+
+        def patch_weight_to_device(self, key, device_to=None, inplace_update=False, return_weight=False,
+                                   force_cast=False):
+            stream = self._stream()
+            if stream is not None and key in stream.keys:
+                return None  # BlockStream patches this weight each time it reads the block
+            return super().patch_weight_to_device(key, device_to, inplace_update, return_weight, force_cast)
+
+        def load(self, *args, **kwargs):
+            out = super().load(*args, **kwargs)
+            stream = self._stream()
+            if stream is not None:  # the clone whose patches ComfyUI just put on the device
+                stream.patcher_ref = weakref.ref(self)
+            return out
+
+        def unpatch_model(self, *args, **kwargs):
+            out = super().unpatch_model(*args, **kwargs)
+            stream = self._stream()
+            if stream is not None:  # ComfyUI unloads the model: the block buffers go too (they live outside it)
+                stream.drop_buffers()
+            return out
+
+        def pre_run(self):
+            super().pre_run()
+            stream = self._stream()
+            if stream is not None:
+                stream.begin_run(self)
+
+        def cleanup(self):
+            stream = self._stream()
+            try:
+                if stream is not None:
+                    stream.end_run()
+            finally:
+                super().cleanup()
+
+    _PATCHER_CLASS = H3kitStreamedModelPatcher
+    return _PATCHER_CLASS
+
+
+def model_options_for(weight_dtype: str) -> dict:
+    """UNETLoader's weight_dtype choices, the same way it maps them."""
+    import torch
+    if weight_dtype == "fp8_e4m3fn":
+        return {"dtype": torch.float8_e4m3fn}
+    if weight_dtype == "fp8_e4m3fn_fast":
+        return {"dtype": torch.float8_e4m3fn, "fp8_optimizations": True}
+    if weight_dtype == "fp8_e5m2":
+        return {"dtype": torch.float8_e5m2}
+    return {}
+
+
+def load_streamed(path, weight_dtype: str = "default", preload_bytes: int = 0, shard_size_bytes: int = 0,
+                  prefetch_blocks: int = 1, stats_path=None, bridge=None):
+    """A ModelPatcher for the H3 DiT in `path` with its blocks streamed (comfy.sd.load_diffusion_model's steps)."""
+    import torch
+    import safetensors
+    import comfy.model_detection
+    import comfy.model_management as mm
+    import comfy.supported_models
+    import comfy.utils
+
+    path = Path(path)
+    if str(path).lower().endswith(".gguf"):
+        refuse_unsupported(path, {})
+    header = read_header(path)
+    tensors = header["tensors"]
+    refuse_unsupported(path, tensors)
+    bridge = _native(bridge)
+    stamp = file_stamp(path)
+    blocks, rest = group_blocks(sorted(tensors, key=lambda n: tensors[n]["start"]))
+    with safetensors.safe_open(str(path), framework="pt", device="cpu") as f:
+        small = {n: f.get_tensor(n) for n in rest}
+    sd = dict(small)
+    for names in blocks.values():
+        for n in names:
+            sd[n] = torch.empty(tensors[n]["shape"], dtype=_dtype(tensors[n]["dtype"]), device="meta")
+    options = model_options_for(weight_dtype)
+    metadata = header["metadata"] or None
+    parameters = comfy.utils.calculate_parameters(sd)
+    weight_dtype_found = comfy.utils.weight_dtype(sd)
+    load_device = mm.get_torch_device()
+    config = comfy.model_detection.model_config_from_unet(sd, "", metadata=metadata)
+    if config is None or not isinstance(config, comfy.supported_models.MiniMaxH3):
+        raise StreamError(f"{path.name} is not a MiniMax H3 DiT (ComfyUI detects it as "
+                          f"{type(config).__name__ if config else 'nothing it knows'}); h3kit's streamed loader "
+                          "streams H3 only: use ComfyUI's Load Diffusion Model for it.")
+    offload_device = mm.unet_offload_device()
+    dtype = options.get("dtype")
+    if dtype is None:
+        dtype = mm.unet_dtype(model_params=parameters, supported_dtypes=list(config.supported_inference_dtypes),
+                              weight_dtype=weight_dtype_found)
+    manual_cast = mm.unet_manual_cast(dtype, load_device, config.supported_inference_dtypes)
+    try:
+        config.set_inference_dtype(dtype, manual_cast, device=load_device)
+    except TypeError:  # releases before the device argument
+        config.set_inference_dtype(dtype, manual_cast)
+    if options.get("fp8_optimizations"):
+        config.optimizations["fp8"] = True
+    model = config.get_model(sd, "")
+    specs, compute_block_bytes = _strip_blocks(model.diffusion_model, blocks, tensors, path)
+    ranges = {b: merge_ranges((s.start, s.end) for s in ss) for b, ss in specs.items()}
+    plan = plan_stream(ranges, shard_size_bytes, prefetch_blocks, preload_bytes)
+    stream = BlockStream(path, stamp, bridge, specs, plan, stats_path)
+    setattr(model, ATTR, stream)
+    for b, block in enumerate(model.diffusion_model.blocks):
+        block.register_forward_pre_hook(lambda m, args, b=b: stream.before(b, args))
+        block.register_forward_hook(lambda m, args, out, b=b: stream.after(b))
+    model.diffusion_model.register_forward_pre_hook(lambda m, args: stream.model_call(args))
+    held = mm.module_size(model) + compute_block_bytes * (len(plan["resident"]) + 1) + plan["ring_bytes"]
+    patcher = patcher_class()(model, load_device=load_device, offload_device=offload_device, size=held)
+    if not mm.is_device_cpu(offload_device):
+        model.to(offload_device)
+    to_load = config.process_unet_state_dict(small)
+    missing, unexpected = model.diffusion_model.load_state_dict(to_load, strict=False)
+    missing = [k for k in missing if k not in {s.key.split(".", 1)[1] for s in stream.keys_specs()}]
+    if missing:
+        LOG.warning("h3kit streamed loader: %s lacks %s", path.name, ", ".join(missing[:8]))
+    if unexpected:
+        LOG.info("h3kit streamed loader: left over keys in %s: %s", path.name, ", ".join(unexpected[:8]))
+    LOG.info("h3kit streamed loader: %s, %d blocks streamed in %d-byte reads, ring %d x %d, prefetch %d, "
+             "%d resident, compute dtype %s", path.name, len(specs) - len(plan["resident"]), plan["read_size"],
+             plan["depth"], plan["read_size"], plan["prefetch_blocks"], len(plan["resident"]), dtype)
+    return patcher
+
+
+def _strip_blocks(dm, blocks: dict, tensors: dict, path: Path):
+    """Specs for every block parameter, with the parameter replaced by an empty placeholder."""
+    if len(dm.blocks) != len(blocks):
+        raise StreamError(f"{path.name} has {len(blocks)} blocks but ComfyUI built {len(dm.blocks)}; the file's "
+                          "block numbering has gaps: re-download it.")
+    specs: dict[int, list[_Spec]] = {}
+    block_bytes = 0
+    for b, names in blocks.items():
+        block = dm.blocks[b]
+        params = dict(block.named_parameters())
+        file_keys = {n[len(f"blocks.{b}."):] for n in names}
+        if set(params) != file_keys:
+            lacking = sorted(file_keys - set(params)) or sorted(set(params) - file_keys)
+            raise StreamError(f"block {b} of {path.name} does not match the model ComfyUI built ({lacking[0]}); "
+                              "if this ComfyUI streams weights itself (dynamic VRAM), start it with "
+                              "--disable-dynamic-vram to use h3kit's streamer, or use Load Diffusion Model.")
+        range_start = {}
+        for start, end in merge_ranges((tensors[n]["start"], tensors[n]["end"]) for n in names):
+            for n in names:
+                if start <= tensors[n]["start"] < end:
+                    range_start[n] = start
+        out = []
+        total = 0
+        for n in names:
+            rel = n[len(f"blocks.{b}."):]
+            param = params[rel]
+            if list(param.shape) != tensors[n]["shape"]:
+                raise StreamError(f"{n} in {path.name} has shape {tensors[n]['shape']} but the model wants "
+                                  f"{list(param.shape)}; re-download the file.")
+            owner, _, pname = rel.rpartition(".")
+            module = block.get_submodule(owner) if owner else block
+            out.append(_Spec(b, f"diffusion_model.{n}", module, pname, param, tensors[n], range_start[n]))
+            total += param.numel() * param.element_size()
+            out[-1].clear()
+        specs[b] = out
+        block_bytes = max(block_bytes, total)
+    return specs, block_bytes

@@ -1,0 +1,264 @@
+"""What the streamed DiT loader decides, without importing ComfyUI or torch.
+
+The loader (`h3kit_streaming`) keeps a DiT's transformer blocks on disk and
+reads each one when the model reaches it. Everything here is arithmetic on
+the safetensors header and on the node's inputs, so it is tested on its own:
+
+- `read_header` parses the file's JSON header (the 8-byte little-endian
+  length, then the table) into absolute byte ranges, and refuses a file the
+  header says is longer than it is -- naming the first block that lies past
+  the end, so a cut-short download is reported before any prompt runs;
+- `group_blocks` sorts tensor names into `blocks.N.*` (streamed) and the
+  rest (loaded once, like ComfyUI's own loader does);
+- `plan_stream` turns shard size, prefetch depth and preload into the
+  native streamer's read size and ring depth, and says which blocks stay
+  resident;
+- `pieces` maps one chunk the streamer delivered onto the tensors it holds;
+- `upcoming` is the prefetch order: the blocks after the current one, round
+  the end of the model to the start of the next call (the sampler calls the
+  model again for the next step);
+- `stats_document` / `write_json_atomic` write `h3kit_streaming_stats.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import struct
+from pathlib import Path
+
+STATS_FILE = "h3kit_streaming_stats.json"
+STATS_SCHEMA = "h3kit.streaming_stats/1"
+BLOCK_RE = re.compile(r"^blocks\.(\d+)\.")
+MIB = 1 << 20
+# The native streamer's limits (payload/h3k.c h3k_streamer_open): one read at most 2 GiB, at most 64 buffers.
+MAX_READ = 1 << 31
+MAX_DEPTH = 64
+MAX_HEADER = 256 * MIB  # far above any real header; a bigger length field means the file is not safetensors
+DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
+               "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "U32": 4, "U64": 8}
+# Keys of ComfyUI's quantized formats (scaled fp8, comfy_quant): their weights need ComfyUI's own converters.
+QUANT_MARKERS = ("scale_weight", "scale_input", "weight_scale", "input_scale", "comfy_quant", "scaled_fp8")
+
+
+class StreamError(RuntimeError):
+    """A sentence for the user: what is wrong with which file (and block), and what to do."""
+
+
+def _block_of(name: str) -> int | None:
+    m = BLOCK_RE.match(name)
+    return int(m.group(1)) if m else None
+
+
+def read_header(path: str | os.PathLike) -> dict:
+    """{"tensors": {name: {dtype, shape, start, end}}, "metadata", "data_start", "file_size"}; offsets absolute."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            head = f.read(8)
+            if len(head) < 8:
+                raise StreamError(f"{path} is not a safetensors file (only {size} bytes); re-download it.")
+            (length,) = struct.unpack("<Q", head)
+            if length > min(MAX_HEADER, size - 8):
+                raise StreamError(f"{path} is not a safetensors file or is cut short (its header claims {length} "
+                                  f"bytes of a {size}-byte file); re-download it.")
+            raw = f.read(length)
+    except OSError as exc:
+        raise StreamError(f"cannot read {path}: {exc.strerror or exc}; check that the file exists and that "
+                          "ComfyUI may read it.") from exc
+    try:
+        table = json.loads(raw.decode("utf-8"))
+        if not isinstance(table, dict):
+            raise ValueError("the header is not a JSON object")
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise StreamError(f"{path} has an unreadable safetensors header ({exc}); re-download it.") from exc
+    data_start = 8 + length
+    metadata = table.pop("__metadata__", None) or {}
+    tensors = {}
+    for name, info in table.items():
+        try:
+            begin, end = (int(v) for v in info["data_offsets"])
+            entry = {"dtype": str(info["dtype"]), "shape": [int(d) for d in info["shape"]],
+                     "start": data_start + begin, "end": data_start + end}
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StreamError(f"{path}: the header entry for {name} is malformed ({exc}); re-download the file.") from exc
+        need = math.prod(entry["shape"]) * DTYPE_BYTES.get(entry["dtype"], 0)
+        if entry["dtype"] in DTYPE_BYTES and end - begin != need:
+            raise StreamError(f"{path}: {name} should hold {need} bytes but the header gives {end - begin}; "
+                              "re-download the file.")
+        tensors[name] = entry
+    past = sorted((e["end"], n) for n, e in tensors.items() if e["end"] > size)
+    if past:
+        _, first = min((e["start"], n) for n, e in tensors.items() if e["end"] > size)
+        where = f"block {_block_of(first)}" if _block_of(first) is not None else first
+        raise StreamError(f"{path} is cut short: it has {size} bytes but its tensors need {past[-1][0]} "
+                          f"({where} and after lie past the end); re-download the file.")
+    return {"tensors": tensors, "metadata": metadata, "data_start": data_start, "file_size": size}
+
+
+def refuse_unsupported(path: str | os.PathLike, tensors: dict) -> None:
+    """One sentence for the formats this loader does not stream (it never guesses at a conversion)."""
+    name = Path(path).name
+    if str(path).lower().endswith(".gguf"):
+        raise StreamError(f"{name} is a GGUF file; h3kit's streamed loader reads safetensors only: load it with "
+                          "ComfyUI-GGUF's Unet Loader (GGUF), or pick a .safetensors DiT.")
+    odd = sorted({e["dtype"] for e in tensors.values() if e["dtype"] not in DTYPE_BYTES})
+    if odd:
+        raise StreamError(f"{name} holds tensors of type {', '.join(odd)}, which the streamed loader does not "
+                          "read; use ComfyUI's Load Diffusion Model (UNETLoader) for it.")
+    quant = sorted(n for n in tensors if n.rsplit(".", 1)[-1] in QUANT_MARKERS)
+    if quant:
+        raise StreamError(f"{name} is a quantized ComfyUI checkpoint ({quant[0]}); the streamed loader streams "
+                          "plain bf16/fp16/fp32/fp8 files only: use ComfyUI's Load Diffusion Model (UNETLoader).")
+    if not any(_block_of(n) is not None for n in tensors):
+        raise StreamError(f"{name} has no blocks.N.* tensors, so there is nothing to stream; it is not an H3 "
+                          "DiT file: use ComfyUI's Load Diffusion Model (UNETLoader).")
+
+
+def group_blocks(names) -> tuple[dict[int, list[str]], list[str]]:
+    """({block index: its tensor names, in file order of the caller}, every other name)."""
+    blocks: dict[int, list[str]] = {}
+    rest: list[str] = []
+    for name in names:
+        b = _block_of(name)
+        if b is None:
+            rest.append(name)
+        else:
+            blocks.setdefault(b, []).append(name)
+    return dict(sorted(blocks.items())), rest
+
+
+def merge_ranges(spans) -> list[tuple[int, int]]:
+    """Sorted [start, end) byte ranges with touching or overlapping ones joined (one read each)."""
+    out: list[list[int]] = []
+    for start, end in sorted(spans):
+        if out and start <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], end)
+        else:
+            out.append([start, end])
+    return [(a, b) for a, b in out]
+
+
+def chunk_count(ranges, read_size: int) -> int:
+    """How many chunks the streamer delivers for these ranges (it cuts each range into read_size pieces)."""
+    return sum(-(-(end - start) // read_size) for start, end in ranges if end > start)
+
+
+def plan_stream(block_ranges: dict[int, list[tuple[int, int]]], shard_size_bytes: int, prefetch_blocks: int,
+                preload_bytes: int) -> dict:
+    """Read size, ring depth and resident blocks for the native streamer.
+
+    A read is `shard_size_bytes` (0: one block, the largest); the ring holds
+    the chunks of `prefetch_blocks` blocks ahead plus the one in use, at most
+    MAX_DEPTH buffers, so a small shard with a deep prefetch is cut down and
+    the depth really reached is reported. `preload_bytes` of blocks (file
+    bytes, like the plan's budget) stay resident once read: the first ones.
+    """
+    if not block_ranges:
+        raise ValueError("no blocks to stream")
+    sizes = {b: sum(e - s for s, e in r) for b, r in block_ranges.items()}
+    largest = max(sizes.values())
+    want = int(shard_size_bytes) if shard_size_bytes and shard_size_bytes > 0 else largest
+    read_size = max(MIB, min(MAX_READ, -(-want // MIB) * MIB))  # whole MiB: the buffers are page-aligned
+    read_size = min(read_size, max(MIB, -(-largest // MIB) * MIB))  # never a buffer bigger than a block needs
+    per_block = max(chunk_count(r, read_size) for r in block_ranges.values())
+    prefetch = max(1, int(prefetch_blocks or 1))
+    depth = min(MAX_DEPTH, prefetch * per_block + 1)
+    reached = max(0, (depth - 1) // per_block)
+    order = sorted(block_ranges)
+    resident_n = min(len(order), max(0, int(preload_bytes or 0)) // largest) if largest else 0
+    return {"read_size": read_size, "depth": depth, "chunks_per_block": per_block, "prefetch_blocks": reached,
+            "prefetch_asked": prefetch, "resident": order[:resident_n], "ring_bytes": depth * read_size,
+            "block_bytes": largest, "streamed_bytes_per_pass": sum(sizes[b] for b in order[resident_n:])}
+
+
+def pieces(chunk_offset: int, chunk_length: int, spans) -> list[tuple[object, int, int]]:
+    """(key, start, end) for each span of `spans` [(key, start, end)] overlapping the chunk, clipped to it."""
+    lo, hi = chunk_offset, chunk_offset + chunk_length
+    return [(k, max(s, lo), min(e, hi)) for k, s, e in spans if s < hi and e > lo and e > s]
+
+
+def upcoming(current: int, order: list[int], skip, count: int) -> list[int]:
+    """The next `count` blocks after `current` in `order`, wrapping round, leaving out those in `skip`."""
+    if current not in order or count <= 0:
+        return []
+    i = order.index(current)
+    out = []
+    for step in range(1, len(order) + 1):
+        b = order[(i + step) % len(order)]
+        if b in skip:
+            continue
+        out.append(b)
+        if len(out) == count:
+            break
+    return out
+
+
+def file_stamp(path: str | os.PathLike) -> tuple | None:
+    """What identifies the file's content cheaply (device, inode, size, mtime); None when it is gone."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def stamp_change(path: str | os.PathLike, was: tuple, block: int) -> str | None:
+    """A sentence when the file under `path` is no longer the one the model was built from."""
+    now = file_stamp(path)
+    if now == was:
+        return None
+    if now is None:
+        return (f"the weight file {path} disappeared while the model was streaming it (at block {block}); "
+                "put it back (or pick another file in the loader) and queue the prompt again.")
+    if now[2] < was[2]:
+        return (f"the weight file {path} shrank from {was[2]} to {now[2]} bytes while the model was streaming "
+                f"it (at block {block}); restore or re-download it and queue the prompt again.")
+    return (f"the weight file {path} changed while the model was streaming it (at block {block}); queue the "
+            "prompt again to reload it.")
+
+
+def profile_defaults(settings: dict) -> dict:
+    """The loader's widget defaults from the pack's profile (plan.settings and plan.settings.streaming)."""
+    streaming = settings.get("streaming") if isinstance(settings.get("streaming"), dict) else {}
+
+    def number(*values, default=0):
+        for v in values:
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0:
+                return int(v)
+        return default
+
+    return {"preload_bytes": number(streaming.get("preload_bytes"), settings.get("preload_bytes")),
+            "shard_size_bytes": number(streaming.get("shard_size_bytes"), settings.get("shard_size_bytes")),
+            "prefetch_blocks": max(1, min(8, number(streaming.get("prefetch_blocks"), settings.get("prefetch_blocks"),
+                                                    default=1)))}
+
+
+def stats_document(file: str, blocks: int, counters: dict, plan: dict) -> dict:
+    """The shape interfaces.md C fixes, plus the figures behind it.
+
+    `wait_s` is the time the model stood still waiting for a block's weights (read and converted);
+    `reader_wait_s` the time the converting thread waited for the native reader (it overlaps compute, so
+    it says whether the disk keeps up, not what it cost); `load_s` all the time spent in the block hooks.
+    """
+    return {"schema": STATS_SCHEMA, "file": file, "blocks": blocks,
+            "bytes_read": int(counters.get("bytes_read", 0)), "wait_s": round(counters.get("wait_s", 0.0), 6),
+            "compute_s": round(counters.get("compute_s", 0.0), 6), "steps": int(counters.get("steps", 0)),
+            "resident_blocks": len(plan.get("resident", [])), "prefetch_blocks": plan.get("prefetch_blocks"),
+            "prefetch_asked": plan.get("prefetch_asked"), "load_s": round(counters.get("load_s", 0.0), 6),
+            "reader_wait_s": round(counters.get("reader_wait_s", 0.0), 6),
+            "model_calls": int(counters.get("model_calls", 0)), "blocks_read": int(counters.get("blocks_read", 0)),
+            "read_size": plan.get("read_size"), "ring_depth": plan.get("depth"), "ring_bytes": plan.get("ring_bytes"),
+            "block_bytes": plan.get("block_bytes"), "run_s": round(counters.get("run_s", 0.0), 6),
+            "finished": bool(counters.get("finished", False))}
+
+
+def write_json_atomic(path: str | os.PathLike, doc: dict) -> None:
+    """Write beside the target and rename over it, so a reader never sees half a file."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)

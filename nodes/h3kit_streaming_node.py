@@ -1,0 +1,63 @@
+"""H3kitStreamedDiTLoader: UNETLoader for MiniMax H3 with the blocks streamed from disk (logic in h3kit_streaming)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .h3kit_logic import PROFILE_FILE, ProfileStore
+from .h3kit_streaming_logic import STATS_FILE, file_stamp, profile_defaults
+
+HERE = Path(__file__).resolve().parent
+STORE = ProfileStore(HERE / PROFILE_FILE)
+STATS_PATH = HERE / STATS_FILE
+WEIGHT_DTYPES = ["default", "fp8_e4m3fn", "fp8_e4m3fn_fast", "fp8_e5m2"]  # UNETLoader's choices
+BYTES_MAX = 1 << 50
+
+
+class H3kitStreamedDiTLoader:
+    """Load an H3 DiT like Load Diffusion Model, but read its transformer blocks from the file as they run."""
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        import folder_paths
+
+        d = profile_defaults(STORE.settings())
+        return {"required": {
+            "unet_name": (folder_paths.get_filename_list("diffusion_models"),),
+            "weight_dtype": (WEIGHT_DTYPES, {"advanced": True}),
+            "preload_bytes": ("INT", {"default": d["preload_bytes"], "min": 0, "max": BYTES_MAX, "step": 1 << 20,
+                                      "tooltip": "Bytes of blocks (file size) kept in memory once read; 0 streams all."}),
+            "shard_size_bytes": ("INT", {"default": d["shard_size_bytes"], "min": 0, "max": BYTES_MAX,
+                                         "step": 1 << 20,
+                                         "tooltip": "Size of one read buffer; 0 means one block."}),
+            "prefetch_blocks": ("INT", {"default": d["prefetch_blocks"], "min": 1, "max": 8,
+                                        "tooltip": "Blocks read ahead while the current one computes."}),
+        }}
+
+    RETURN_TYPES = ("MODEL",)
+    FUNCTION = "load"
+    CATEGORY = "h3kit"
+    DESCRIPTION = ("Loads a MiniMax H3 DiT (safetensors) like Load Diffusion Model, but keeps its transformer "
+                   "blocks on disk: each block is read when the model reaches it (the next ones while it "
+                   "computes) and freed after, through h3kit's native streamer. LoRA and model patches apply "
+                   "per block. Writes h3kit_streaming_stats.json in the pack folder after each run.")
+
+    @classmethod
+    def IS_CHANGED(cls, unet_name, **kwargs):
+        import folder_paths
+
+        path = folder_paths.get_full_path("diffusion_models", unet_name)
+        return str(file_stamp(path) if path else None)  # a replaced or removed file is loaded (or refused) again
+
+    def load(self, unet_name, weight_dtype="default", preload_bytes=0, shard_size_bytes=0, prefetch_blocks=1):
+        import folder_paths
+
+        from .h3kit_streaming_load import load_streamed
+
+        path = folder_paths.get_full_path_or_raise("diffusion_models", unet_name)
+        return (load_streamed(path, weight_dtype, preload_bytes, shard_size_bytes, prefetch_blocks,
+                              stats_path=STATS_PATH),)
+
+
+NODE_CLASS_MAPPINGS = {"H3kitStreamedDiTLoader": H3kitStreamedDiTLoader}
+NODE_DISPLAY_NAME_MAPPINGS = {"H3kitStreamedDiTLoader": "h3kit Streamed DiT Loader"}

@@ -26,6 +26,7 @@ torch and comfy are imported inside functions: the pack must import without them
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 import time
@@ -70,6 +71,21 @@ class _Spec:
         self.module._parameters[self.pname] = self.placeholder
 
 
+# Every live BlockStream, so that at interpreter exit a block still being converted in the helper thread
+# is waited for: a daemon thread inside a torch copy when Python finalizes aborts the process
+# ("terminate called without an active exception").
+_STREAMS: "weakref.WeakSet[BlockStream]" = weakref.WeakSet()
+
+
+@atexit.register
+def _settle_all_at_exit() -> None:
+    for stream in list(_STREAMS):
+        try:
+            stream._settle()
+        except Exception:  # exiting anyway: never turn a clean exit into a traceback
+            pass
+
+
 class BlockStream:
     """Reads blocks on demand through the native streamer and keeps the prefetch queue in model order."""
 
@@ -94,6 +110,7 @@ class BlockStream:
         self.counters = self._fresh()
         self._base = self._totals()
         self._t_block = None
+        _STREAMS.add(self)
 
     def keys_specs(self):
         return [s for ss in self.specs.values() for s in ss]

@@ -246,9 +246,8 @@ def test_with_loaders_installs_the_pack_with_comfyuis_python(small, comfy, tmp_p
     assert models.install_loader_pack(ctx, pack, comfy)["why"] == "already there"
 
 
-def test_a_clone_killed_midway_is_named_in_the_record_and_redone(small, comfy, tmp_path):
-    """Record before write: the pack folder is pending in the record before git makes it, so a half-made
-    clone (killed mid-way) is recognised as ours and redone by the next run, not called 'already there'."""
+def _pack_repo(tmp_path: Path) -> tuple[Path, dict]:
+    """A one-commit git repository standing in for ComfyUI-GGUF, and its pack entry."""
     import subprocess
 
     pack_src = tmp_path / "pack-src"
@@ -256,7 +255,13 @@ def test_a_clone_killed_midway_is_named_in_the_record_and_redone(small, comfy, t
     (pack_src / "__init__.py").write_text("NODE_CLASS_MAPPINGS = {}\n")
     for cmd in (["init", "-q"], ["add", "-A"], ["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "x"]):
         subprocess.run(["git", *cmd], cwd=pack_src, check=True, capture_output=True, timeout=60)
-    pack = {"name": "ComfyUI-GGUF", "folder": "ComfyUI-GGUF", "requirements": "requirements.txt"}
+    return pack_src, {"name": "ComfyUI-GGUF", "folder": "ComfyUI-GGUF", "requirements": "requirements.txt"}
+
+
+def test_a_clone_killed_midway_is_named_in_the_record_and_redone(small, comfy, tmp_path):
+    """Record before write: the pack folder is pending in the record before git makes it, so a half-made
+    clone (killed mid-way) is recognised as ours and redone by the next run, not called 'already there'."""
+    pack_src, pack = _pack_repo(tmp_path)
     ctx = Context()
     dest = comfy / "custom_nodes" / "ComfyUI-GGUF"
     man = load_or_new(ctx.locations.state_dir, comfy)
@@ -277,17 +282,10 @@ def test_a_clone_killed_midway_is_named_in_the_record_and_redone(small, comfy, t
 def test_uninstall_keeps_models_and_models_remove_still_finds_them(run_cli, small, comfy, tmp_path):
     """Uninstall replays the same manifest: it removes a loader pack h3kit installed, keeps the
     weights (by design, they are tens of GB) and leaves their records, so 'models remove' still works after."""
-    import subprocess
-
     for marker in ("comfy", "comfy_extras"):
         (comfy / marker).mkdir()
     (comfy / "nodes.py").write_text("")
-    pack_src = tmp_path / "pack-src"
-    pack_src.mkdir()
-    (pack_src / "__init__.py").write_text("NODE_CLASS_MAPPINGS = {}\n")
-    for cmd in (["init", "-q"], ["add", "-A"], ["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "x"]):
-        subprocess.run(["git", *cmd], cwd=pack_src, check=True, capture_output=True, timeout=60)
-    pack = {"name": "ComfyUI-GGUF", "folder": "ComfyUI-GGUF", "requirements": "requirements.txt"}
+    pack_src, pack = _pack_repo(tmp_path)
     models.install_loader_pack(Context(), pack, comfy, git_url=str(pack_src))
     assert _json(run_cli, "models", "fetch", "--fingerprint", str(FP_4090), "--comfyui", str(comfy))[0] == 0
     files = models.files_for_plan(_plan())

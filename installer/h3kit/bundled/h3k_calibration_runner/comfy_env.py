@@ -188,3 +188,27 @@ def fill_random_(module, torch, seed: int = 0) -> int:
 
 def param_bytes(module) -> int:
     return sum(p.numel() * p.element_size() for p in module.parameters())
+
+
+class ModuleClock:
+    """Forward hooks on modules (DiT blocks, VAE or text-encoder layers): each one's wall time inside a real
+    call, the device synced around it so the time is the module's own, not the queue's."""
+
+    def __init__(self, env, modules):
+        self.env, self.times, self._t0 = env, [], 0.0
+        self.handles = []
+        for m in {id(m): m for m in modules}.values():  # a module listed twice fires its hooks twice already
+            self.handles.append(m.register_forward_pre_hook(self._pre))
+            self.handles.append(m.register_forward_hook(self._post))
+
+    def _pre(self, *_):
+        sync(self.env)
+        self._t0 = time.perf_counter()
+
+    def _post(self, *_):
+        sync(self.env)
+        self.times.append(time.perf_counter() - self._t0)
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()

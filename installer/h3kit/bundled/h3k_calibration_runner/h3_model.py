@@ -168,35 +168,12 @@ def inputs_for(env: dict, model, tokens: int, text_tokens: int, hidden: int):
     return kwargs, payload["layout"].seq_len
 
 
-class BlockClock:
-    """Forward hooks on the DiT blocks: each block's wall time inside a real model call."""
-
-    def __init__(self, env, blocks):
-        self.env, self.times, self._t0 = env, [], 0.0
-        self.handles = []
-        for b in {id(b): b for b in blocks}.values():  # a block listed twice fires its hooks twice already
-            self.handles.append(b.register_forward_pre_hook(self._pre))
-            self.handles.append(b.register_forward_hook(self._post))
-
-    def _pre(self, *_):
-        comfy_env.sync(self.env)
-        self._t0 = time.perf_counter()
-
-    def _post(self, *_):
-        comfy_env.sync(self.env)
-        self.times.append(time.perf_counter() - self._t0)
-
-    def remove(self):
-        for h in self.handles:
-            h.remove()
-
-
 def time_calls(env, model, tokens, text_tokens, hidden, quick, clock_blocks=True, once=False) -> dict:
     """One timed point: median seconds of apply_model (repeat until stable) with per-block times and peaks."""
     torch = env["torch"]
     kwargs, exact = inputs_for(env, model, tokens, text_tokens, hidden)
     blocks = list(model.diffusion_model.blocks)
-    hooks = BlockClock(env, blocks) if clock_blocks else None
+    hooks = comfy_env.ModuleClock(env, blocks) if clock_blocks else None
     runs: list[dict] = []
 
     def run():

@@ -44,33 +44,11 @@ def guard(what: str, fn, *args) -> dict:
                 "traceback": traceback.format_exc(limit=4)}
 
 
-class LayerClock:
-    """Wall time of each layer inside one call (forward hooks; syncs the device around each layer)."""
-
-    def __init__(self, env, layers):
-        self.env, self.times, self.handles = env, [], []
-        for layer in layers:
-            self.handles.append(layer.register_forward_pre_hook(self._pre))
-            self.handles.append(layer.register_forward_hook(self._post))
-
-    def _pre(self, *_):
-        comfy_env.sync(self.env)
-        self._t0 = time.perf_counter()
-
-    def _post(self, *_):
-        comfy_env.sync(self.env)
-        self.times.append(time.perf_counter() - self._t0)
-
-    def remove(self):
-        for h in self.handles:
-            h.remove()
-
-
 def timed_layers(env, fn, layers, quick: bool, warm=None) -> dict:
     """Median call seconds and median per-layer seconds of `fn()` (one warm-up call first: `warm()` if given,
     a cheaper call that touches the same weights)."""
     torch = env["torch"]
-    clock = LayerClock(env, layers)
+    clock = comfy_env.ModuleClock(env, layers)
     runs = []
 
     def run():

@@ -147,6 +147,20 @@ def chunk_count(ranges, read_size: int) -> int:
     return sum(-(-(end - start) // read_size) for start, end in ranges if end > start)
 
 
+# What the native direct read converts (h3k_streamer_read): a type into itself, or the 16-bit floats into
+# fp32. Safetensors dtype names, and the torch dtypes the compute buffers have.
+DIRECT_TYPES = {"F32": "torch.float32", "F16": "torch.float16", "BF16": "torch.bfloat16"}
+
+
+def direct_types(file_dtype: str, compute_dtype: str) -> tuple[str, str] | None:
+    """(file type, buffer type) for a tensor the native library can read straight into its compute buffer
+    ('BF16', 'torch.float32' -> ('BF16', 'F32')), or None when it must go through the ring and torch."""
+    to = next((k for k, v in DIRECT_TYPES.items() if v == compute_dtype), None)
+    if file_dtype not in DIRECT_TYPES or to is None:
+        return None
+    return (file_dtype, to) if to in (file_dtype, "F32") else None
+
+
 def plan_stream(block_ranges: dict[int, list[tuple[int, int]]], shard_size_bytes: int, prefetch_blocks: int,
                 preload_bytes: int) -> dict:
     """Read size, ring depth and resident blocks for the native streamer.
@@ -237,12 +251,14 @@ def profile_defaults(settings: dict) -> dict:
                                                     default=1)))}
 
 
-def stats_document(file: str, blocks: int, counters: dict, plan: dict) -> dict:
+def stats_document(file: str, blocks: int, counters: dict, plan: dict, read_mode: str | None = None) -> dict:
     """The shape interfaces.md C fixes, plus the figures behind it.
 
-    `wait_s` is the time the model stood still waiting for a block's weights (read and converted);
-    `reader_wait_s` the time the converting thread waited for the native reader (it overlaps compute, so
-    it says whether the disk keeps up, not what it cost); `load_s` all the time spent in the block hooks.
+    `wait_s` is the time the model stood still waiting for a block's weights (read and converted: with
+    `read_mode` "direct" that is all the reading, done on every core while the compute waits);
+    `reader_wait_s` the time the converting thread waited for the native reader ("ring" only: it overlaps
+    compute, so it says whether the disk keeps up, not what it cost); `load_s` all the time spent in the
+    block hooks.
     """
     return {"schema": STATS_SCHEMA, "file": file, "blocks": blocks,
             "bytes_read": int(counters.get("bytes_read", 0)), "wait_s": round(counters.get("wait_s", 0.0), 6),
@@ -253,6 +269,7 @@ def stats_document(file: str, blocks: int, counters: dict, plan: dict) -> dict:
             "model_calls": int(counters.get("model_calls", 0)), "blocks_read": int(counters.get("blocks_read", 0)),
             "read_size": plan.get("read_size"), "ring_depth": plan.get("depth"), "ring_bytes": plan.get("ring_bytes"),
             "block_bytes": plan.get("block_bytes"), "run_s": round(counters.get("run_s", 0.0), 6),
+            "read_mode": read_mode,
             "finished": bool(counters.get("finished", False))}
 
 

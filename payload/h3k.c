@@ -15,7 +15,10 @@
  *     front, so the preload budget is paid once and cannot be paged out;
  *   - a block streamer: byte ranges of a big file (a safetensors shard) read
  *     by a background thread into a ring of aligned buffers, so block i+1
- *     loads while block i is in use;
+ *     loads while block i is in use; or, for a caller that computes on the
+ *     CPU, read straight into the caller's tensors and widened there from
+ *     bf16/fp16 to fp32 on the worker pool, while the background thread
+ *     only asks the OS to read the next blocks ahead (see "direct reads");
  *   - tiles: split a planar image/latent into overlapping tiles and blend
  *     them back with linear feathering (tiled VAE decode).
  *
@@ -74,6 +77,12 @@
  *   - K-quants and other GGUF types: Q8_0 and Q4_0 cover what the planner asks.
  *   - O_DIRECT / unbuffered reads: the page cache is what the user's later
  *     runs hit, and direct I/O needs alignment the callers cannot promise.
+ *   - Direct reads overlapped with the caller's compute: on a CPU the
+ *     copy and the compute share the same cores and memory bus, and a
+ *     thread converting beside PyTorch's own threads slowed a 2-core step
+ *     by more than the conversion costs when done alone on every core
+ *     (payload/README.md has the figures). Only the disk is overlapped:
+ *     read-ahead advice costs the caller no CPU.
  *   - A pool that shrinks, or per-caller pools: callers share the one pool
  *     and take turns (one product at a time uses every CPU anyway). The
  *     workers are never stopped at exit; h3k_pool_shutdown joins them for
@@ -809,15 +818,16 @@ typedef struct {
     h3k_task_fn fn;       /* the current task */
     void *arg;
     int parts, active;    /* pieces; workers taking part (ids 1..active) */
+    int spin;             /* poll after this task (products), or sleep at once (reads) */
 } h3k_pool;
 
 static h3k_pool pool;
 
 /* Wait for a generation other than `seen`: poll a while, then sleep.
  * Returns with the lock held. */
-static void pool_wait_task(int seen) {
+static void pool_wait_task(int seen, int spin) {
     spin_clock c = {0.0, 0};
-    while (atomic_get(&pool.generation) == seen && spin_more(&c)) continue;
+    while (spin && atomic_get(&pool.generation) == seen && spin_more(&c)) continue;
     mutex_lock(&pool.lock);
     while (atomic_get(&pool.generation) == seen) cond_wait(&pool.wake, &pool.lock);
 }
@@ -829,16 +839,18 @@ H3K_THREAD_FUNC(pool_worker) {
     int id = (int)(intptr_t)arg;
     mutex_lock(&pool.lock);
     int seen = atomic_get(&pool.generation); /* no task runs while workers start */
+    int spin = 1;
     pool.ready++;
     cond_broadcast(&pool.done);
     mutex_unlock(&pool.lock);
     for (;;) {
-        pool_wait_task(seen);
+        pool_wait_task(seen, spin);
         seen = atomic_get(&pool.generation);
         if (pool.stop) break;
         h3k_task_fn fn = pool.fn;
         void *task = pool.arg;
         int parts = pool.parts, step = pool.active + 1, mine = id <= pool.active;
+        spin = pool.spin;
         mutex_unlock(&pool.lock);
         if (!mine) continue;
         for (int p = id; p < parts; p += step) fn(task, p, parts);
@@ -926,8 +938,11 @@ static void pool_publish(void) {
 /* Run fn(arg, p, parts) for every p in 0..parts-1 and return when all are
  * done. At most one thread per CPU this process may use takes part (more
  * would only take turns); the calling thread runs piece 0, and pieces are
- * dealt round-robin when there are more pieces than threads. */
-static void pool_run(h3k_task_fn fn, void *arg, int parts) {
+ * dealt round-robin when there are more pieces than threads. spin: whether
+ * the workers poll for the next task afterwards (products come in runs) or
+ * sleep at once (a block read is followed by the caller's own compute,
+ * which wants every CPU). */
+static void pool_run(h3k_task_fn fn, void *arg, int parts, int spin) {
     int threads = h3k_cpu_count();
     threads = threads < parts ? threads : parts;
     if (threads > H3K_MAX_THREADS) threads = H3K_MAX_THREADS;
@@ -944,6 +959,7 @@ static void pool_run(h3k_task_fn fn, void *arg, int parts) {
     pool.arg = arg;
     pool.parts = parts;
     pool.active = active;
+    pool.spin = spin;
     atomic_put(&pool.pending, active);
     pool_publish();
     mutex_unlock(&pool.lock);
@@ -1079,7 +1095,7 @@ static int run_product(product_job *j, int threads) {
     j->cursor = (grain_cursor *)H3K_ALIGNED_ALLOC(64, (size_t)parts * sizeof(grain_cursor));
     if (!j->cursor) return H3K_ENOMEM;
     for (int p = 0; p < parts; p++) atomic_put(&j->cursor[p].next, 0);
-    pool_run(product_part, j, parts);
+    pool_run(product_part, j, parts, 1);
     H3K_ALIGNED_FREE(j->cursor);
     return H3K_OK;
 }
@@ -1385,6 +1401,7 @@ typedef struct {
 
 typedef struct {
     uint64_t off, len;
+    int advise; /* only bring it into the page cache (h3k_streamer_advise); nothing is delivered */
 } stream_range;
 
 struct h3k_streamer {
@@ -1402,6 +1419,7 @@ struct h3k_streamer {
     uint64_t submitted, delivered; /* in chunks */
     uint64_t bytes_read;
     double wait_s, read_s;
+    unsigned char *scratch; /* where advice has no system call: ranges read here and dropped */
     char err[256];
     char path[512];
 };
@@ -1426,21 +1444,56 @@ int h3k_streamer_plan(uint64_t shard_size_bytes, uint64_t preload_bytes, size_t 
     return H3K_OK;
 }
 
+/* How much one piece of advice covers. Linux reads at most the device's
+ * read-ahead window per POSIX_FADV_WILLNEED (the larger of read_ahead_kb and
+ * max_sectors_kb: 128 KiB and 1280 KiB are common; a single 100 MB call
+ * brought in 8 MiB on the test machine, 512 KiB pieces all of it), so a
+ * range is advised in pieces that fit under that window. */
+#define H3K_ADVISE_PIECE ((size_t)512 << 10)
+
+/* Start the OS reading [off, off+len) into its page cache and return
+ * without waiting: posix_fadvise(WILLNEED) or macOS's F_RDADVISE. Where
+ * neither exists (Windows), read it into a scratch buffer: that waits for
+ * the disk here, in the streamer's thread, and costs a copy. */
+static void advise_piece(h3k_streamer *s, uint64_t off, size_t len) {
+#if defined(__APPLE__)
+    struct radvisory ra;
+    ra.ra_offset = (off_t)off;
+    ra.ra_count = (int)len;
+    (void)fcntl(s->file, F_RDADVISE, &ra);
+#elif defined(POSIX_FADV_WILLNEED)
+    (void)posix_fadvise(s->file, (off_t)off, (off_t)len, POSIX_FADV_WILLNEED);
+#else
+    char err[200];
+    if (!s->scratch) s->scratch = (unsigned char *)H3K_ALIGNED_ALLOC(H3K_PAGE, H3K_ADVISE_PIECE);
+    if (s->scratch) (void)file_read_at(s->file, s->scratch, len, off, err, sizeof err);
+#endif
+}
+
 H3K_THREAD_FUNC(streamer_thread) {
     h3k_streamer *s = (h3k_streamer *)arg;
     mutex_lock(&s->lock);
     for (;;) {
-        while (!s->stop && (s->q_count == 0 || s->slots[s->fill].state != SLOT_FREE))
+        while (!s->stop && (s->q_count == 0 || (!s->queue[s->q_head].advise &&
+                                                s->slots[s->fill].state != SLOT_FREE)))
             cond_wait(&s->changed, &s->lock);
         if (s->stop) break;
         stream_range *r = &s->queue[s->q_head];
+        int advise = r->advise;
         size_t len = r->len < s->read_size ? (size_t)r->len : s->read_size;
+        if (advise && len > H3K_ADVISE_PIECE) len = H3K_ADVISE_PIECE;
         uint64_t off = r->off;
         r->off += len;
         r->len -= len;
         if (r->len == 0) {
             s->q_head = (s->q_head + 1) % s->q_cap;
             s->q_count--;
+        }
+        if (advise) { /* a hint: nothing waits for it, and its failure fails nothing */
+            mutex_unlock(&s->lock);
+            advise_piece(s, off, len);
+            mutex_lock(&s->lock);
+            continue;
         }
         stream_slot *slot = &s->slots[s->fill];
         slot->state = SLOT_READING;
@@ -1468,6 +1521,7 @@ static void streamer_free(h3k_streamer *s) {
         H3K_FREE(s->slots);
     }
     H3K_FREE(s->queue);
+    if (s->scratch) H3K_ALIGNED_FREE(s->scratch);
     if (s->file != H3K_NO_FILE) file_close(s->file);
     H3K_FREE(s);
 }
@@ -1547,30 +1601,42 @@ static int queue_grow(h3k_streamer *s) {
     return 1;
 }
 
-/* Queue [offset, offset+length) for reading; a range that does not lie
- * inside the file is refused here, before any thread touches it. */
-int h3k_streamer_submit(h3k_streamer *s, uint64_t offset, uint64_t length) {
+/* A range that does not lie inside the file is refused before any thread
+ * touches it (lock held). */
+static int range_in_file(h3k_streamer *s, uint64_t offset, uint64_t length) {
+    if (offset <= s->file_size && length <= s->file_size - offset) return H3K_OK;
+    set_err(s->err, sizeof s->err,
+            "range at offset %llu of %llu bytes ends past the end of %s (%llu bytes)",
+            (unsigned long long)offset, (unsigned long long)length, s->path,
+            (unsigned long long)s->file_size);
+    return H3K_ERANGE;
+}
+
+static int enqueue(h3k_streamer *s, uint64_t offset, uint64_t length, int advise) {
     if (!s) return H3K_EINVAL;
     mutex_lock(&s->lock);
-    int st = H3K_OK;
-    if (offset > s->file_size || length > s->file_size - offset) {
-        set_err(s->err, sizeof s->err,
-                "range at offset %llu of %llu bytes ends past the end of %s (%llu bytes)",
-                (unsigned long long)offset, (unsigned long long)length, s->path,
-                (unsigned long long)s->file_size);
-        st = H3K_ERANGE;
-    } else if (length && s->q_count == s->q_cap && !queue_grow(s)) {
+    int st = range_in_file(s, offset, length);
+    if (st == H3K_OK && length && s->q_count == s->q_cap && !queue_grow(s)) {
         set_err(s->err, sizeof s->err, "out of memory queueing a range");
         st = H3K_ENOMEM;
-    } else if (length) {
-        stream_range r = {offset, length};
+    } else if (st == H3K_OK && length) {
+        stream_range r = {offset, length, advise};
         s->queue[(s->q_head + s->q_count) % s->q_cap] = r;
         s->q_count++;
-        s->submitted += (length + s->read_size - 1) / s->read_size;
+        if (!advise) s->submitted += (length + s->read_size - 1) / s->read_size;
         cond_broadcast(&s->changed);
     }
     mutex_unlock(&s->lock);
     return st;
+}
+
+/* Queue [offset, offset+length) for reading into the ring. */
+int h3k_streamer_submit(h3k_streamer *s, uint64_t offset, uint64_t length) {
+    return enqueue(s, offset, length, 0);
+}
+
+int h3k_streamer_advise(h3k_streamer *s, uint64_t offset, uint64_t length) {
+    return enqueue(s, offset, length, 1);
 }
 
 int h3k_streamer_next(h3k_streamer *s, const void **data, size_t *length, uint64_t *offset) {
@@ -1623,6 +1689,186 @@ void h3k_streamer_stats(h3k_streamer *s, uint64_t *bytes_read, double *wait_seco
 
 const char *h3k_streamer_last_error(h3k_streamer *s) {
     return s ? copy_err(&s->lock, s->err) : "no streamer";
+}
+
+/* ------------------------------------------------- direct reads, widening */
+
+static size_t value_size(int type) {
+    return type == H3K_F32 ? 4 : type == H3K_F16 || type == H3K_BF16 ? 2 : 0;
+}
+
+/* The widening loops read value i before they write its fp32 bytes, front
+ * to back, so they also work in place on the layout read_unit sets up
+ * (the fp32 output begins below its 16-bit input and never overtakes it).
+ * That is why loads and stores go through memcpy and intrinsics, which may
+ * alias, and never through typed pointers. */
+static void widen_bf16(const unsigned char *src, unsigned char *dst, size_t n) {
+    size_t i = 0;
+#if defined(H3K_AVX2)
+    for (; i + 8 <= n; i += 8) {
+        __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(src + 2 * i));
+        _mm256_storeu_si256((__m256i *)(void *)(dst + 4 * i),
+                            _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+#elif defined(H3K_NEON) && defined(__aarch64__)
+    for (; i + 8 <= n; i += 8) {
+        uint16x8_t h = vld1q_u16((const uint16_t *)(const void *)(src + 2 * i));
+        uint32x4_t lo = vshll_n_u16(vget_low_u16(h), 16), hi = vshll_high_n_u16(h, 16);
+        vst1q_u32((uint32_t *)(void *)(dst + 4 * i), lo);
+        vst1q_u32((uint32_t *)(void *)(dst + 4 * i + 16), hi);
+    }
+#endif
+    for (; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, src + 2 * i, 2);
+        uint32_t x = (uint32_t)h << 16;
+        memcpy(dst + 4 * i, &x, 4);
+    }
+}
+
+#if defined(H3K_AVX2) && (defined(__F16C__) || defined(_MSC_VER))
+#define H3K_F16C_LOOP 1
+#endif
+
+static void widen_f16(const unsigned char *src, unsigned char *dst, size_t n) {
+    size_t i = 0;
+#if defined(H3K_F16C_LOOP)
+    for (; i + 8 <= n; i += 8) {
+        __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(src + 2 * i));
+        _mm256_storeu_ps((float *)(void *)(dst + 4 * i), _mm256_cvtph_ps(h));
+    }
+#elif defined(H3K_NEON) && defined(__aarch64__)
+    for (; i + 8 <= n; i += 8) {
+        uint16x8_t h = vld1q_u16((const uint16_t *)(const void *)(src + 2 * i));
+        float32x4_t lo = vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h)));
+        float32x4_t hi = vcvt_f32_f16(vreinterpret_f16_u16(vget_high_u16(h)));
+        vst1q_f32((float *)(void *)(dst + 4 * i), lo);
+        vst1q_f32((float *)(void *)(dst + 4 * i + 16), hi);
+    }
+#endif
+    for (; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, src + 2 * i, 2);
+        float f = h3k_fp16_to_fp32(h);
+        memcpy(dst + 4 * i, &f, 4);
+    }
+}
+
+/* Values per unit of a direct read: 256 KiB of 16-bit input, which its
+ * widened output still shares the L2 cache with. A unit is what one thread
+ * reads and converts at a time, and what idle threads take next; the units
+ * of every read in one call are dealt from one counter, so a block of many
+ * tensors is one task for the pool (one wake-up, no thread left idle
+ * while another finishes a big tensor). */
+#define H3K_READ_UNIT ((size_t)128 << 10)
+
+typedef struct {
+    h3k_streamer *s;
+    const h3k_read *reads;
+    size_t count;
+    size_t *first;          /* first[i]: the first unit of reads[i]; first[count]: all units */
+    h3k_atomic next, failed;
+    int status;             /* the first failure (s->lock) */
+} read_job;
+
+static size_t read_values(const h3k_read *r) { return (size_t)(r->length / value_size(r->file_type)); }
+
+/* One unit: read its input into the top of its own stretch of the
+ * destination, then widen it in place (or, same type, read it where it
+ * belongs). */
+static int read_unit(read_job *j, size_t u, char *err, size_t cap) {
+    size_t lo = 0, hi = j->count; /* the read holding unit u: first[lo] <= u < first[lo + 1] */
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (j->first[mid] <= u) lo = mid;
+        else hi = mid;
+    }
+    const h3k_read *r = &j->reads[lo];
+    size_t in = value_size(r->file_type), out = value_size(r->dst_type), n = read_values(r);
+    size_t v0 = (u - j->first[lo]) * H3K_READ_UNIT, m = n - v0 < H3K_READ_UNIT ? n - v0 : H3K_READ_UNIT;
+    unsigned char *to = (unsigned char *)r->dst + v0 * out, *from = to + m * (out - in);
+    int st = file_read_at(j->s->file, from, m * in, r->offset + (uint64_t)v0 * in, err, cap);
+    if (st != H3K_OK || in == out) return st;
+    if (r->file_type == H3K_BF16) widen_bf16(from, to, m);
+    else widen_f16(from, to, m);
+    return H3K_OK;
+}
+
+static void read_part(void *arg, int part, int parts) {
+    (void)part, (void)parts;
+    read_job *j = (read_job *)arg;
+    char err[200];
+    int u;
+    while (!atomic_get(&j->failed) && (u = atomic_take(&j->next)) >= 0 && (size_t)u < j->first[j->count]) {
+        int st = read_unit(j, (size_t)u, err, sizeof err);
+        if (st == H3K_OK) continue;
+        mutex_lock(&j->s->lock);
+        if (j->status == H3K_OK) {
+            j->status = st;
+            set_err(j->s->err, sizeof j->s->err, "%s: %s", j->s->path, err);
+        }
+        mutex_unlock(&j->s->lock);
+        atomic_put(&j->failed, 1);
+    }
+}
+
+/* Every read checked before any byte moves (lock held): inside the file,
+ * a conversion we have, a whole number of values, a buffer that holds them. */
+static int reads_ok(h3k_streamer *s, const h3k_read *reads, size_t count) {
+    for (size_t i = 0; i < count; i++) {
+        const h3k_read *r = &reads[i];
+        size_t in = value_size(r->file_type), out = value_size(r->dst_type);
+        int widen = r->dst_type == H3K_F32 && (r->file_type == H3K_F16 || r->file_type == H3K_BF16);
+        int st = range_in_file(s, r->offset, r->length);
+        if (st != H3K_OK) return st;
+        if (!in || !out || (r->file_type != r->dst_type && !widen)) {
+            set_err(s->err, sizeof s->err,
+                    "read %zu: cannot read type %d into type %d (same type, or F16/BF16 into F32)", i,
+                    r->file_type, r->dst_type);
+            return H3K_EINVAL;
+        }
+        if (r->length % in || r->length / in > SIZE_MAX / out ||
+            (size_t)(r->length / in) * out > r->dst_size || (r->length && !r->dst)) {
+            set_err(s->err, sizeof s->err,
+                    "read %zu: %llu bytes of type %d do not fit a buffer of %zu bytes of type %d", i,
+                    (unsigned long long)r->length, r->file_type, r->dst_size, r->dst_type);
+            return H3K_EINVAL;
+        }
+    }
+    return H3K_OK;
+}
+
+int h3k_streamer_read(h3k_streamer *s, const h3k_read *reads, size_t count, int threads) {
+    if (!s || (count && !reads) || count > SIZE_MAX / sizeof(size_t) - 1) return H3K_EINVAL;
+    mutex_lock(&s->lock);
+    int st = reads_ok(s, reads, count);
+    mutex_unlock(&s->lock);
+    if (st != H3K_OK) return st;
+    read_job j;
+    memset(&j, 0, sizeof j);
+    j.s = s;
+    j.reads = reads;
+    j.count = count;
+    j.first = (size_t *)H3K_MALLOC((count + 1) * sizeof(size_t));
+    if (!j.first) return H3K_ENOMEM;
+    uint64_t bytes = 0;
+    j.first[0] = 0;
+    for (size_t i = 0; i < count; i++) {
+        j.first[i + 1] = j.first[i] + (read_values(&reads[i]) + H3K_READ_UNIT - 1) / H3K_READ_UNIT;
+        bytes += reads[i].length;
+    }
+    if (j.first[count] > (size_t)INT32_MAX) { /* 2^31 units of 128 Ki values: not a real file */
+        H3K_FREE(j.first);
+        return H3K_EINVAL;
+    }
+    double t0 = now_seconds();
+    if (j.first[count]) pool_run(read_part, &j, product_threads(threads, j.first[count]), 0);
+    H3K_FREE(j.first);
+    mutex_lock(&s->lock);
+    s->read_s += now_seconds() - t0;
+    if (j.status == H3K_OK) s->bytes_read += bytes;
+    mutex_unlock(&s->lock);
+    return j.status;
 }
 
 /* ------------------------------------------------------------------ tiles */

@@ -24,7 +24,7 @@ extern "C" {
 #endif
 
 #define H3K_VERSION "0.1.0"
-#define H3K_ABI 2 /* bumped with every changed signature (2: tile lengths) */
+#define H3K_ABI 3 /* bumped with every changed signature (2: tile lengths; 3: direct reads, advice) */
 
 /* Status codes. */
 #define H3K_OK 0
@@ -36,9 +36,12 @@ extern "C" {
 #define H3K_END 6         /* streamer: every submitted range was delivered */
 #define H3K_ESELFTEST 7   /* the self-test found a wrong result */
 
-/* Quantization kinds: the ggml type ids, so files and code agree. */
-#define H3K_Q4_0 2
+/* Value types: the ggml type ids, so files and code agree. */
+#define H3K_F32 0
+#define H3K_F16 1
+#define H3K_Q4_0 2 /* quantization kinds */
 #define H3K_Q8_0 8
+#define H3K_BF16 30
 #define H3K_BLOCK 32 /* values per block for both kinds */
 
 /* CPU features seen at run time (bit mask). */
@@ -125,6 +128,33 @@ H3K_API int h3k_streamer_submit(h3k_streamer *s, uint64_t offset, uint64_t lengt
  * the next call to h3k_streamer_next or h3k_streamer_close. */
 H3K_API int h3k_streamer_next(h3k_streamer *s, const void **data, size_t *length,
                               uint64_t *offset);
+/* Ask for [offset, offset+length) ahead of a direct read: the background
+ * thread passes it to the OS's read-ahead (posix_fadvise WILLNEED, macOS
+ * F_RDADVISE) and the caller does not wait; where there is no such call the
+ * thread reads it into a scratch buffer, which puts it in the page cache.
+ * Only the range is checked (H3K_ERANGE); a hint that fails fails nothing. */
+H3K_API int h3k_streamer_advise(h3k_streamer *s, uint64_t offset, uint64_t length);
+/* One direct read: [offset, offset+length) of the file, values of
+ * file_type, into dst (dst_size bytes) as dst_type: file_type itself or,
+ * for H3K_F16 / H3K_BF16, H3K_F32. */
+typedef struct {
+    uint64_t offset, length;
+    void *dst;
+    size_t dst_size;
+    int file_type, dst_type;
+} h3k_read;
+/* Do `count` reads now, on the calling thread and the worker pool (threads
+ * as for h3k_matvec), without the ring: each piece of input is read into
+ * the top of its stretch of dst and widened there in place. Every read is
+ * checked first (H3K_ERANGE past the end, H3K_EINVAL for a conversion not
+ * listed above, an odd length or a buffer too small), and then nothing is
+ * written. A file that ends early gives H3K_ERANGE, a failed read H3K_EIO,
+ * both with the path in *_last_error; the buffers are then partly written.
+ * May run while the background thread reads ahead; callers on several
+ * threads take turns. */
+H3K_API int h3k_streamer_read(h3k_streamer *s, const h3k_read *reads, size_t count, int threads);
+/* bytes_read and read_seconds count the ring's reads and the direct ones;
+ * wait_seconds is the time h3k_streamer_next waited for the ring. */
 H3K_API void h3k_streamer_stats(h3k_streamer *s, uint64_t *bytes_read, double *wait_seconds,
                                 double *read_seconds, uint64_t *chunks);
 H3K_API const char *h3k_streamer_last_error(h3k_streamer *s);

@@ -15,9 +15,12 @@ rounds of a stock prompt and a streamed prompt in turns (same seed within a
 round), every model call timed by a wrapper node of this benchmark's own
 (ComfyUI's model_function_wrapper; cfg 1 is one call per step). The fastest
 call of each is its step time (the median is printed beside it): on a shared
-machine the fastest is the one other work disturbed least. Then, where we are root, the page cache is dropped and
-one more step runs in the streamed process, shown beside the disk-bound floor
-(bytes read per step / the read speed of the weight file measured cold).
+machine the fastest is the one other work disturbed least. Then the DiT
+file's pages are dropped from the page cache (posix_fadvise DONTNEED,
+checked with mincore; only where that fails does root drop the whole cache,
+and the JSON says which) and one more step runs in the streamed process,
+shown beside the disk-bound floor (bytes read per step / the read speed of
+the weight file measured cold).
 
 Prints one JSON document (--json) with latents identical or the max abs
 difference, peak RSS of each ComfyUI process (psutil, sampled from outside)
@@ -257,20 +260,17 @@ def compare(python: Path, a: Path, b: Path) -> dict:
     return json.loads(run_py(python, COMPARE, a, b, timeout=600))
 
 
-def drop_caches() -> bool:
-    """Drop the page cache (root only); False when we may not."""
-    if not hasattr(os, "geteuid") or os.geteuid() != 0:
-        return False
-    try:
-        os.sync()
-        Path("/proc/sys/vm/drop_caches").write_text("3\n")
-        return True
-    except OSError:
-        return False
+def drop_weights(path: Path) -> tuple[bool, str | None, float | None]:
+    """Drop the DiT file's pages from the page cache, and only those (calibration's way: posix_fadvise
+    DONTNEED, checked with mincore; root may fall back to dropping the whole cache, which also evicts
+    torch's own libraries, so it says so): (dropped, how, resident share after)."""
+    from h3kit.calibrate.disk import drop_cache
+
+    return drop_cache(str(path), drop_all=True)
 
 
 def read_speed(path: Path, limit: int = 1 << 30) -> float:
-    """Bytes per second reading `path` (call right after drop_caches for the cold figure)."""
+    """Bytes per second reading `path` (call right after drop_weights for the cold figure)."""
     t0, got = time.perf_counter(), 0
     with open(path, "rb", buffering=0) as f:
         while got < limit:
@@ -285,8 +285,8 @@ def measure(comfy: Path, python: Path, workdir: Path, dit: str, stream: dict, ro
             cold: bool) -> tuple[dict, dict]:
     """Both loaders, each in its own ComfyUI process, both up at once and timed in turns (round r: `steps`
     steps with seed 3 + r through stock, then through streamed), so the load other work puts on the machine
-    falls on both alike. Every model call is timed (cfg 1: one call per step); then (cold) the page cache is
-    dropped and one more step runs streamed."""
+    falls on both alike. Every model call is timed (cfg 1: one call per step); then (cold) the DiT file's
+    pages are dropped from the page cache and one more step runs streamed."""
     from h3kit.comfyui import client
 
     runs = {"stock": None, "streamed": stream}
@@ -314,8 +314,8 @@ def measure(comfy: Path, python: Path, workdir: Path, dit: str, stream: dict, ro
                      latent=str(latest_latent(servers[tag].workdir, f"{tag}/timed0")))
         out["streamed"]["stats"] = _stats(comfy)
         if cold:
-            dropped = drop_caches()
-            out["streamed"]["cache_dropped"] = dropped
+            dropped, how, resident = drop_weights(comfy / "models" / "diffusion_models" / dit)
+            out["streamed"].update(cache_dropped=dropped, cache_dropped_how=how, resident_after_drop=resident)
             if dropped:
                 out["streamed"]["cold_seconds_per_step"] = prompt("streamed", 1, 99, "cold")[0]
                 out["streamed"]["cold_stats"] = _stats(comfy)
@@ -383,20 +383,27 @@ def main(argv=None) -> int:
            "seconds_per_step_ratio": streamed["seconds_per_step"] / max(1e-9, stock["seconds_per_step"]),
            "io_wait_fraction": _fraction(st, "wait_s"), "reader_wait_fraction": _fraction(st, "reader_wait_s"),
            "block_hook_fraction": _fraction(st, "load_s"),
-           "io_wait_note": "io_wait: share of sampling time the model waited for block weights; reader_wait: "
-                           "share the converting thread waited for the disk (overlapped with compute)",
+           "read_mode": st.get("read_mode"),
+           "io_wait_note": "io_wait: share of sampling time the model waited for block weights (read_mode "
+                           "direct, the CPU case: reading and widening them on every core while compute "
+                           "waits, the next blocks only handed to the OS's read-ahead; ring: what the helper "
+                           "thread did not hide); reader_wait: ring only, share the converting thread waited "
+                           "for the disk (overlapped with compute)",
            "bytes_read_per_step": bytes_per_step}
     if streamed.get("cache_dropped"):
-        drop_caches()
+        drop_weights(dit)
         speed = read_speed(dit)
-        doc["cold"] = {"measured": True, "disk_bytes_per_s": speed,
+        doc["cold"] = {"measured": True, "disk_bytes_per_s": speed, "dropped_how": streamed["cache_dropped_how"],
+                       "resident_after_drop": streamed["resident_after_drop"],
                        "seconds_per_step": streamed["cold_seconds_per_step"],
                        "disk_floor_seconds_per_step": bytes_per_step / speed,
                        "io_wait_fraction": _fraction(streamed.get("cold_stats"), "wait_s"),
                        "reader_wait_fraction": _fraction(streamed.get("cold_stats"), "reader_wait_s")}
     else:
         doc["cold"] = {"measured": False, "why": "skipped (--no-cold)" if a.no_cold else
-                       "not measured: dropping the page cache needs root"}
+                       "not measured: the weight file's pages could not be dropped from the page cache "
+                       f"({streamed.get('cache_dropped_how') or 'no way here'}; resident after: "
+                       f"{streamed.get('resident_after_drop')})"}
     doc["targets"] = {"peak_rss_ratio <= 0.30": doc["peak_rss_ratio"] <= RSS_TARGET,
                       "seconds_per_step_ratio <= 1.3": doc["seconds_per_step_ratio"] <= STEP_TARGET,
                       "latents identical": bool(same["identical"])}

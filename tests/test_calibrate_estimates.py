@@ -125,6 +125,39 @@ def _held(plan: dict) -> dict:
     return {**plan, "settings": settings}
 
 
+def test_a_measured_streaming_overhead_replaces_the_plans_share_in_the_clip_time(catobj, cpu_case):
+    from h3kit.calibrate.decisions import prefetch_figures
+    from h3kit.plan.streaming import measured_pass_overhead
+
+    fp, plan = cpu_case
+    st = plan["settings"]["streaming"]
+    assert st["enabled"] and st["pass_overhead"] > 0.5  # the 16 GB CPU box streams, at h3.c's +84% prior
+    arch = calibrate.arch.from_catalog(catobj.data, catobj.weight(plan["settings"]["dit_weights"]))
+    planned = est_mod.estimate(catobj, plan, fp, h3_model(), arch, day="d", device="cpu")
+    disk = {"status": "measured", "gb_per_s": 3.0, "cache_dropped": True, "direct_read_bytes_per_s": 8e9}
+    fig = prefetch_figures(plan, planned, disk, cpu=True)
+    assert fig["copy_s_per_block"] == pytest.approx(st["block_bytes"] / 8e9)
+    share = (st["blocks"] - st["resident_blocks"]) / st["blocks"]
+    assert fig["pass_overhead"] == measured_pass_overhead(fig, share, fig["copy_s_per_block"])
+    assert fig["pass_overhead_planned"] == st["pass_overhead"]
+    measured = est_mod.estimate(catobj, plan, fp, h3_model(), arch, day="d", device="cpu",
+                                pass_overhead=fig["pass_overhead"])
+    assert measured["time"]["pass_overhead"] == fig["pass_overhead"]
+    assert measured["time"]["pass_overhead_from"].startswith("measured")
+    assert planned["time"]["pass_overhead_from"].startswith("the plan")
+    calls = measured["time"]["sampling_s"] / planned["time"]["sampling_s"]
+    assert calls == pytest.approx((1 + fig["pass_overhead"]) / (1 + st["pass_overhead"]), rel=1e-6)
+    # on a CPU without the copy figure the waiting alone would understate it: the plan's share stays;
+    # on a GPU (a helper thread overlaps the copy) the waiting is all there is
+    no_copy = prefetch_figures(plan, planned, {**disk, "direct_read_bytes_per_s": None}, cpu=True)
+    assert no_copy["pass_overhead"] is None and "not measured" in no_copy["pass_overhead_note"]
+    gpu = prefetch_figures(plan, planned, disk, cpu=False)
+    assert "copy_s_per_block" not in gpu and gpu["pass_overhead"] < fig["pass_overhead"]
+    # a plan that ComfyUI holds has nothing to replace
+    held = est_mod.estimate(catobj, _held(plan), fp, h3_model(), arch, day="d", device="cpu", pass_overhead=0.5)
+    assert held["time"]["pass_overhead"] == 0 and held["time"]["pass_overhead_from"] is None
+
+
 def test_a_streamed_plan_holds_only_its_resident_blocks_and_the_read_ring(catobj, cpu_case):
     fp, plan = cpu_case
     arch = {"hidden": 5376, "heads": 56, "head_dim": 128, "ffn": 14336, "blocks_total": 50,

@@ -75,3 +75,14 @@ def test_streaming_block_is_prefetch_for_at_the_measured_rate():
     assert stale["note"].startswith("cache not dropped") and not stale["disk_bound"]
     assert disk.streaming_block({"status": "error", "reason": "x"}, 750_000_000, 0.2) is None
     assert disk.streaming_block(measured, 750_000_000, None) is None
+
+
+def test_with_the_native_library_the_probe_is_also_read_in_place_into_fp32(tmp_path, native_library):
+    r = disk.measure_disk(tmp_path / "models", 16 * MB, drop_all=False, library=native_library)
+    assert r["status"] == "measured" and r["direct_read_bytes_per_s"] > 0
+    assert disk.measure_disk(tmp_path / "m2", 4 * MB, drop_all=False)["direct_read_bytes_per_s"] is None
+    probe = tmp_path / "probe.bin"
+    probe.write_bytes(b"\x80\x3f" * (MB // 2))  # bf16 1.0, widened in place
+    assert disk.direct_read_rate(native_library, probe) > 0
+    assert disk.direct_read_rate(tmp_path / "no-such-library.so", probe) is None  # a probe never raises
+    assert disk.direct_read_rate(native_library, tmp_path / "missing.bin") is None

@@ -241,6 +241,53 @@ def test_streamer_reads_ranges_in_order(lib, tmp_path):
     assert stats["bytes_read"] == len(data) + 50 and stats["chunks"] == 5 and stats["wait_seconds"] >= 0
 
 
+def _bf16(x: np.ndarray) -> np.ndarray:
+    """fp32 -> bf16 bits by truncation (what the file holds), as uint16."""
+    return (x.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+
+
+def test_direct_reads_widen_bf16_and_fp16_into_numpy_buffers(lib, tmp_path):
+    rng = np.random.default_rng(9)
+    n = 200_003  # two read units and an odd tail
+    values = rng.standard_normal(n).astype(np.float32) * 3
+    bf, hf = _bf16(values), values.astype(np.float16)
+    path = tmp_path / "weights.bin"
+    path.write_bytes(b"hdr!" + bf.tobytes() + hf.tobytes())
+    got_bf, got_hf = np.zeros(n, np.float32), np.zeros(n, np.float32)
+    with lib.streamer(path, read_size=1 << 20, depth=1) as s:
+        s.advise(4, 4 * n)  # a hint: nothing to wait for, nothing delivered
+        s.read_many([(4, 2 * n, got_bf.ctypes.data, got_bf.nbytes, "BF16", "F32"),
+                     (4 + 2 * n, 2 * n, got_hf.ctypes.data, got_hf.nbytes, "F16", "F32")])
+        same = np.zeros(n, np.uint16)
+        s.read_into_buffer(4, 2 * n, same, "BF16", "BF16", threads=1)
+        assert s.stats()["bytes_read"] == 6 * n and s.stats()["chunks"] == 0
+    assert np.array_equal(got_bf.view(np.uint32), bf.astype(np.uint32) << 16)
+    assert np.array_equal(got_hf, hf.astype(np.float32))
+    assert np.array_equal(same, bf)
+
+
+def test_direct_read_refusals_are_one_sentence_and_write_nothing(lib, tmp_path):
+    path = tmp_path / "small.bin"
+    path.write_bytes(b"\x01" * 1000)
+    buf = np.zeros(1000, np.float32)
+    with lib.streamer(path, read_size=1 << 20, depth=1) as s:
+        with pytest.raises(native.NativeError, match="past the end"):
+            s.read_into(500, 502, buf.ctypes.data, buf.nbytes)
+        with pytest.raises(native.NativeError, match="do not fit a buffer"):
+            s.read_into(0, 1000, buf.ctypes.data, 1999)
+        with pytest.raises(native.NativeError, match="read 1: cannot read type 0 into type 30"):
+            s.read_many([(0, 8, buf.ctypes.data, 16, "BF16", "F32"), (0, 8, buf.ctypes.data, 8, "F32", "BF16")])
+        with pytest.raises(ValueError, match="not one of F32, F16, BF16"):
+            s.read_into(0, 8, buf.ctypes.data, 16, "Q8_0")
+        with pytest.raises(native.NativeError, match="past the end"):
+            s.advise(0, 1001)
+        assert not buf.any()
+    with lib.streamer(path, read_size=1 << 20, depth=1) as s:
+        path.write_bytes(b"")  # the file shrinks under an open streamer
+        with pytest.raises(native.NativeError, match="small.bin: the file ended at offset 0"):
+            s.read_into(0, 1000, buf.ctypes.data, buf.nbytes)
+
+
 def test_streamer_range_past_end_of_file_is_an_error(lib, tmp_path):
     path = tmp_path / "short.bin"
     path.write_bytes(b"x" * 1000)

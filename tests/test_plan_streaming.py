@@ -403,3 +403,15 @@ def test_without_dynamic_vram_stream_from_disk_does_not_hide_the_dit_from_ram():
     ram = _plan(fp, stream_from="ram", stream_dit="off")
     assert disk["estimates"]["peak_ram_bytes"] == ram["estimates"]["peak_ram_bytes"]
     assert disk["settings"]["streaming"]["dynamic_vram"] is False
+
+
+def test_the_measured_overhead_is_waiting_plus_the_cpu_copy_over_the_streamed_share():
+    from h3kit.plan.streaming import measured_pass_overhead
+
+    hidden = streaming.prefetch_for(4e9, 400_000_000, 0.2)  # reads 0.1 s a block: hidden behind 0.2 s of compute
+    assert hidden["io_wait_fraction"] == 0 and measured_pass_overhead(hidden) == 0
+    assert measured_pass_overhead(hidden, copy_s_per_block=0.03) == pytest.approx(0.15)
+    assert measured_pass_overhead(hidden, 0.5, copy_s_per_block=0.03) == pytest.approx(0.075)
+    slow = streaming.prefetch_for(1e9, 400_000_000, 0.2)  # 0.4 s a block: the disk is the limit, half the time waits
+    assert slow["io_wait_fraction"] == pytest.approx(0.5, abs=0.01)
+    assert measured_pass_overhead(slow) == pytest.approx(1.0, abs=0.03)

@@ -172,6 +172,17 @@ def test_streaming_split_compute_vs_waiting_for_disk():
     assert "Streaming" not in report.to_markdown(load("full-rtx4090.json"))
 
 
+def test_streaming_on_a_cpu_counts_the_in_place_read_beside_compute_and_waiting():
+    doc = load("streaming-m2pro-32gb.json")
+    doc["streaming"].update({"copy_s_per_block": 0.039, "direct_read_bytes_per_s": 8.8e9, "pass_overhead": 0.2})
+    section = report.to_markdown(doc).split("## Streaming: computing vs waiting for disk")[1].split("\n## ")[0]
+    assert "read into its fp32 buffers while the model waits: 39 ms a block at 8.80 GB/s" in section
+    assert "streaming makes each model call about 20% longer" in section
+    assert "| added to each model call | 20% |" in section
+    svg = report.charts(doc)["streaming_split"]
+    assert "reading into buffers" in svg and "computing" in svg and "waiting for disk" in svg
+
+
 def test_native_kernel_figures_are_an_appendix_after_the_measurements():
     md = report.to_markdown(load("quick-cpu-2core.json"))
     assert md.index("## The model in ComfyUI's Python") < md.index("## Appendix A: native kernels")

@@ -163,6 +163,17 @@ def test_plan_resident_blocks_come_from_preload_in_file_bytes():
         L.plan_stream({}, 0, 1, 0)
 
 
+def test_direct_reads_take_same_type_or_16_bit_floats_into_fp32():
+    assert L.direct_types("BF16", "torch.float32") == ("BF16", "F32")
+    assert L.direct_types("F16", "torch.float32") == ("F16", "F32")
+    assert L.direct_types("BF16", "torch.bfloat16") == ("BF16", "BF16")
+    assert L.direct_types("F32", "torch.float32") == ("F32", "F32")
+    assert L.direct_types("F32", "torch.bfloat16") is None  # narrowing: torch does it, through the ring
+    assert L.direct_types("BF16", "torch.float16") is None
+    assert L.direct_types("F8_E4M3", "torch.float32") is None
+    assert L.direct_types("BF16", "torch.float8_e4m3fn") is None
+
+
 def test_pieces_clip_tensors_to_the_chunk():
     spans = [("a", 0, 10), ("b", 10, 30), ("c", 30, 31)]
     assert L.pieces(5, 20, spans) == [("a", 5, 10), ("b", 10, 25)]

@@ -54,7 +54,7 @@ save_file(sd, sys.argv[1])
 # Run by ComfyUI's Python: stock and streamed models side by side, calling apply_model like the sampler does.
 PROBE = r"""
 import importlib.util, json, os, sys
-comfy_dir, pack_dir, dit, mode = sys.argv[1:5]
+comfy_dir, pack_dir, dit, mode, read_mode = sys.argv[1:6]
 sys.path.insert(0, comfy_dir)
 from comfy.cli_args import args
 args.cpu = True
@@ -88,24 +88,46 @@ def run(patcher, ts=(0.9, 0.5)):
 def same(a, b):
     return all(torch.equal(x, y) for x, y in zip(a, b))
 
+def load(path, **kw):
+    p = hs.load_streamed(path, **kw)
+    # on --cpu the blocks are read in place ("direct"); "ring" takes the way a GPU or MPS device is fed
+    p.model.h3kit_stream.direct_ok &= read_mode == "direct"
+    return p
+
 out = {}
 stock = run(comfy.sd.load_diffusion_model(dit))
 if mode == "variants":
-    block = hs.load_streamed(dit).model.h3kit_stream.plan["block_bytes"]
+    block = load(dit).model.h3kit_stream.plan["block_bytes"]
     for name, kw in {"resident2": dict(preload_bytes=2 * block + 1), "all_resident": dict(preload_bytes=1 << 40),
                      "deep": dict(prefetch_blocks=8), "shard1m": dict(shard_size_bytes=1 << 20)}.items():
-        p = hs.load_streamed(dit, **kw)
-        out[name] = {"first": same(stock, run(p)), "again": same(stock, run(p)), "plan": p.model.h3kit_stream.plan}
-    p = hs.load_streamed(dit)
+        p = load(dit, **kw)
+        out[name] = {"first": same(stock, run(p)), "again": same(stock, run(p)), "plan": p.model.h3kit_stream.plan,
+                     "mode": p.model.h3kit_stream.mode}
+    p = load(dit)
     for specs in p.model.h3kit_stream.specs.values():
         for s in specs:
             s.direct = False  # force the staged copy (used when a tensor is not element-aligned in its chunk)
     out["staged"] = same(stock, run(p))
+    # UNETLoader's fp8 weight_dtype: whatever stock does with it (on --cpu ComfyUI 0.33's H3 refuses fp8 norm
+    # scales in its fused RMS/RoPE kernel), the streamed loader does the same
+    def outcome(make):
+        try:
+            return "ran", run(make())
+        except Exception as exc:
+            return type(exc).__name__, None
+    k_stock, stock8 = outcome(lambda: comfy.sd.load_diffusion_model(dit, model_options={"dtype": torch.float8_e4m3fn}))
+    holder = {}
+    def streamed8():
+        holder["p"] = load(dit, weight_dtype="fp8_e4m3fn")
+        return holder["p"]
+    k_streamed, streamed8_out = outcome(streamed8)
+    out["fp8"] = {"stock": k_stock, "streamed": k_streamed, "mode": holder["p"].model.h3kit_stream.mode,
+                  "same": k_stock == k_streamed and (stock8 is None or same(stock8, streamed8_out))}
 elif mode in ("shrink", "short_read"):
     import shutil
     work = dit + ".work"
     shutil.copy(dit, work)
-    p = hs.load_streamed(work)
+    p = load(work)
     stream = p.model.h3kit_stream
     first_block = p.model.diffusion_model.blocks[0]
     def cut(module, args, output):
@@ -246,27 +268,33 @@ def test_file_disappearing_mid_run_fails_naming_file_and_block(server, comfy):
     assert again["ran"], again["message"]
 
 
-def _probe(comfy: Path, dit: str, mode: str) -> dict:
+def _probe(comfy: Path, dit: str, mode: str, read_mode: str) -> dict:
     pack = comfy / "custom_nodes" / bench.PACK
     path = comfy / "models" / "diffusion_models" / dit
-    done = subprocess.run([str(PYTHON), "-c", PROBE, str(REAL), str(pack), str(path), mode], capture_output=True,
-                          text=True, timeout=900)
+    done = subprocess.run([str(PYTHON), "-c", PROBE, str(REAL), str(pack), str(path), mode, read_mode],
+                          capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_resident_deep_prefetch_multi_chunk_and_staged_reads_equal_stock(comfy):
-    out = _probe(comfy, WIDE, "variants")
+@pytest.mark.parametrize("read_mode", ["direct", "ring"])
+def test_resident_deep_prefetch_multi_chunk_and_staged_reads_equal_stock(comfy, read_mode):
+    out = _probe(comfy, WIDE, "variants", read_mode)
     for name in ("resident2", "all_resident", "deep", "shard1m"):
         assert out[name]["first"] and out[name]["again"], (name, out[name])
+    for name in ("resident2", "deep", "shard1m"):  # all_resident never reads after the first pass
+        assert out[name]["mode"] == read_mode, (name, out[name]["mode"])
     assert out["shard1m"]["plan"]["chunks_per_block"] >= 2  # a block over several reads
     assert out["deep"]["plan"]["prefetch_blocks"] == 8 or out["deep"]["plan"]["depth"] == 64
     assert out["staged"]
+    # fp8 buffers are never read in place (the library widens only into fp32): the ring and torch's cast
+    assert out["fp8"]["same"] and out["fp8"]["mode"] == "ring", out["fp8"]
 
 
+@pytest.mark.parametrize("read_mode", ["direct", "ring"])
 @pytest.mark.parametrize("mode, says", [("shrink", "shrank"), ("short_read", "the file ended at offset")])
-def test_file_shrinking_between_blocks_is_one_error_and_the_model_recovers(comfy, mode, says):
-    out = _probe(comfy, WIDE, mode)
+def test_file_shrinking_between_blocks_is_one_error_and_the_model_recovers(comfy, mode, says, read_mode):
+    out = _probe(comfy, WIDE, mode, read_mode)
     assert out["type"] == "StreamError", out
     assert says in out["error"] and ".work" in out["error"], out["error"]
     # the stat check stops block 1; a read the C thread starts after the cut fails at block 1 or, when it had

@@ -310,6 +310,106 @@ static int write_file(const char *path, size_t size) {
     return fclose(f) == 0;
 }
 
+static float unit_rand(uint32_t *state) {
+    *state = *state * 1664525u + 1013904223u;
+    return (float)(*state >> 8) / 16777216.0f;
+}
+
+static int read1(h3k_streamer *s, uint64_t off, uint64_t len, int file_type, void *dst, size_t size,
+                 int dst_type, int threads) {
+    h3k_read r = {off, len, dst, size, file_type, dst_type};
+    return h3k_streamer_read(s, &r, 1, threads);
+}
+
+/* Direct reads: bf16 and fp16 widened to fp32 in place across several units
+ * and threads, a same-type read, advice, and each refusal. */
+static void test_direct_read(const char *dir) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/direct.bin", dir);
+    size_t n = 300000 + 5; /* more than two 128 Ki-value units, and an odd tail */
+    uint16_t *bf = malloc(n * 2), *hf = malloc(n * 2);
+    float *want_bf = malloc(n * 4), *want_hf = malloc(n * 4), *got = malloc(n * 4 + 64);
+    CHECK(bf && hf && want_bf && want_hf && got, "allocation");
+    if (!bf || !hf || !want_bf || !want_hf || !got) return;
+    uint32_t seed = 7;
+    for (size_t i = 0; i < n; i++) {
+        float v = (unit_rand(&seed) - 0.5f) * (i % 97 == 0 ? 1e5f : 3.0f);
+        uint32_t x;
+        memcpy(&x, &v, 4);
+        bf[i] = (uint16_t)(x >> 16);
+        x = (uint32_t)bf[i] << 16;
+        memcpy(&want_bf[i], &x, 4);
+        hf[i] = h3k_fp32_to_fp16(v);
+        want_hf[i] = h3k_fp16_to_fp32(hf[i]);
+    }
+    hf[3] = 0x7c00u; /* inf */
+    want_hf[3] = h3k_fp16_to_fp32(hf[3]);
+    hf[4] = 0x0001u; /* the smallest subnormal */
+    want_hf[4] = h3k_fp16_to_fp32(hf[4]);
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fwrite("head", 1, 4, f) == 4 && fwrite(bf, 2, n, f) == n && fwrite(hf, 2, n, f) == n,
+          "cannot write %s", path);
+    if (f) fclose(f);
+    h3k_streamer *s = NULL;
+    CHECK(h3k_streamer_open(&s, path, 65536, 1) == H3K_OK && s, "open");
+    if (!s) return;
+    uint64_t bf_at = 4, hf_at = 4 + 2 * n;
+    CHECK(h3k_streamer_advise(s, bf_at, 4 * n) == H3K_OK, "advise");
+    CHECK(h3k_streamer_advise(s, 0, 4 * n + 5) == H3K_ERANGE, "advice past the end accepted");
+    for (int threads = 1; threads <= 3; threads += 2) {
+        memset(got, 0xff, n * 4);
+        CHECK(read1(s, bf_at, 2 * n, H3K_BF16, got, n * 4, H3K_F32, threads) == H3K_OK,
+              "bf16 read: %s", h3k_streamer_last_error(s));
+        CHECK(memcmp(got, want_bf, n * 4) == 0, "bf16 widened wrongly (%d threads)", threads);
+        CHECK(read1(s, hf_at, 2 * n, H3K_F16, got, n * 4 + 64, H3K_F32, threads) == H3K_OK,
+              "fp16 read");
+        CHECK(memcmp(got, want_hf, n * 4) == 0, "fp16 widened wrongly (%d threads)", threads);
+    }
+    /* Both halves in one call (one task for the pool); then a batch whose second read is wrong: refused
+     * before the first one writes anything. */
+    float *got2 = malloc(n * 4);
+    CHECK(got2 != NULL, "allocation");
+    if (got2) {
+        h3k_read two[2] = {{hf_at, 2 * n, got2, n * 4, H3K_F16, H3K_F32}, {bf_at, 2 * n, got, n * 4, H3K_BF16, H3K_F32}};
+        memset(got, 0, n * 4);
+        memset(got2, 0, n * 4);
+        CHECK(h3k_streamer_read(s, two, 2, 0) == H3K_OK && memcmp(got, want_bf, n * 4) == 0 &&
+                  memcmp(got2, want_hf, n * 4) == 0, "two reads in one call");
+        memset(got2, 0, n * 4);
+        two[1].dst_size = 8;
+        CHECK(h3k_streamer_read(s, two, 2, 0) == H3K_EINVAL && strstr(h3k_streamer_last_error(s), "read 1") != NULL,
+              "a bad read in a batch: %s", h3k_streamer_last_error(s));
+        size_t touched = 0;
+        for (size_t i = 0; i < n; i++) touched += got2[i] != 0.0f;
+        CHECK(touched == 0, "a refused batch wrote %zu values", touched);
+        CHECK(h3k_streamer_read(s, NULL, 0, 0) == H3K_OK && h3k_streamer_read(s, NULL, 1, 0) == H3K_EINVAL,
+              "empty batch / NULL reads");
+        free(got2);
+    }
+    memset(got, 0, n * 2);
+    CHECK(read1(s, bf_at, 2 * n, H3K_BF16, got, n * 2, H3K_BF16, 0) == H3K_OK &&
+              memcmp(got, bf, n * 2) == 0, "same-type read");
+    CHECK(read1(s, bf_at, 0, H3K_BF16, NULL, 0, H3K_F32, 0) == H3K_OK, "empty read");
+    CHECK(read1(s, bf_at, 2 * n, H3K_BF16, got, n * 4 - 1, H3K_F32, 0) == H3K_EINVAL,
+          "small buffer accepted");
+    CHECK(read1(s, bf_at, 3, H3K_BF16, got, 64, H3K_F32, 0) == H3K_EINVAL, "odd length");
+    CHECK(read1(s, 0, 8, H3K_F32, got, 64, H3K_BF16, 0) == H3K_EINVAL, "narrowing accepted");
+    CHECK(read1(s, 0, 8, H3K_Q8_0, got, 64, H3K_F32, 0) == H3K_EINVAL, "q8_0 accepted");
+    CHECK(read1(s, hf_at, 2 * n + 2, H3K_F16, got, n * 4 + 64, H3K_F32, 0) == H3K_ERANGE,
+          "read past the end accepted");
+    uint64_t bytes = 0;
+    double rd = -1;
+    h3k_streamer_stats(s, &bytes, NULL, &rd, NULL);
+    CHECK(bytes == 4 * 2 * n + 2 * n + 4 * n && rd >= 0, "stats count direct reads: %llu", (unsigned long long)bytes);
+    f = fopen(path, "wb"); /* the file shrinks under an open streamer */
+    if (f) fclose(f);
+    int st = read1(s, bf_at, 2 * n, H3K_BF16, got, n * 4, H3K_F32, 0);
+    CHECK(st == H3K_ERANGE && strstr(h3k_streamer_last_error(s), "direct.bin") != NULL,
+          "shrunk file gave %d: %s", st, h3k_streamer_last_error(s));
+    h3k_streamer_close(s);
+    free(bf), free(hf), free(want_bf), free(want_hf), free(got);
+}
+
 static void test_streamer(const char *dir) {
     char path[1024];
     snprintf(path, sizeof path, "%s/stream.bin", dir);
@@ -463,6 +563,7 @@ int main(int argc, char **argv) {
     test_cpu_count_affinity();
     test_pool();
     test_streamer(dir);
+    test_direct_read(dir);
     test_arena_lock();
 #if !defined(_WIN32)
     test_last_error_race(dir);

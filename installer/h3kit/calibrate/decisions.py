@@ -269,8 +269,14 @@ def streaming_enabled(plan: dict) -> bool:
     return bool(st.get("enabled"))
 
 
-def prefetch_figures(plan: dict, estimates: dict, disk: dict) -> dict | None:
-    """plan.streaming.prefetch_for at the measured disk rate and the measured compute per block, or None."""
+def prefetch_figures(plan: dict, estimates: dict, disk: dict, cpu: bool = False) -> dict | None:
+    """plan.streaming.prefetch_for at the measured disk rate and the measured compute per block, or None.
+
+    Also "pass_overhead", what streaming adds to a model call as measured (plan.streaming.
+    measured_pass_overhead), beside the plan's assumed share. `cpu`: the DiT computes on the CPU, where
+    the loader reads each block into its buffers while the model waits; that read is counted from the
+    disk probe's `direct_read_bytes_per_s`, and without that figure the measured share is None (the
+    waiting alone would understate it)."""
     if not streaming_enabled(plan) or disk.get("status") != "measured" or not disk.get("gb_per_s"):
         return None
     try:
@@ -282,10 +288,26 @@ def prefetch_figures(plan: dict, estimates: dict, disk: dict) -> dict | None:
     tokens = t.get("tokens") or estimates.get("tokens") or 0
     if not st.get("block_bytes") or not timing.get("block_s_per_token"):
         return None
+    from h3kit.plan.streaming import measured_pass_overhead
+
     compute = timing["block_s_per_token"] * tokens + timing.get("block_s_per_token2", 0.0) * tokens ** 2
     res = prefetch_for(disk["gb_per_s"] * 1e9, int(st["block_bytes"]), compute)
-    return {"enabled": True, "disk_bytes_per_s": disk["gb_per_s"] * 1e9, "cache_dropped": disk.get("cache_dropped"),
-            **res}
+    out = {"enabled": True, "disk_bytes_per_s": disk["gb_per_s"] * 1e9, "cache_dropped": disk.get("cache_dropped"),
+           **res}
+    # on a CPU the loader reads each block into its buffers while the model waits (calibration measures
+    # that read only there: a GPU's copy overlaps the compute)
+    rate = disk.get("direct_read_bytes_per_s") if cpu else None
+    if rate:
+        out.update(direct_read_bytes_per_s=rate, copy_s_per_block=int(st["block_bytes"]) / rate)
+    blocks = int(st.get("blocks") or 0)
+    share = (blocks - int(st.get("resident_blocks") or 0)) / blocks if blocks else 1.0
+    out["pass_overhead"] = None if cpu and not rate else \
+        measured_pass_overhead(res, share, out.get("copy_s_per_block"))
+    out["pass_overhead_planned"] = st.get("pass_overhead")
+    if out["pass_overhead"] is None:
+        out["pass_overhead_note"] = ("the CPU's in-place read of each block was not measured (no native "
+                                     "library); the clip time keeps the plan's share")
+    return out
 
 
 def decide_prefetch(plan: dict, estimates: dict, disk: dict) -> dict | None:

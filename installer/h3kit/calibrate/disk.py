@@ -9,6 +9,11 @@ reads drop it the same way), F_NOCACHE on macOS, and as root on Linux
 Whether the pages really left is checked with mincore(2), not assumed: a
 figure read from memory is marked `cache_dropped: false` and says so.
 
+With a native library, the probe file (warm by then) is also read the way
+the streamed loader reads a block on a CPU: straight into an fp32 buffer,
+widened from bf16 in place (`direct_read_rate`). That copy happens while
+the model waits, so it is part of what streaming costs a CPU step.
+
 `streaming_block` turns the measured rate and a block's compute time into the
 calibration document's `streaming` block (h3kit.plan.streaming.prefetch_for
 does the arithmetic, so the plan and calibration agree).
@@ -150,15 +155,43 @@ def _read_all(path: str) -> tuple[int, float]:
     return read, time.perf_counter() - t0
 
 
+DIRECT_READ_BYTES = 64 << 20  # of the probe file; the fp32 buffer is twice that
+
+
+def direct_read_rate(library_path, path, nbytes: int = DIRECT_READ_BYTES, repeats: int = 3) -> float | None:
+    """File bytes per second the native library reads `path` (from the page cache) straight into an fp32
+    buffer as bf16 widened in place, on every core: the streamed loader's CPU read (h3k_streamer_read).
+    The median of `repeats`; None when there is no library or it cannot (a probe never raises)."""
+    if library_path is None:
+        return None
+    try:
+        from h3kit import native
+
+        n = min(int(nbytes), os.path.getsize(path)) // 2 * 2
+        if n <= 0:
+            return None
+        buf = bytearray(2 * n)
+        times = []
+        with native.Library(library_path).streamer(path, read_size=1 << 20, depth=1) as s:
+            for _ in range(max(1, repeats)):
+                t0 = time.perf_counter()
+                s.read_into_buffer(0, n, buf, "BF16", "F32")
+                times.append(time.perf_counter() - t0)
+        return n / max(sorted(times)[len(times) // 2], 1e-9)
+    except Exception:  # noqa: BLE001 - an old library, no memory: the figure is simply not there
+        return None
+
+
 def measure_disk(folder: Path, nbytes: int, scratch: Path | None = None, *, create: bool = True,
-                 drop_all: bool = True) -> dict:
+                 drop_all: bool = True, library=None) -> dict:
     """Sequential read speed on `folder`'s disk with the page cache dropped; never raises.
 
     Returns {"status": "measured", "path", "probe_dir", "bytes", "read_bytes_per_s", "gb_per_s" (the same
     in GB/s), "cached_read_bytes_per_s" (a second read, from the page cache), "write_gb_per_s", "seconds",
-    "cache_dropped", "cache_how", "resident_after_drop", "note"} or {"status": "error", "path", "reason"}.
-    The file is written in `scratch` when that is on the same device, else in `folder`, and removed;
-    `drop_all` as in drop_cache."""
+    "cache_dropped", "cache_how", "resident_after_drop", "note", "direct_read_bytes_per_s" (with `library`,
+    the native library's path: direct_read_rate on the probe, None without)} or {"status": "error", "path",
+    "reason"}. The file is written in `scratch` when that is on the same device, else in `folder`, and
+    removed; `drop_all` as in drop_cache."""
     folder = Path(folder)
     try:
         where = _probe_dir(folder, Path(scratch) if scratch is not None else None, create)
@@ -182,7 +215,7 @@ def measure_disk(folder: Path, nbytes: int, scratch: Path | None = None, *, crea
                "read_bytes_per_s": rate, "gb_per_s": rate / 1e9, "write_gb_per_s": read / max(write_s, 1e-9) / 1e9,
                "cached_read_bytes_per_s": read / cached_s if cached_s > 0 else None,
                "seconds": read_s, "cache_dropped": dropped, "cache_how": how,
-               "resident_after_drop": resident}
+               "resident_after_drop": resident, "direct_read_bytes_per_s": direct_read_rate(library, tmp)}
         kind = fs_type(tmp)
         if kind in MEMORY_FS:
             out["fs_type"] = kind

@@ -114,18 +114,27 @@ def device_of(fingerprint: dict, plan: dict) -> str:
     return {"directml": "cuda"}.get(backend, backend)
 
 
-def _estimates(cat, plan: dict, fingerprint: dict, measured: dict, arch: dict, device: str, appendix: dict) -> dict:
-    """doc["estimates"] from the runner's h3_model, or the throughput table when it measured nothing."""
+def _estimates(cat, plan: dict, fingerprint: dict, measured: dict, arch: dict, device: str, appendix: dict,
+               disk: dict) -> tuple[dict, dict | None]:
+    """(doc["estimates"], doc["streaming"]): from the runner's h3_model, or the throughput table when it
+    measured nothing; when the plan streams and the disk was measured, the time counts what streaming
+    costs as measured (waiting for the disk, and on a CPU the in-place read) instead of the plan's share."""
     day = datetime.now(timezone.utc).date().isoformat()
-    return clip.estimate(cat, plan, fingerprint, measured.get("h3_model"), arch, day=day, device=device,
-                         native_appendix=appendix)
+    est = clip.estimate(cat, plan, fingerprint, measured.get("h3_model"), arch, day=day, device=device,
+                        native_appendix=appendix)
+    streaming = prefetch_figures(plan, est, disk, cpu=device == "cpu")
+    if streaming is not None and streaming.get("pass_overhead") is not None:
+        est = clip.estimate(cat, plan, fingerprint, measured.get("h3_model"), arch, day=day, device=device,
+                            native_appendix=appendix, pass_overhead=streaming["pass_overhead"])
+    return est, streaming
 
 
 def _minutes_for(cat, arch: dict, est: dict):
     tm = clip.timing_module()
 
     def minutes(canvas, frames, steps, cfg):
-        work = {"canvas": list(canvas), "frames": frames, "steps": steps, "cfg": cfg}
+        work = {"canvas": list(canvas), "frames": frames, "steps": steps, "cfg": cfg,
+                "pass_overhead": (est.get("time") or {}).get("pass_overhead", 0.0)}
         return clip.clip_time(arch, est["timing"], work, cat, tm)["minutes_per_clip"]
     return minutes
 
@@ -208,7 +217,7 @@ def run(ctx: Session, *, comfyui_dir: str | None = None, quick: bool = True, wit
     ctx.progress("calibrate: disk read speed...")
     models_dir = Path(install.path) / "models" if install is not None else ctx.locations.cache_dir
     disk = measure_disk(models_dir, PROBE_BYTES["quick" if quick else "full"], ctx.locations.cache_dir,
-                        create=not ctx.dry_run)
+                        create=not ctx.dry_run, library=lib if device == "cpu" else None)
     native = measured.get("native") or {}
     inference = measured.get("inference") or {}
     device_rates = measured.get("device") or {}
@@ -221,7 +230,8 @@ def run(ctx: Session, *, comfyui_dir: str | None = None, quick: bool = True, wit
     if h3_model.get("status") != "measured":
         skipped = [s for s in skipped if not s.startswith("ComfyUI's H3 model")]
         skipped.append(f"ComfyUI's H3 model: {h3_model.get('reason')}; the time per clip is a table estimate")
-    est = _estimates(cat, plan, fingerprint, {**measured, "h3_model": h3_model}, arch, device, appendix)
+    est, streaming = _estimates(cat, plan, fingerprint, {**measured, "h3_model": h3_model}, arch, device, appendix,
+                                disk)
     est["check"] = appendix["check"]  # the scaled-DiT check chart reads it here
     decisions = decide(plan, measured, est, minutes_for=_minutes_for(cat, arch, est), cat=cat, disk=disk)
     real = run_with_model(with_model, install, cat, plan=plan, fingerprint=fingerprint, ctx=ctx)
@@ -252,7 +262,6 @@ def run(ctx: Session, *, comfyui_dir: str | None = None, quick: bool = True, wit
         "duration_seconds": 0.0,
         "report_files": {"json": None, "md": None, "html": None},
     }
-    streaming = prefetch_figures(plan, est, disk)
     if streaming is not None:
         doc["streaming"] = streaming
     doc["duration_seconds"] = round(time.perf_counter() - started, 3)

@@ -132,6 +132,20 @@ def prefetch_for(disk_bytes_per_s: float, block_bytes: int, block_compute_s: flo
     return out
 
 
+def measured_pass_overhead(fig: Mapping, streamed_share: float = 1.0, copy_s_per_block: float | None = None) -> float:
+    """The share h3kit's loader adds to a model call, from measured figures instead of the table's.
+
+    `fig` is prefetch_for's result at the measured disk rate and block compute time: its io_wait_fraction
+    w of a call waiting for the disk adds w / (1 - w) of the compute. `copy_s_per_block` is the time the
+    model waits while a block is read into its buffers (the CPU's in-place read, done with the compute
+    stopped; None or 0 where a helper thread overlaps it, as on a GPU). Both scale with the share of
+    blocks streamed (resident blocks cost neither)."""
+    wait = min(max(float(fig.get("io_wait_fraction") or 0.0), 0.0), 0.99)
+    compute = float(fig.get("compute_s_per_block") or 0.0)
+    copy = float(copy_s_per_block or 0.0) / compute if compute > 0 else 0.0
+    return round((wait / (1.0 - wait) + copy) * max(0.0, min(1.0, float(streamed_share))), 4)
+
+
 def _hidden(wait_total: tuple[float, float]) -> bool:
     wait, total = wait_total
     return wait <= 0.01 * total

@@ -40,6 +40,7 @@ from ._library import (
     ENV_LIB,
     FEATURE_BITS,
     KINDS,
+    VALUE_TYPES,
     VARIANTS,
     NativeError,
     _linux_cpu_has,
@@ -181,6 +182,6 @@ class Streamer(_handles.Streamer):
 
 
 __all__ = ["ABI", "BLOCK", "BLOCK_BYTES", "ENV_LIB", "FEATURE_BITS", "KINDS", "VARIANTS", "Arena", "Library", "NativeError",
-           "Streamer", "Tile", "blend_tiles", "cache_dir", "cached_build_dir", "candidates", "dequantize", "features", "find",
+           "Streamer", "Tile", "VALUE_TYPES", "blend_tiles", "cache_dir", "cached_build_dir", "candidates", "dequantize", "features", "find",
            "library_filename", "load", "matmul", "matmul_f32", "matvec", "quantize", "selftest", "selftest_folder",
            "split_tiles", "tile_starts", "version"]

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from ._buffers import _count
-from ._library import END, OK, NativeError
+from ._library import END, OK, VALUE_TYPES, NativeError, ReadRequest
 
 
 class _Handle:
@@ -156,6 +156,49 @@ class Streamer(_Handle):
         if status != OK:
             raise NativeError(self.last_error())
         return offset.value, memoryview((ctypes.c_char * length.value).from_address(data.value)).cast("B")
+
+    def advise(self, offset: int, length: int) -> None:
+        """Have the OS read a range into its page cache ahead of `read_into` (the background thread does it;
+        this returns at once). A range past the end of the file raises NativeError."""
+        if offset < 0 or length < 0:
+            raise ValueError(f"offset and length must not be negative; got {offset}, {length}.")
+        if self._lib.c.h3k_streamer_advise(self._handle(), offset, length) != OK:
+            raise NativeError(self.last_error())
+
+    def read_many(self, reads, threads: int = 0) -> None:
+        """Direct reads, all in one call to the worker pool: `reads` holds (offset, length, address, nbytes,
+        file_type, dst_type) tuples, each `length` bytes of `file_type` values at `offset` read straight into
+        the `nbytes` at `address` (a tensor's data_ptr, say) and widened to `dst_type`: the same type, or
+        F16/BF16 into F32. Every read is checked before any is done; a file that ends early or fails to read
+        raises NativeError naming it."""
+        reads = list(reads)
+        table = (ReadRequest * max(1, len(reads)))()
+        for i, (offset, length, address, nbytes, file_type, dst_type) in enumerate(reads):
+            if offset < 0 or length < 0:
+                raise ValueError(f"offset and length must not be negative; got {offset}, {length}.")
+            for name in (file_type, dst_type):
+                if name not in VALUE_TYPES:
+                    raise ValueError(f"value type {name!r} is not one of {', '.join(VALUE_TYPES)}.")
+            table[i] = ReadRequest(offset, length, address or None, _count(nbytes, "nbytes"), VALUE_TYPES[file_type],
+                                   VALUE_TYPES[dst_type])
+        status = self._lib.c.h3k_streamer_read(self._handle(), ctypes.cast(table, ctypes.c_void_p), len(reads),
+                                               int(threads))
+        if status != OK:
+            raise NativeError(self.last_error())
+
+    def read_into(self, offset: int, length: int, address: int, nbytes: int, file_type: str = "BF16",
+                  dst_type: str = "F32", threads: int = 0) -> None:
+        """One direct read (see read_many)."""
+        self.read_many([(offset, length, address, nbytes, file_type, dst_type)], threads)
+
+    def read_into_buffer(self, offset: int, length: int, buffer, file_type: str = "BF16", dst_type: str = "F32",
+                         threads: int = 0) -> None:
+        """`read_into` a writable buffer (bytearray, memoryview, numpy array)."""
+        view = memoryview(buffer).cast("B")
+        if view.readonly:
+            raise ValueError("read_into_buffer needs a writable buffer.")
+        address = ctypes.addressof(ctypes.c_char.from_buffer(view)) if view.nbytes else 0
+        self.read_into(offset, length, address, view.nbytes, file_type, dst_type, threads)
 
     def __iter__(self):
         while True:

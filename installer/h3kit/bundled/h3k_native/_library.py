@@ -11,6 +11,10 @@ from pathlib import Path
 KINDS = {"q8_0": 8, "q4_0": 2}
 
 
+# Value types a direct read takes and gives, by their safetensors names (payload/h3k.h: ggml's type ids).
+VALUE_TYPES = {"F32": 0, "F16": 1, "BF16": 30}
+
+
 BLOCK = 32
 
 
@@ -23,7 +27,7 @@ VARIANTS = ("baseline", "x86-64-v3", "arm64-dotprod")
 ENV_LIB = "H3KIT_NATIVE_LIB"
 
 
-ABI = 2  # H3K_ABI in payload/h3k.h: bumped when a C signature changes
+ABI = 3  # H3K_ABI in payload/h3k.h: bumped when a C signature changes
 
 
 # Bit names of h3k_cpu_features(), in bit order (payload/h3k.h).
@@ -32,6 +36,13 @@ FEATURE_BITS = ("sse2", "avx", "avx2", "fma", "f16c", "avx512f", "neon", "dotpro
 
 # h3k status codes (payload/h3k.h).
 OK, EINVAL, ENOMEM, EIO, ERANGE, EUNSUPPORTED, END, ESELFTEST = range(8)
+
+
+class ReadRequest(ctypes.Structure):
+    """One direct read (h3k_read in payload/h3k.h)."""
+
+    _fields_ = [("offset", ctypes.c_uint64), ("length", ctypes.c_uint64), ("dst", ctypes.c_void_p),
+                ("dst_size", ctypes.c_size_t), ("file_type", ctypes.c_int), ("dst_type", ctypes.c_int)]
 
 
 class NativeError(RuntimeError):
@@ -131,6 +142,8 @@ class _Api:
                                       ctypes.POINTER(ctypes.c_double), ctypes.POINTER(ctypes.c_double),
                                       ctypes.POINTER(ctypes.c_uint64)]),
         "h3k_streamer_last_error": (ctypes.c_char_p, [ctypes.c_void_p]),
+        "h3k_streamer_advise": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64]),
+        "h3k_streamer_read": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]),
         "h3k_tile_starts": (ctypes.c_int, [ctypes.c_size_t, ctypes.c_size_t, ctypes.c_size_t,
                                            ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t,
                                            ctypes.POINTER(ctypes.c_size_t)]),

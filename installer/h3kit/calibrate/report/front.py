@@ -209,6 +209,7 @@ def streaming(doc: dict) -> Section | None:
     wait = _num(st.get("io_wait_fraction"))
     compute, read = _num(st.get("compute_s_per_block")), _num(st.get("read_s_per_block"))
     ahead = st.get("prefetch_blocks") or planned.get("prefetch_blocks")
+    copy = _num(st.get("copy_s_per_block"))
     measured_split = _num(st.get("wait_s")) is not None and _num(st.get("compute_s")) is not None
     blocks: list = []
     if compute is not None and read is not None:
@@ -217,6 +218,11 @@ def streaming(doc: dict) -> Section | None:
         text += f", {ahead} block{'s' if ahead != 1 else ''} read ahead" if ahead else ""
         if wait is not None:
             text += f"; about {percent(wait)} of the sampling time waits for the disk"
+        if copy is not None:
+            text += (f". On the CPU each block is then read into its fp32 buffers while the model waits: "
+                     f"{precise_seconds(copy)} a block at {human_rate(_num(st.get('direct_read_bytes_per_s')))}")
+        if _num(st.get("pass_overhead")) is not None:
+            text += f"; in all, streaming makes each model call about {percent(_num(st['pass_overhead']))} longer"
         if st.get("disk_bound"):
             text += (". The disk is the limit here: reading a block takes longer than computing one, so a faster "
                      "disk or more blocks kept resident would shorten every step")
@@ -227,6 +233,10 @@ def streaming(doc: dict) -> Section | None:
     if measured_split:
         blocks.append(Split("streaming_split", "Sampling time: computing vs waiting for disk (measured)",
                             (("computing", st["compute_s"]), ("waiting for disk", st["wait_s"]))))
+    elif wait is not None and copy is not None and compute:
+        waited = wait / max(1e-9, 1.0 - wait) * compute  # per block, beside its compute and its copy
+        blocks.append(Split("streaming_split", "Sampling time: computing vs waiting for disk vs reading into buffers",
+                            (("computing", compute), ("waiting for disk", waited), ("reading into buffers", copy))))
     elif wait is not None:
         blocks.append(Split("streaming_split", "Sampling time: computing vs waiting for disk",
                             (("computing", max(0.0, 1.0 - wait)), ("waiting for disk", wait))))
@@ -238,6 +248,9 @@ def streaming(doc: dict) -> Section | None:
     rows = [("disk read speed", human_rate(_num(st.get("disk_bytes_per_s")), "-")),
             ("page cache dropped for the measurement", fmt(st.get("cache_dropped"))),
             ("blocks read ahead", fmt(ahead)),
+            ("in-place read into fp32 buffers (CPU)", human_rate(_num(st.get("direct_read_bytes_per_s")), "-")),
+            ("added to each model call", percent(_num(st["pass_overhead"])) if _num(st.get("pass_overhead"))
+             is not None else "-"),
             ("blocks kept resident", fmt(st.get("resident_blocks") or planned.get("resident_blocks"))),
             ("bytes per block", human_bytes(_num(planned.get("block_bytes")), "-")),
             ("disk bound", fmt(st.get("disk_bound")))]

@@ -187,7 +187,9 @@ def memory_estimate(h3_model: dict | None, arch: dict, plan: dict, cat, fingerpr
     streaming = s.get("streaming") or {}
     streamed = bool(streaming.get("enabled"))
     if streamed:  # h3kit's loader: resident blocks and the computing one cast, a ring of file-dtype reads
-        ring = (int(streaming.get("prefetch_blocks") or 1) + 1) * int(streaming.get("block_bytes") or 0)
+        # (none on a CPU: blocks are read in place there, the read-ahead waits in the page cache)
+        ring = 0 if device == "cpu" else \
+            (int(streaming.get("prefetch_blocks") or 1) + 1) * int(streaming.get("block_bytes") or 0)
         dit_held = int((per_block or 0) * (int(streaming.get("resident_blocks") or 0) + 1) + ring
                        + (held["other"] or 0))
     te_held = _held_part(weights.get("text_encoder"), device, te=True)

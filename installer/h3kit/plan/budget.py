@@ -17,7 +17,11 @@ How the DiT is held is one of two runs (`estimate(..., stream=)`):
   h3kit's streamed loader. The DiT is read from the file block by block
           into a ring of prefetch + 1 blocks (file dtype); resident blocks and
           the computing one are in the compute dtype, and the resident ones
-          stay beside every phase (the next prompt's encoding too).
+          stay beside every phase (the next prompt's encoding too). On a CPU
+          there is no ring: each block is read straight into the computing
+          block's buffers, and the blocks read ahead wait in the OS's page
+          cache, which gives way under pressure (slower reads, never an
+          out-of-memory), so they are not counted.
 ComfyUI casts 16-bit float files to the dtype it computes in (float32 on a
 CPU: a bf16 DiT takes twice its file size there); the catalog's comfyui
 section says which backend, formats and parts, so the factor is data.
@@ -221,7 +225,8 @@ def estimate(cat: Catalog, budget: Budget, settings: dict, choice: Choice, strea
     from_disk = settings["stream_from"] == "disk" or stream is not None
     gpu = budget.gpu_bytes
     enc_gpu, enc_ram = _encode_phase(cat, budget, choice, process)
-    ring = (stream + 1) * block if stream is not None else 0
+    # the CPU reads in place (nodes/h3kit_streaming.py, "direct"): its read-ahead is page cache, not RSS
+    ring = (stream + 1) * block if stream is not None and gpu is not None else 0
 
     shard_blocks = _shard_blocks(settings, block)
     shard = shard_blocks * block

@@ -152,8 +152,9 @@ def rationale_for(cat: Catalog, c: Candidate, why_profile: str) -> list[str]:
     if b.gpu_bytes is None and e.streamed:
         out.append(f"DiT {ch.dit.variant} {ch.dit.format}: {gb(ch.dit.bytes)} ({why_format}), streamed from disk by "
                    f"h3kit's loader: {e.resident_blocks} of {cat.blocks} blocks resident{cast} "
-                   f"({gb(e.resident_blocks * e.block_held)}), a read-ahead ring of {gb(e.ring)} and one computing "
-                   f"block ({gb(e.block_held)}), with activations ({gb(e.activations)}) at "
+                   f"({gb(e.resident_blocks * e.block_held)}) and one computing block ({gb(e.block_held)}) that each "
+                   "block is read into (the blocks read ahead wait in the OS's page cache), with activations "
+                   f"({gb(e.activations)}) at "
                    f"{ch.canvas[0]}x{ch.canvas[1]}x{ch.frames}: sample phase {gb(e.phases['sample']['ram_bytes'])} of "
                    f"the {gb(b.ram_bytes)} RAM budget.")
     elif b.gpu_bytes is None:

@@ -371,8 +371,10 @@ def decide_streaming(fingerprint: dict, machine, settings: dict, est, catalog, *
     off = "" if pol["dynamic_vram"] else f"; ComfyUI's dynamic VRAM is off here ({pol['dyn_why']})"
     rationale = [f"h3kit streams the DiT from disk with its own loader because {why}{off}.",
                  f"{resident} of {blocks} blocks stay resident ({_gib(resident * streamed.block_held)} in "
-                 f"{pol['dtype']}) and {depth} block(s) read ahead (a ring of {depth + 1} x {_gib(streamed.block)} "
-                 "in the file's dtype) "
+                 f"{pol['dtype']}) and {depth} block(s) read ahead "
+                 + (f"(a ring of {depth + 1} x {_gib(streamed.block)} in the file's dtype) " if streamed.ring else
+                    "by the OS into its page cache, since on the CPU each block is read straight into the "
+                    "computing block's buffers ")
                  + ("(prefetch_blocks from the settings)." if pol["prefetch_set"] else
                     "(one reading while one computes; calibration measures the disk and may change this).")]
     gpu = "" if streamed.peak_gpu is None else \

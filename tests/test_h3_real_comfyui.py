@@ -27,18 +27,8 @@ from h3kit.data import comfy_nodes
 REAL, PYTHON, WHY = comfy_h3.h3_comfyui()
 pytestmark = [pytest.mark.comfyui, pytest.mark.slow, pytest.mark.skipif(REAL is None, reason=WHY)]
 
-# Files ComfyUI's stock loaders take (safetensors through UNETLoader / CLIPLoader / VAELoader), at a tiny canvas.
-CONFIG = """overrides:
-  dit_weights: h3-dit-pruned-bf16
-  text_encoder_weights: h3-te-qwen3vl32b-int8_convrot
-  vae_weights: h3-vae-video-fp16
-  canvas: [64, 64]
-  frames: 22
-  steps: 2
-"""
+CONFIG, PART_OF = comfy_h3.TINY_CONFIG, comfy_h3.PART_OF
 COMFYUI_MAKES = ("user", "input/3d")  # ComfyUI itself creates these when it starts, with or without h3kit
-PART_OF = {"dit_weights": "dit", "text_encoder_weights": "text_encoder", "vae_weights": "video_vae",
-           "audio_vae_weights": "audio_vae"}
 
 
 def _say(*parts) -> None:
@@ -73,23 +63,9 @@ def _run_ui_workflow(comfy: Path, ui: dict, workdir: Path) -> tuple[dict, Path]:
     return {"templates": templates, **measured}, videos[-1]
 
 
-def _roomy_fingerprint(run_cli, tmp_path) -> str:
-    """This machine as probed, with RAM and disk enough for the real model: the tiny files fit anywhere, the
-    planner's arithmetic is about the real H3, and these tests are about the path through ComfyUI, not this box."""
-    code, out, err = run_cli("fingerprint", "--json")
-    assert code == 0, err
-    fp = json.loads(out)
-    fp["memory"].update(total_bytes=256 * 10**9, available_bytes=250 * 10**9)
-    for disk in fp["disks"]:
-        disk.update(total_bytes=max(disk["total_bytes"] or 0, 2 * 10**12), free_bytes=10**12)
-    path = tmp_path / "roomy-fingerprint.json"
-    path.write_text(json.dumps(fp), encoding="utf-8")
-    return str(path)
-
-
 def test_install_run_apply_calibrate_uninstall(h3_comfy, h3kit_home, run_cli, tmp_path):
     (h3kit_home / "config.yaml").write_text(CONFIG, encoding="utf-8")
-    roomy = _roomy_fingerprint(run_cli, tmp_path)
+    roomy = comfy_h3.roomy_fingerprint(run_cli, tmp_path)
     code, out, err = run_cli("plan", "--fingerprint", roomy, "--json")
     assert code == 0, err
     plan = json.loads(out)

@@ -28,16 +28,8 @@ from h3kit.data import comfy_nodes
 REAL, PYTHON, WHY = comfy_h3.h3_comfyui()
 pytestmark = [pytest.mark.comfyui, pytest.mark.slow, pytest.mark.skipif(REAL is None, reason=WHY)]
 
-CONFIG = """overrides:
-  dit_weights: h3-dit-pruned-bf16
-  text_encoder_weights: h3-te-qwen3vl32b-int8_convrot
-  vae_weights: h3-vae-video-fp16
-  canvas: [64, 64]
-  frames: 22
-  steps: 2
-  preset: fast
-  stream_dit: off
-"""
+CONFIG = comfy_h3.TINY_CONFIG + "  preset: fast\n  stream_dit: off\n"
+PART_OF = comfy_h3.PART_OF
 FRAMES_DIGEST = r"""
 import av, hashlib, sys
 h = hashlib.sha256()
@@ -46,8 +38,6 @@ with av.open(sys.argv[1]) as c:
         h.update(frame.to_ndarray(format="rgb24").tobytes())
 print(h.hexdigest())
 """
-PART_OF = {"dit_weights": "dit", "text_encoder_weights": "text_encoder", "vae_weights": "video_vae",
-           "audio_vae_weights": "audio_vae"}
 # The tiny DiT of tests/comfy_h3/make_tiny_h3.py: 2 blocks, hidden 64, 2 heads x 32.
 TINY_BLOCKS, TINY_HIDDEN, TINY_INNER, TINY_FFN, RANK = 2, 64, 64, 128, 4
 
@@ -81,22 +71,18 @@ def tiny_lora(path: Path) -> int:
     return len(tensors) // 2
 
 
-def _roomy_fingerprint(run_cli, tmp_path) -> str:
-    code, out, err = run_cli("fingerprint", "--json")
+def installed_text_to_video(run_cli, comfy: Path, fingerprint) -> dict:
+    """Install h3kit (no calibration, no downloads) and read back the text-to-video workflow it wrote, as API."""
+    code, out, err = run_cli("install", "--comfyui", str(comfy), "--fingerprint", fingerprint, "--yes",
+                             "--skip-calibrate", "--no-models", "--json")
     assert code == 0, err
-    fp = json.loads(out)
-    fp["memory"].update(total_bytes=256 * 10**9, available_bytes=250 * 10**9)
-    for disk in fp["disks"]:
-        disk.update(total_bytes=max(disk["total_bytes"] or 0, 2 * 10**12), free_bytes=10**12)
-    path = tmp_path / "roomy-fingerprint.json"
-    path.write_text(json.dumps(fp), encoding="utf-8")
-    return str(path)
-
+    ui_file = comfy / "custom_nodes" / "ComfyUI-h3kit" / workflows.UI_DIR / "h3kit_text_to_video.json"
+    return ui_to_api(json.loads(ui_file.read_text(encoding="utf-8")), comfy_nodes.load())
 
 def test_the_fast_presets_lora_runs_in_comfyui_and_changes_the_video(h3kit_home, run_cli, tmp_path):
     comfy = comfy_h3.make_test_comfyui(REAL, tmp_path / "Comfy UI ü")
     (h3kit_home / "config.yaml").write_text(CONFIG, encoding="utf-8")
-    roomy = _roomy_fingerprint(run_cli, tmp_path)
+    roomy = comfy_h3.roomy_fingerprint(run_cli, tmp_path)
     code, out, err = run_cli("plan", "--fingerprint", roomy, "--json")
     assert code == 0, err
     plan = json.loads(out)
@@ -110,11 +96,7 @@ def test_the_fast_presets_lora_runs_in_comfyui_and_changes_the_video(h3kit_home,
     lora_file = cat.weight("h3-lora-turbo").file
     patched = tiny_lora(comfy / "models" / lora_file["folder"] / lora_file["name"])
 
-    code, out, err = run_cli("install", "--comfyui", str(comfy), "--fingerprint", roomy, "--yes", "--skip-calibrate",
-                             "--no-models", "--json")
-    assert code == 0, err
-    ui_file = comfy / "custom_nodes" / "ComfyUI-h3kit" / workflows.UI_DIR / "h3kit_text_to_video.json"
-    api = ui_to_api(json.loads(ui_file.read_text(encoding="utf-8")), comfy_nodes.load())
+    api = installed_text_to_video(run_cli, comfy, roomy)
     (lora_id,) = [k for k, n in api.items() if n["class_type"] == "LoraLoaderModelOnly"]
     assert api[lora_id]["inputs"]["lora_name"] == lora_file["name"] and api[lora_id]["inputs"]["strength_model"] == 1.0
     assert next(n for n in api.values() if n["class_type"] == "BasicScheduler")["inputs"]["steps"] == 2
@@ -146,7 +128,7 @@ def test_the_streamed_loader_in_the_generated_workflow_gives_stock_output(h3kit_
     comfy = comfy_h3.make_test_comfyui(REAL, tmp_path / "Comfy UI ü")
     config = CONFIG.replace("preset: fast", "preset: balanced").replace("stream_dit: off", "stream_dit: on")
     (h3kit_home / "config.yaml").write_text(config, encoding="utf-8")
-    roomy = _roomy_fingerprint(run_cli, tmp_path)
+    roomy = comfy_h3.roomy_fingerprint(run_cli, tmp_path)
     code, out, err = run_cli("plan", "--fingerprint", roomy, "--json")
     assert code == 0, err
     plan = json.loads(out)
@@ -155,11 +137,7 @@ def test_the_streamed_loader_in_the_generated_workflow_gives_stock_output(h3kit_
     comfy_h3.write_tiny_files(comfy, PYTHON, {part: f"{cat.weight(plan['settings'][key]).file['folder']}/"
                                                     f"{cat.weight(plan['settings'][key]).file['name']}"
                                               for key, part in PART_OF.items()})
-    code, out, err = run_cli("install", "--comfyui", str(comfy), "--fingerprint", roomy, "--yes", "--skip-calibrate",
-                             "--no-models", "--json")
-    assert code == 0, err
-    ui_file = comfy / "custom_nodes" / "ComfyUI-h3kit" / workflows.UI_DIR / "h3kit_text_to_video.json"
-    api = ui_to_api(json.loads(ui_file.read_text(encoding="utf-8")), comfy_nodes.load())
+    api = installed_text_to_video(run_cli, comfy, roomy)
     (dit_id,) = [k for k, n in api.items() if n["class_type"] == "H3kitStreamedDiTLoader"]
     st = plan["settings"]["streaming"]
     inputs = api[dit_id]["inputs"]

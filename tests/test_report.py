@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
+from browser_support import NO_CHROMIUM, chromium, headless
 from h3kit.calibrate import report
 
 CHART_IDS = ("native", "threads", "measured_vs_estimated", "memory", "tiles", "timeline", "h3_fit")
@@ -129,14 +128,6 @@ def test_empty_charts_say_why():
     assert "tile sweep skipped" in ch["tiles"]
 
 
-def _chromium() -> str | None:
-    for name in ("chromium", "chromium-browser", "google-chrome", "chrome"):
-        path = shutil.which(name)
-        if path:
-            return path
-    return None
-
-
 CHECK_SCRIPT = """<script>
 const boxes = [...document.querySelectorAll('svg.chart')].map(s => {
   const b = s.getBoundingClientRect();
@@ -149,14 +140,7 @@ document.body.insertAdjacentHTML('beforeend', '<pre id="h3kit-' + 'check">' + JS
 </script>"""
 
 
-def headless(chromium: str, profile: Path, *args: str) -> subprocess.CompletedProcess:
-    """Chromium with no network, no first-run work and a fresh profile."""
-    argv = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--no-first-run", "--disable-component-update", "--disable-sync", f"--user-data-dir={profile}", *args]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=90)
-
-
-@pytest.mark.skipif(_chromium() is None, reason="no chromium (Debian: apt-get install -y chromium)")
+@pytest.mark.skipif(chromium() is None, reason=NO_CHROMIUM)
 def test_every_chart_has_a_non_empty_box_in_headless_chromium(tmp_path):
     files = report.write(sample_doc(), tmp_path / "reports")
     page = Path(files["html"]).read_text(encoding="utf-8")
@@ -164,7 +148,7 @@ def test_every_chart_has_a_non_empty_box_in_headless_chromium(tmp_path):
     probe = re.sub(r"<meta http-equiv='Content-Security-Policy'[^>]*>", "", page).replace("</body>", CHECK_SCRIPT + "</body>")
     probe_file = tmp_path / "probe.html"
     probe_file.write_text(probe, encoding="utf-8")
-    proc = headless(_chromium(), tmp_path / "profile", "--virtual-time-budget=3000", "--dump-dom", probe_file.as_uri())
+    proc = headless(tmp_path / "profile", "--virtual-time-budget=3000", "--dump-dom", probe_file.as_uri())
     m = re.search(r'<pre id="h3kit-check">(.*?)</pre>', proc.stdout, re.S)
     assert m, proc.stderr[-2000:]
     boxes = json.loads(m.group(1).replace("&quot;", '"'))
@@ -174,6 +158,6 @@ def test_every_chart_has_a_non_empty_box_in_headless_chromium(tmp_path):
         assert b["drawn"] >= (2 if b["empty"] else 4), b  # an empty chart is its box and the sentence why
     # The unmodified page renders too (screenshot), with its scripts-off policy in place.
     shot = tmp_path / "report.png"
-    proc = headless(_chromium(), tmp_path / "profile2", "--window-size=1280,4000", f"--screenshot={shot}",
+    proc = headless(tmp_path / "profile2", "--window-size=1280,4000", f"--screenshot={shot}",
                     Path(files["html"]).as_uri())
     assert shot.is_file() and shot.stat().st_size > 10_000, proc.stderr[-2000:]

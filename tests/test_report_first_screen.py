@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
+from browser_support import NO_CHROMIUM, chromium, headless
 from h3kit.calibrate import report
 from h3kit.core import units
 
@@ -213,20 +212,6 @@ def test_units_additions():
 
 # --- headless Chromium -------------------------------------------------------------------------------
 
-def _chromium() -> str | None:
-    for name in ("chromium", "chromium-browser", "google-chrome", "chrome"):
-        path = shutil.which(name)
-        if path:
-            return path
-    return None
-
-
-def headless(profile: Path, *args: str) -> subprocess.CompletedProcess:
-    argv = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--no-first-run", "--disable-component-update", "--disable-sync", f"--user-data-dir={profile}", *args]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=90)
-
-
 def page_requests(netlog: Path) -> list[str]:
     """URLs the page itself asked the network for: requests keyed to the file:// page (the browser's own
     background requests carry no such key)."""
@@ -247,7 +232,7 @@ STATIC_RESOURCE = re.compile(r"""\b(?:src|href|srcset|poster|data)\s*=|url\(|@im
                                  <object\b|<embed\b|<video\b|<audio\b""", re.I | re.X)
 
 
-@pytest.mark.skipif(_chromium() is None, reason="no chromium (Debian: apt-get install -y chromium)")
+@pytest.mark.skipif(chromium() is None, reason=NO_CHROMIUM)
 @pytest.mark.parametrize("case", ["full", "table", "comfy33"])
 def test_chromium_renders_the_first_screen_and_fetches_nothing(case, tmp_path):
     name, expected = CASES[case]
@@ -277,7 +262,7 @@ def test_chromium_renders_the_first_screen_and_fetches_nothing(case, tmp_path):
     assert page_requests(netlog) == []
 
 
-@pytest.mark.skipif(_chromium() is None, reason="no chromium (Debian: apt-get install -y chromium)")
+@pytest.mark.skipif(chromium() is None, reason=NO_CHROMIUM)
 def test_the_network_check_sees_a_page_that_fetches(tmp_path):
     """Negative control for the check above: a page with one external image and one stylesheet is caught."""
     page = tmp_path / "fetching.html"

@@ -31,6 +31,20 @@ print(json.dumps({"video_streams": len(v), "audio_streams": len(a), "frames": fr
 """
 
 
+# A config that makes h3kit plan files ComfyUI's stock loaders take (safetensors through UNETLoader /
+# CLIPLoader / VAELoader) at a tiny canvas, and which settings key names which part for write_tiny_files.
+TINY_CONFIG = """overrides:
+  dit_weights: h3-dit-pruned-bf16
+  text_encoder_weights: h3-te-qwen3vl32b-int8_convrot
+  vae_weights: h3-vae-video-fp16
+  canvas: [64, 64]
+  frames: 22
+  steps: 2
+"""
+PART_OF = {"dit_weights": "dit", "text_encoder_weights": "text_encoder", "vae_weights": "video_vae",
+           "audio_vae_weights": "audio_vae"}
+
+
 def h3_comfyui() -> tuple[Path | None, Path | None, str]:
     """(ComfyUI folder, its Python, why not): a ComfyUI >= 0.31 from H3KIT_COMFYUI_DIR with its own venv."""
     raw = os.environ.get("H3KIT_COMFYUI_DIR")
@@ -80,3 +94,18 @@ def probe_mp4(python: Path, path: Path) -> dict:
     if done.returncode != 0:
         raise RuntimeError(f"PyAV could not read {path}: {done.stderr[-1000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def roomy_fingerprint(run_cli, tmp_path: Path) -> str:
+    """This machine as probed (`run_cli`: the tests' CLI fixture), with RAM and disk enough for the real model:
+    the tiny files fit anywhere, the planner's arithmetic is about the real H3, and the tests that use it are
+    about the path through ComfyUI, not this box. Returns the fingerprint file's path."""
+    code, out, err = run_cli("fingerprint", "--json")
+    assert code == 0, err
+    fp = json.loads(out)
+    fp["memory"].update(total_bytes=256 * 10**9, available_bytes=250 * 10**9)
+    for disk in fp["disks"]:
+        disk.update(total_bytes=max(disk["total_bytes"] or 0, 2 * 10**12), free_bytes=10**12)
+    path = tmp_path / "roomy-fingerprint.json"
+    path.write_text(json.dumps(fp), encoding="utf-8")
+    return str(path)

@@ -1,4 +1,4 @@
-"""The C unit tests (payload/tests/test_h3k.c), compiled with the library source
+"""The C unit tests (payload/tests/test_h3k.c), compiled with the library's units
 and run under AddressSanitizer + UndefinedBehaviorSanitizer (with
 float-cast-overflow) for every variant this machine can run, and under
 ThreadSanitizer; and h3k_cpu_count() under taskset. pytest runs them, so CI
@@ -7,6 +7,7 @@ does too."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 import pytest
@@ -50,7 +51,7 @@ def test_c_unit_tests_under_asan_and_ubsan(compiler, variant, tmp_path):
     src = build.source_dir()
     exe = tmp_path / "test_h3k"
     argv = compiler.argv + ["-std=c11", "-g", "-O1", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off",
-                            *SANITIZE, *extra, str(src / "h3k.c"), str(src / "tests" / "test_h3k.c"),
+                            *SANITIZE, *extra, *build.unit_paths(src), str(src / "tests" / "test_h3k.c"),
                             "-o", str(exe), "-lm", "-lpthread"]
     res = subproc.run(argv, timeout=180)
     if not res.ok and "asan" in (res.stderr + res.stdout).lower():
@@ -71,7 +72,7 @@ def test_c_unit_tests_under_tsan(compiler, tmp_path):
     src = build.source_dir()
     exe = tmp_path / "test_h3k_tsan"
     argv = compiler.argv + ["-std=c11", "-g", "-O1", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off",
-                            "-fsanitize=thread", str(src / "h3k.c"), str(src / "tests" / "test_h3k.c"),
+                            "-fsanitize=thread", *build.unit_paths(src), str(src / "tests" / "test_h3k.c"),
                             "-o", str(exe), "-lm", "-lpthread"]
     res = subproc.run(argv, timeout=180)
     if not res.ok and "tsan" in (res.stderr + res.stdout).lower():
@@ -94,7 +95,7 @@ def test_cpu_count_follows_taskset(compiler, tmp_path):
         pytest.skip("taskset is not installed (util-linux), or no affinity masks here")
     src = build.source_dir()
     exe = tmp_path / "test_h3k"
-    res = subproc.run(compiler.argv + ["-std=c11", "-O1", "-ffp-contract=off", str(src / "h3k.c"),
+    res = subproc.run(compiler.argv + ["-std=c11", "-O1", "-ffp-contract=off", *build.unit_paths(src),
                                        str(src / "tests" / "test_h3k.c"), "-o", str(exe), "-lm", "-lpthread"],
                       timeout=180)
     assert res.ok, res.stderr
@@ -118,9 +119,10 @@ def _zig_cc() -> list[str]:
     ("x86_64-macos", "x86_64_v3"), ("aarch64-linux-musl", "generic+dotprod+fullfp16"),
 ])
 def test_other_platforms_compile_cleanly(target, cpu, tmp_path):
-    """The #ifdef branches this machine never runs (Windows threads/ReadFile/affinity, macOS) still compile."""
+    """The #ifdef branches this machine never runs (Windows threads/ReadFile/affinity, macOS) still compile,
+    and the units link into one shared library there (every internal call between them resolves)."""
     argv = _zig_cc() + ["-target", target, f"-mcpu={cpu}", "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror",
-                        "-ffp-contract=off", "-c", str(build.source_dir() / "h3k.c"), "-o", str(tmp_path / "h3k.o")]
+                        "-ffp-contract=off", "-shared", *build.unit_paths(), "-o", str(tmp_path / "libh3k")]
     res = subproc.run(argv, timeout=300)
     assert res.ok, res.stderr
 
@@ -135,7 +137,7 @@ def test_neon_kernels_under_qemu(cpu, tmp_path):
     src = build.source_dir()
     exe = tmp_path / "test_h3k_arm64"
     res = subproc.run(_zig_cc() + ["-target", "aarch64-linux-musl", f"-mcpu={cpu}", "-std=c11", "-O2",
-                                   "-ffp-contract=off", "-static", str(src / "h3k.c"),
+                                   "-ffp-contract=off", "-static", *build.unit_paths(src),
                                    str(src / "tests" / "test_h3k.c"), "-o", str(exe)], timeout=300)
     assert res.ok, res.stderr
     # qemu-user 7.2 aborts a forked child of a threaded process that starts a
@@ -143,3 +145,34 @@ def test_neon_kernels_under_qemu(cpu, tmp_path):
     run = subproc.run([qemu, "-cpu", "max", exe, str(tmp_path)], timeout=300,
                       env={"H3K_TEST_NO_FORK": "1", "PATH": "/usr/bin:/bin"})
     assert run.ok and run.stdout.strip().splitlines()[-1].startswith("ok "), run.stdout + run.stderr
+
+
+def test_units_are_listed_once_and_stay_readable():
+    """build.UNITS names every .c file of payload/ (a unit left out would be a link error at the user's),
+    and no file of payload/ grows past 600 lines."""
+    src = build.source_dir()
+    assert sorted(build.UNITS) == sorted(p.name for p in src.glob("*.c"))
+    assert set(build.SOURCES) == {p.name for p in src.iterdir() if p.suffix in (".c", ".h")}
+    for path in [*src.glob("*.[ch]"), *(src / "tests").glob("*.[ch]")]:
+        lines = path.read_text(encoding="utf-8").count("\n")
+        assert lines <= 600, f"{path.name} has {lines} lines"
+    assert '"h3k_internal.h"' not in (src / "selftest.c").read_text(encoding="utf-8")  # a client of h3k.h
+
+
+def test_library_exports_exactly_the_public_header(compiler, tmp_path):
+    """Split into units, the shared library still exports every H3K_API function of h3k.h and nothing
+    else (the internal calls between units stay hidden): the ABI the bridge checks is unchanged."""
+    nm = subproc.which("nm")
+    if nm is None or not sys.platform.startswith("linux"):
+        pytest.skip("needs nm on Linux")
+    src = build.source_dir()
+    header = (src / "h3k.h").read_text(encoding="utf-8")
+    declared = set(re.findall(r"H3K_API[^;(]*?\b(h3k_\w+)\s*\(", header))
+    lib = tmp_path / "libh3k.so"
+    res = subproc.run(compiler.argv + build.GNU_FLAGS + build.unit_paths(src) + ["-o", str(lib)] + build.link_libs(),
+                      timeout=180)
+    assert res.ok, res.stderr
+    out = subproc.run([nm, "-D", "--defined-only", str(lib)], timeout=60)
+    assert out.ok, out.stderr
+    exported = {line.split()[-1] for line in out.stdout.splitlines() if " T " in line}
+    assert len(declared) > 40 and exported == declared

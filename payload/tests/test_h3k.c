@@ -1,4 +1,4 @@
-/* test_h3k.c -- C unit tests for h3k.c, built with the library's source and
+/* test_h3k.c -- C unit tests for the library (every unit of payload/), built with them and
  * run by tests/test_native_c.py (under AddressSanitizer with
  * UndefinedBehaviorSanitizer, and under ThreadSanitizer).
  * Usage: test_h3k SCRATCH_DIR   runs every test (H3K_TEST_NO_FORK=1: all but fork)

@@ -1,7 +1,7 @@
 """The native library, seen from the installer: compile it, self-test it, call it.
 
 - `compilers`: which C compiler this machine has, in a fixed search order.
-- `build`: compile every SIMD variant of `payload/h3k.c` into the cache and self-test it.
+- `build`: compile every SIMD variant of `payload/` (its C units) into the cache and self-test it.
 - the kernels (`quantize`, `dequantize`, `matvec`, ...) are the ctypes bridge in
   `h3kit.bundled.h3k_native`, re-exported here so `h3kit.native.quantize` keeps
   the name CONTRACTS.md promises. The bridge itself is stdlib-only because the

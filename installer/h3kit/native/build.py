@@ -1,4 +1,4 @@
-"""Compiling payload/h3k.c into libh3kit-<variant> and self-testing it.
+"""Compiling payload/ (its units, UNITS) into libh3kit-<variant> and self-testing it.
 
 Two builds per machine architecture, never `-march=native` (the library may
 be copied to another machine with the node pack):
@@ -42,7 +42,11 @@ from h3kit.native import compilers
 log = logging.getLogger("h3kit.native.build")
 
 SCHEMA = "h3kit.build/1"
-SOURCES = ("h3k.c", "h3k.h")
+# The library's units (payload/README.md says which holds what), compiled and
+# linked in one command; SOURCES is everything a build depends on, hashed.
+UNITS = ("h3k.c", "platform.c", "kernels.c", "products.c", "pool.c", "arena.c", "streamer.c",
+         "direct_read.c", "tiles.c", "selftest.c")
+SOURCES = ("h3k.h", "h3k_internal.h", *UNITS)
 COMPILE_TIMEOUT = 300.0
 SELFTEST_TIMEOUT = 120.0
 
@@ -95,6 +99,12 @@ def sources_hash(src: Path | None = None) -> str:
     return h.hexdigest()
 
 
+def unit_paths(src: Path | None = None) -> list[str]:
+    """The units' paths, in build order, for a compiler's command line."""
+    src = src or source_dir()
+    return [str(src / name) for name in UNITS]
+
+
 def cache_key(src_hash: str, compiler: compilers.Compiler, flags: dict[str, list[str]]) -> str:
     h = hashlib.sha256()
     h.update(json.dumps([src_hash, compiler.name, compiler.argv, compiler.version, flags, link_libs(),
@@ -109,8 +119,8 @@ def native_cache() -> Path:
 def compile_command(compiler: compilers.Compiler, src: Path, out: Path, flags: list[str],
                     workdir: Path) -> list[str]:
     if compiler.style == "msvc":
-        return compiler.argv + flags + [str(src / "h3k.c"), f"/Fe:{out}", f"/Fo:{workdir}{os.sep}"]
-    return compiler.argv + flags + [str(src / "h3k.c"), "-o", str(out)] + link_libs()
+        return compiler.argv + flags + unit_paths(src) + [f"/Fe:{out}", f"/Fo:{workdir}{os.sep}"]
+    return compiler.argv + flags + unit_paths(src) + ["-o", str(out)] + link_libs()
 
 
 def _compile(compiler, src: Path, out: Path, flags: list[str], workdir: Path) -> None:

@@ -141,6 +141,20 @@ def test_variant_flags_never_target_the_build_machine():
                 assert not any("native" in f for f in flags)
 
 
+def test_compile_commands_name_every_unit_once(tmp_path):
+    """gcc/clang/zig and MSVC get the same unit list, each unit once, then their own output flags."""
+    src = build.source_dir()
+    gcc = compilers.Compiler("gcc", ["gcc"], "12", "PATH")
+    msvc = compilers.Compiler("msvc", ["cl.exe"], "19.38", "vswhere", style="msvc")
+    units = [str(src / name) for name in build.UNITS]
+    gnu = build.compile_command(gcc, src, tmp_path / "lib.so", ["-O2"], tmp_path)
+    assert gnu[:2] == ["gcc", "-O2"] and gnu[2:2 + len(units)] == units
+    assert gnu[2 + len(units):] == ["-o", str(tmp_path / "lib.so")] + build.link_libs()
+    cl = build.compile_command(msvc, src, tmp_path / "h3k.dll", ["/O2"], tmp_path)
+    assert cl[2:2 + len(units)] == units and cl[-2] == f"/Fe:{tmp_path / 'h3k.dll'}"
+    assert cl[-1] == f"/Fo:{tmp_path}{os.sep}"  # one folder for every unit's object
+
+
 # ---------------------------------------------------------------- parsers
 
 

@@ -1,4 +1,4 @@
-/* h3k.h -- public API of the h3kit native library (see h3k.c for the design).
+/* h3k.h -- public API of the h3kit native library (h3k.c has the design and the unit map).
  *
  * Every function that can fail returns an h3k status code (0 = H3K_OK);
  * h3k_strerror() turns a code into a sentence. Handles (arena, streamer)
@@ -71,7 +71,7 @@ H3K_API uint16_t h3k_fp32_to_fp16(float f);
 H3K_API float h3k_fp16_to_fp32(uint16_t h);
 
 /* Quant kernels. n and cols must be multiples of H3K_BLOCK. NaN inputs
- * count as 0 and +-Inf as the extreme code (see h3k.c): defined, never UB. */
+ * count as 0 and +-Inf as the extreme code (see kernels.c): defined, never UB. */
 H3K_API size_t h3k_quant_bytes(int kind, size_t n); /* 0 when kind/n invalid */
 H3K_API int h3k_quantize(int kind, const float *x, size_t n, void *out, size_t out_size);
 H3K_API int h3k_dequantize(int kind, const void *q, size_t q_size, float *y, size_t n);

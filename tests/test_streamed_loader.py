@@ -9,6 +9,7 @@ test_streamed_loader_comfyui.py.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import struct
@@ -23,11 +24,14 @@ MIB = 1 << 20
 
 
 def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, NODES / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    """A module of the pack, imported as the pack's submodule (it imports its siblings relatively)."""
+    if "h3kit_pack" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("h3kit_pack", NODES / "__init__.py",
+                                                      submodule_search_locations=[str(NODES)])
+        pack = importlib.util.module_from_spec(spec)
+        sys.modules["h3kit_pack"] = pack
+        spec.loader.exec_module(pack)
+    return importlib.import_module(f"h3kit_pack.{name}")
 
 
 L = _load("h3kit_streaming_logic")
@@ -107,8 +111,9 @@ def test_missing_file_says_so(tmp_path):
 
 
 def test_unsupported_formats_are_refused_by_name(tmp_path):
-    with pytest.raises(L.StreamError, match="GGUF .*Unet Loader \\(GGUF\\)"):
-        L.refuse_unsupported(tmp_path / "h3-Q4_K_M.gguf", {})
+    with pytest.raises(L.StreamError, match="type IQ9_Z"):
+        L.refuse_unsupported(tmp_path / "h3-IQ9.gguf", {"blocks.0.x.weight": {"dtype": "IQ9_Z"}})
+    L.refuse_unsupported(tmp_path / "h3-Q4_K_M.gguf", {"blocks.0.x.weight": {"dtype": "Q4_K"}})  # streamed
     quant = {"blocks.0.attn.qkv_proj.weight": {"dtype": "F8_E4M3"}, "blocks.0.attn.qkv_proj.scale_weight": {"dtype": "F32"}}
     with pytest.raises(L.StreamError, match="quantized ComfyUI checkpoint .*scale_weight"):
         L.refuse_unsupported(tmp_path / "q.safetensors", quant)

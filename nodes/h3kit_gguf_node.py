@@ -10,8 +10,8 @@ def gguf_files(folder: str) -> list[str]:
     """The .gguf files under ComfyUI's `folder` paths (its own lists leave .gguf out without ComfyUI-GGUF)."""
     import folder_paths
 
-    found = set()
-    for root in folder_paths.get_folder_paths(folder):
+    found = {n for n in folder_paths.get_filename_list(folder) if n.lower().endswith(".gguf")}
+    for root in getattr(folder_paths, "get_folder_paths", lambda _: [])(folder):
         files, _ = folder_paths.recursive_search(root, excluded_dir_names=[".git"])
         found.update(folder_paths.filter_files_extensions(files, {".gguf"}))
     return sorted(found)

@@ -22,7 +22,6 @@ import argparse
 import importlib.util
 import json
 import os
-import struct
 import sys
 
 import numpy as np
@@ -36,35 +35,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 _spec = importlib.util.spec_from_file_location("make_tiny_h3", os.path.join(HERE, "make_tiny_h3.py"))
 mk = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(mk)
+sys.path.insert(0, HERE)
+from gguf_container import write_gguf  # noqa: E402
 
-ALIGN = 32
 Q = gguf.GGMLQuantizationType
-
-
-def _string(s: str) -> bytes:
-    b = s.encode("utf-8")
-    return struct.pack("<Q", len(b)) + b
-
-
-def write_gguf(path: str, tensors: dict, kv: dict | None = None) -> None:
-    """GGUF v3 with `kv` ({key: str}) and `tensors` ({name: (ggml type, torch-order shape, raw bytes)})."""
-    head = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kv or {}))
-    for k, v in (kv or {}).items():
-        head += _string(k) + struct.pack("<I", 8) + _string(v)
-    offset, infos, blobs = 0, b"", []
-    for name, (qtype, shape, raw) in tensors.items():
-        ne = list(reversed(shape))
-        infos += _string(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", d) for d in ne)
-        infos += struct.pack("<IQ", int(qtype), offset)
-        pad = -len(raw) % ALIGN
-        blobs.append(raw + b"\0" * pad)
-        offset += len(raw) + pad
-    head += infos
-    head += b"\0" * (-len(head) % ALIGN)
-    with open(path, "wb") as f:
-        f.write(head)
-        for b in blobs:
-            f.write(b)
 
 
 def encode(name: str, t: torch.Tensor, qtype) -> tuple:

@@ -53,6 +53,11 @@ QTYPES = ("Q8_0", "Q5_0", "Q4_0")
 BOUND = {"Q8_0": 0.002, "Q5_0": 0.01, "Q4_0": 0.02}
 EXACT = 1e-3  # the same values through ComfyUI-GGUF's ops and through UNETLoader: float rounding only
 DIT_DIMS = {"num_layers": 4}
+# the K types (the catalog's q6_k, q5_k_m, q4_k_m, q3_k_m, q2_k): random blocks (gguf-py cannot quantize to
+# them), so only "the same values" is checked, held and streamed; rows of 256 values need a wider DiT
+KTYPES = ("Q6_K", "Q5_K", "Q4_K", "Q3_K", "Q2_K")
+K_DIMS = {"num_layers": 3, "hidden_size": 256, "num_attention_heads": 8, "attention_head_dim": 32,
+          "ffn_hidden_size": 256}
 STREAM = {"preload_bytes": 0, "shard_size_bytes": 0, "prefetch_blocks": 2}
 FIGURES: dict = {}
 COMPARE = r"""
@@ -117,6 +122,8 @@ def comfy(tmp_path_factory, native_library):
     env = {**os.environ, "PYTHONPATH": str(_gguf_py(root / "gguf-py"))}
     made = {q: _make("dit", q, where / "models" / "diffusion_models", f"h3g_{q.lower()}", env,
                      "--dit", json.dumps(DIT_DIMS)) for q in QTYPES}
+    made.update({q: _make("dit", q, where / "models" / "diffusion_models", f"h3k_{q.lower()}", env,
+                          "--dit", json.dumps(K_DIMS)) for q in KTYPES})
     made["te"] = _make("te", "Q8_0", where / "models" / "text_encoders", "h3te", env)
     FIGURES["tensor_types"] = {k: v["types"] for k, v in made.items()}
     return {"dir": where, "env": env, "root": root}
@@ -184,6 +191,21 @@ def test_h3kit_dit_loader_runs_the_gguf_like_the_same_weights_from_safetensors(s
     assert same["max_rel"] <= EXACT, same
     assert error["max_rel"] <= BOUND[qtype], error
     assert error["max_abs"] > same["max_abs"]  # the quantization is really there, and it is what differs
+
+
+@pytest.mark.parametrize("qtype", KTYPES)
+def test_k_type_gguf_dits_run_held_and_streamed_like_their_values_in_safetensors(server, qtype):
+    stem = f"h3k_{qtype.lower()}"
+    held = _latent(server, bench.graph(f"{stem}_deq.safetensors", None, 2, seed=6, prefix=f"{stem}/deq"),
+                   f"{stem}/deq")
+    figures = {}
+    for tag, stream, loader in (("held", None, "H3kitUnetLoaderGGUF"), ("streamed", STREAM, "UNETLoader")):
+        got = _latent(server, bench.graph(f"{stem}.gguf", stream, 2, seed=6, dit_loader=loader, prefix=f"{stem}/{tag}"),
+                      f"{stem}/{tag}")
+        figures[tag] = _compare(held, got)
+        assert figures[tag]["max_rel"] <= EXACT, (tag, figures[tag])
+    FIGURES.setdefault("dit_k_types", {})[qtype] = figures
+    print(f"\n{qtype} DiT (random blocks): vs its values in safetensors {figures}")
 
 
 def test_h3kit_clip_loader_runs_the_te_gguf_and_its_mmproj_like_safetensors(server):

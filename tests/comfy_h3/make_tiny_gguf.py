@@ -6,6 +6,7 @@ PYTHONPATH). The GGUF container is written here (gguf-py's writer always adds ge
 stable-diffusion.cpp's files carry no KV field at all); the blocks are quantized by gguf-py's own
 `gguf.quants.quantize`. A 2-D `.weight` whose rows are whole blocks is quantized, every other tensor is
 kept as F32 (fp32 and 1-D ones) or F16, as stable-diffusion.cpp does with what cannot be quantized.
+K types (Q2_K..Q6_K), which gguf-py cannot quantize, get random blocks (see K_FIELDS).
 
   dit  --qtype Q8_0 --out DIR --name STEM [--dit JSON]
        DIR/STEM.gguf (no KV), DIR/STEM_deq.safetensors (the GGUF's values, dequantized, fp32),
@@ -41,12 +42,28 @@ from gguf_container import write_gguf  # noqa: E402
 Q = gguf.GGMLQuantizationType
 
 
+# gguf-py has no quantizer for the K types: their blocks are random bytes with the fp16 scale (d) and min
+# (dmin) fields set so the weights come out around 0.1 (byte offset in the block, value; gguf-py quants.py
+# layouts). Their values are then not the bf16 weights' but what the block holds, dequantized by gguf-py.
+K_FIELDS = {"Q2_K": ((80, 2e-3), (82, 2e-3)), "Q3_K": ((108, 1e-3),), "Q4_K": ((0, 2e-4), (2, 2e-4)),
+            "Q5_K": ((0, 1e-4), (2, 1e-4)), "Q6_K": ((208, 1e-4),)}
+RNG = np.random.default_rng(0)
+
+
+def random_blocks(shape, qtype):
+    block, size = gguf.GGML_QUANT_SIZES[qtype]
+    raw = RNG.integers(0, 256, (shape[0] * shape[1] // block, size), dtype=np.uint8)
+    for offset, value in K_FIELDS[qtype.name]:
+        raw[:, offset:offset + 2] = np.frombuffer(np.float16(value).tobytes(), dtype=np.uint8)
+    return raw.reshape(shape[0], -1)
+
+
 def encode(name: str, t: torch.Tensor, qtype) -> tuple:
     """(ggml type, shape, raw bytes, the values the file holds as fp32)."""
     x = t.float().numpy()
     block = gguf.GGML_QUANT_SIZES[qtype][0]
     if name.endswith(".weight") and t.ndim == 2 and t.shape[1] % block == 0 and t.dtype != torch.float32:
-        raw = quants.quantize(x, qtype)
+        raw = random_blocks(t.shape, qtype) if qtype.name in K_FIELDS else quants.quantize(x, qtype)
         back = quants.dequantize(raw, qtype).reshape(x.shape)
         return qtype, list(t.shape), raw.tobytes(), torch.from_numpy(back.astype(np.float32))
     if t.dtype == torch.float32 or t.ndim <= 1:

@@ -29,7 +29,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from .h3kit_gguf_logic import (LOADERS_HINT, PATCH_SPLIT, GGUFError, dit_prefix, find_mmproj, has_vision, is_h3_dit,
+from .h3kit_gguf_logic import (LOADERS_HINT, PATCH_SPLITS, GGUFError, dit_prefix, find_mmproj, has_vision, is_h3_dit,
                                read_gguf, split_qkv_groups, te_missing, te_names)
 
 LOG = logging.getLogger("h3kit")
@@ -208,12 +208,12 @@ def _renamed(sd: dict, pack: GGUFPack) -> dict:
 
     names = te_names(sd)
     out = {names[k]: v for k, v in sd.items()}
-    if PATCH_SPLIT[0] in out:
-        first = out.pop(PATCH_SPLIT[0])
-        second = out.pop(PATCH_SPLIT[1], None)
-        deq = [pack.dequant.dequantize_tensor(w, dtype=torch.float32) for w in (first, second) if w is not None]
-        # two 2-D convolutions, one per temporal slice, are ComfyUI's one Conv3d over both
-        out["visual.patch_embed.proj.weight"] = torch.stack(deq, dim=2) if len(deq) == 2 else deq[0]
+    for split in PATCH_SPLITS:
+        if split[0] in out:
+            first, second = out.pop(split[0]), out.pop(split[1], None)
+            deq = [pack.dequant.dequantize_tensor(w, dtype=torch.float32) for w in (first, second) if w is not None]
+            # two 2-D convolutions, one per temporal slice, are ComfyUI's one Conv3d over both
+            out["visual.patch_embed.proj.weight"] = torch.stack(deq, dim=2) if len(deq) == 2 else deq[0]
     for fused, trio in split_qkv_groups(out).items():
         parts = [pack.dequant.dequantize_tensor(out.pop(n), dtype=torch.float32) for n in trio]
         out[fused] = torch.cat(parts, dim=0)

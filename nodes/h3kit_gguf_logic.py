@@ -186,7 +186,10 @@ _DEEPSTACK_PARTS = {"fc1": "linear_fc1", "fc2": "linear_fc2", "ffn_up": "linear_
 _BLK = re.compile(r"^blk\.(\d+)\.(.+)\.(weight|bias)$")
 _VBLK = re.compile(r"^v\.blk\.(\d+)\.(.+)\.(weight|bias)$")
 _DEEP = re.compile(r"^v\.(deepstack|deepstack_merger_list)\.(\d+)\.(.+)\.(weight|bias)$")
-PATCH_SPLIT = ("v.patch_embd.weight", "v.patch_embd.weight.1")  # sd.cpp / llama.cpp: the 2 temporal slices
+PATCH_SPLIT = ("v.patch_embd.weight", "v.patch_embd.weight.1")  # llama.cpp: the 2 temporal slices
+# the same two slices in stable-diffusion.cpp's own names (convert_qwen3_vl_vision_name's output)
+PATCH_SPLITS = (PATCH_SPLIT, ("visual.patch_embed.proj.0.weight", "visual.patch_embed.proj.1.weight"))
+_RENAMED = {"visual.patch_embed.bias": "visual.patch_embed.proj.bias"}  # stable-diffusion.cpp's name for it
 
 
 def _strip_prefix(name: str) -> str:
@@ -208,8 +211,9 @@ def _llama_llm(name: str) -> str | None:
 def te_names(names) -> dict[str, str]:
     """{file name: ComfyUI name} for a Qwen3-VL text encoder or mmproj file (language model, vision tower).
 
-    The two patch-embed slices keep their llama.cpp names (`PATCH_SPLIT`): the loader stacks them into
-    visual.patch_embed.proj.weight. Names already ComfyUI's (`model.layers.N.*`, `visual.*`, after known prefixes) stay; llama.cpp's are mapped;
+    The two patch-embed slices keep their names (`PATCH_SPLITS`): the loader stacks them into
+    visual.patch_embed.proj.weight. Names already ComfyUI's (`model.layers.N.*`, `visual.*`, after known
+    prefixes) stay; llama.cpp's are mapped;
     anything else keeps its name (ComfyUI reports it as left over).
     """
     out = {}
@@ -220,7 +224,7 @@ def te_names(names) -> dict[str, str]:
         mapped = _llama_llm(s)
         if mapped is None and (s.startswith("v.") or s.startswith("mm.")) and s not in PATCH_SPLIT:
             mapped = _vision(s, ranks)
-        out[n] = mapped or s
+        out[n] = _RENAMED.get(mapped or s, mapped or s)
     return out
 
 

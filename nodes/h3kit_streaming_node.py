@@ -25,7 +25,8 @@ class H3kitStreamedDiTLoader:
         d = profile_defaults(STORE.settings())
         return {"required": {
             # ComfyUI's list leaves .gguf out (ComfyUI-GGUF keeps its own): both, once each
-            "unet_name": (sorted(set(folder_paths.get_filename_list("diffusion_models")) | set(gguf_files("diffusion_models"))),),
+            "unet_name": (sorted(set(folder_paths.get_filename_list("diffusion_models"))
+                                 | set(gguf_files("diffusion_models"))),),
             "weight_dtype": (WEIGHT_DTYPES, {"advanced": True}),
             "preload_bytes": ("INT", {"default": d["preload_bytes"], "min": 0, "max": BYTES_MAX, "step": 1 << 20,
                                       "tooltip": "Bytes of blocks (file size) kept in memory once read; 0 streams all."}),

@@ -177,6 +177,17 @@ def test_comfyui_and_prefixed_hf_names_stay_or_lose_only_their_prefix():
     assert m[names[4]] == "model.layers.1.input_layernorm.weight"
 
 
+def test_stable_diffusion_cpps_own_vision_names_are_taken_too():
+    names = ["text_encoders.llm.visual.patch_embed.proj.0.weight", "text_encoders.llm.visual.patch_embed.proj.1.weight",
+             "text_encoders.llm.visual.patch_embed.bias", "text_encoders.llm.visual.deepstack_merger_list.2.norm.weight",
+             "text_encoders.llm.model.layers.49.self_attn.q_proj.weight"]
+    m = L.te_names(names)
+    assert [m[n] for n in names] == ["visual.patch_embed.proj.0.weight", "visual.patch_embed.proj.1.weight",
+                                     "visual.patch_embed.proj.bias", "visual.deepstack_merger_list.2.norm.weight",
+                                     "model.layers.49.self_attn.q_proj.weight"]
+    assert tuple(m[n] for n in names[:2]) in L.PATCH_SPLITS  # the loader stacks these two
+
+
 def test_split_vision_qkv_is_grouped_for_the_fused_layer():
     names = ["visual.blocks.0.attn.q.weight", "visual.blocks.0.attn.k.weight", "visual.blocks.0.attn.v.weight",
              "visual.blocks.0.attn.q.bias", "visual.blocks.1.attn.qkv.weight"]

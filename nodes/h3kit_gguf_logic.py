@@ -199,13 +199,18 @@ def _strip_prefix(name: str) -> str:
     return name
 
 
-def _llama_llm(name: str) -> str | None:
-    m = _BLK.match(name)
+def _blocks_and_top(name: str, block_re, parts: dict, block_prefix: str, top: dict) -> str | None:
+    """`block_prefix`.N.<part>.weight for a numbered layer's tensor, `top`'s name for the others, else None."""
+    m = block_re.match(name)
     if m:
-        part = dict(_LLM_PARTS).get(m.group(2))
-        return None if part is None else f"model.layers.{m.group(1)}.{part}.{m.group(3)}"
+        part = parts.get(m.group(2))
+        return None if part is None else f"{block_prefix}.{m.group(1)}.{part}.{m.group(3)}"
     base, _, leaf = name.rpartition(".")
-    return f"{_LLM_TOP[base]}.{leaf}" if base in _LLM_TOP else None
+    return f"{top[base]}.{leaf}" if base in top else None
+
+
+def _llama_llm(name: str) -> str | None:
+    return _blocks_and_top(name, _BLK, dict(_LLM_PARTS), "model.layers", _LLM_TOP)
 
 
 def te_names(names) -> dict[str, str]:
@@ -245,12 +250,7 @@ def _vision(s: str, ranks: dict) -> str | None:
         part = _DEEPSTACK_PARTS.get(m.group(3))
         r = ranks.get((m.group(1), int(m.group(2))))
         return None if part is None or r is None else f"visual.deepstack_merger_list.{r}.{part}.{m.group(4)}"
-    m = _VBLK.match(s)
-    if m:
-        part = dict(_VIS_BLOCK).get(m.group(2))
-        return None if part is None else f"visual.blocks.{m.group(1)}.{part}.{m.group(3)}"
-    base, _, leaf = s.rpartition(".")
-    return f"{_VIS_TOP[base]}.{leaf}" if base in _VIS_TOP else None
+    return _blocks_and_top(s, _VBLK, dict(_VIS_BLOCK), "visual.blocks", _VIS_TOP)
 
 
 def split_qkv_groups(names) -> dict[str, tuple[str, str, str]]:

@@ -11,32 +11,19 @@ test_gguf_loaders_real_comfyui.py.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import struct
 import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-NODES = REPO / "nodes"
 sys.path.insert(0, str(Path(__file__).resolve().parent / "comfy_h3"))
 from gguf_container import write_gguf  # noqa: E402
+from pack_support import pack_module  # noqa: E402
 
 
-def _pack_module(name: str):
-    if "h3kit_pack" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("h3kit_pack", NODES / "__init__.py",
-                                                      submodule_search_locations=[str(NODES)])
-        pack = importlib.util.module_from_spec(spec)
-        sys.modules["h3kit_pack"] = pack
-        spec.loader.exec_module(pack)
-    return importlib.import_module(f"h3kit_pack.{name}")
-
-
-L = _pack_module("h3kit_gguf_logic")
-S = _pack_module("h3kit_streaming_logic")
+L = pack_module("h3kit_gguf_logic")
+S = pack_module("h3kit_streaming_logic")
 F32, F16, Q8_0, Q4_K = 0, 1, 8, 12
 
 

@@ -9,7 +9,6 @@ test_streamed_loader_comfyui.py.
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import json
 import struct
@@ -17,24 +16,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from pack_support import pack_module
 
 REPO = Path(__file__).resolve().parent.parent
 NODES = REPO / "nodes"
 MIB = 1 << 20
 
 
-def _load(name: str):
-    """A module of the pack, imported as the pack's submodule (it imports its siblings relatively)."""
-    if "h3kit_pack" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("h3kit_pack", NODES / "__init__.py",
-                                                      submodule_search_locations=[str(NODES)])
-        pack = importlib.util.module_from_spec(spec)
-        sys.modules["h3kit_pack"] = pack
-        spec.loader.exec_module(pack)
-    return importlib.import_module(f"h3kit_pack.{name}")
-
-
-L = _load("h3kit_streaming_logic")
+L = pack_module("h3kit_streaming_logic")
 
 
 def write_safetensors(path: Path, tensors: list[tuple[str, str, list[int]]], metadata=None, cut: int = 0) -> dict:

@@ -257,10 +257,14 @@ def gguf_dequantizer():
         pack = gguf_pack()
     except GGUFError as exc:
         raise StreamError(str(exc)) from exc
+    import torch
     kinds = pack.gguf.GGMLQuantizationType
+    arithmetic = (torch.float32, torch.float16, torch.bfloat16)
 
     def dequantize(raw, type_id, shape, dtype):
-        return pack.dequant.dequantize(raw, kinds(type_id), shape, dtype=dtype).to(dtype)
+        # fp8 buffers (weight_dtype fp8_*) get the values cast, never computed in fp8
+        work = dtype if dtype in arithmetic else torch.float32
+        return pack.dequant.dequantize(raw, kinds(type_id), shape, dtype=work).to(dtype)
 
     return dequantize
 

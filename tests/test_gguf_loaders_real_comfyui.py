@@ -245,6 +245,23 @@ def test_streamed_loader_runs_a_gguf_dit_like_unetloader_on_its_values(server, c
     print(f"\nstreamed Q8_0 GGUF: {same}; fastest step streamed {times['st_gguf']:.4f} s, held {times['held_gguf']:.4f} s")
 
 
+def test_a_lora_applies_to_a_gguf_dit_held_and_streamed_as_to_its_values_in_safetensors(server, comfy):
+    from test_streamed_loader_comfyui import LORA, MAKE_LORA
+
+    (comfy["dir"] / "models" / "loras").mkdir(parents=True, exist_ok=True)
+    bench.run_py(PYTHON, MAKE_LORA, comfy["dir"] / "models" / "loras" / LORA)
+    runs = {"deq": ("h3g_q8_0_deq.safetensors", None, "UNETLoader"), "held": ("h3g_q8_0.gguf", None, "H3kitUnetLoaderGGUF"),
+            "streamed": ("h3g_q8_0.gguf", STREAM, "UNETLoader")}
+    got = {tag: _latent(server, bench.graph(f, st, 2, seed=7, lora=LORA, dit_loader=loader, prefix=f"lora/{tag}"),
+                        f"lora/{tag}") for tag, (f, st, loader) in runs.items()}
+    plain = _latent(server, bench.graph("h3g_q8_0_deq.safetensors", None, 2, seed=7, prefix="lora/none"), "lora/none")
+    figures = {tag: _compare(got["deq"], got[tag]) for tag in ("held", "streamed")}
+    FIGURES["lora_q8_0"] = figures
+    for tag, f in figures.items():
+        assert f["max_rel"] <= EXACT, (tag, f)
+    assert _compare(got["deq"], plain)["max_abs"] > 1e-3  # the LoRA really changed the output
+
+
 def test_without_comfyui_gguf_the_loader_says_how_to_install_it(comfy, tmp_path):
     bare = comfy_h3.make_test_comfyui(REAL, tmp_path / "bare")
     bench.install_pack(bare, None)

@@ -6,12 +6,12 @@ needs neither torch nor h3kit's native library; a node that needs one says so
 when it runs.
 """
 
-from . import h3kit_calibration_node, h3kit_streaming_node
+from . import h3kit_calibration_node, h3kit_gguf_node, h3kit_streaming_node
 from .h3kit_nodes import NODE_CLASS_MAPPINGS, NODE_DISPLAY_NAME_MAPPINGS
 
-NODE_CLASS_MAPPINGS = {**NODE_CLASS_MAPPINGS, **h3kit_calibration_node.NODE_CLASS_MAPPINGS,
-                       **h3kit_streaming_node.NODE_CLASS_MAPPINGS}
-NODE_DISPLAY_NAME_MAPPINGS = {**NODE_DISPLAY_NAME_MAPPINGS, **h3kit_calibration_node.NODE_DISPLAY_NAME_MAPPINGS,
-                              **h3kit_streaming_node.NODE_DISPLAY_NAME_MAPPINGS}
+_PARTS = (h3kit_calibration_node, h3kit_streaming_node, h3kit_gguf_node)
+for _part in _PARTS:
+    NODE_CLASS_MAPPINGS = {**NODE_CLASS_MAPPINGS, **_part.NODE_CLASS_MAPPINGS}
+    NODE_DISPLAY_NAME_MAPPINGS = {**NODE_DISPLAY_NAME_MAPPINGS, **_part.NODE_DISPLAY_NAME_MAPPINGS}
 
 __all__ = ["NODE_CLASS_MAPPINGS", "NODE_DISPLAY_NAME_MAPPINGS"]

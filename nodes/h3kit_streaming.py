@@ -18,7 +18,10 @@ back. Two ways to read, by where the block computes:
   compute stopped, 1.12-1.23x: the README has the figures.)
 - elsewhere ("ring"): a C thread reads the next `prefetch_blocks` blocks
   into a ring of buffers and a helper thread copies the next block to the
-  device while this one computes there.
+  device while this one computes there. A GGUF file's quantized tensors
+  always go this way, on the CPU too: their bytes are staged and
+  dequantized (ComfyUI-GGUF's code, on the device) into the buffers by the
+  helper thread while the block before computes.
 
 The first `preload_bytes` worth of blocks keep their weights once read (per
 device and patch set). Blocks not resident share buffers (every block has
@@ -45,14 +48,17 @@ import time
 import weakref
 from collections import deque
 
-from .h3kit_streaming_logic import (MIB, StreamError, chunk_count, direct_types, merge_ranges, pieces,
-                                    stamp_change, stats_document, upcoming, write_json_atomic)
+from .h3kit_streaming_logic import (GGUF_QUANT_TYPES, MIB, StreamError, chunk_count, direct_types, is_quantized,
+                                    merge_ranges, pieces, stamp_change, stats_document, upcoming, write_json_atomic)
 
 LOG = logging.getLogger("h3kit")
 
 
 def _dtype(name: str):
+    """The torch dtype of a safetensors / GGUF tensor type; GGUF block types are bytes (uint8)."""
     import torch
+    if name in GGUF_QUANT_TYPES:
+        return torch.uint8
     return {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
             "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
             "BOOL": torch.bool, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2}[name]
@@ -62,7 +68,7 @@ class _Spec:
     """One streamed parameter: where it lives in the model and in the file."""
 
     __slots__ = ("block", "key", "module", "pname", "shape", "dtype", "file_dtype", "itemsize", "start", "end",
-                 "direct", "placeholder", "types")
+                 "direct", "placeholder", "types", "qtype")
 
     def __init__(self, block, key, module, pname, param, entry, range_start):
         import torch
@@ -71,10 +77,12 @@ class _Spec:
         self.file_dtype = _dtype(entry["dtype"])
         self.itemsize = torch.empty(0, dtype=self.file_dtype).element_size()
         self.start, self.end = entry["start"], entry["end"]
+        # a GGUF block type: its bytes are staged whole and dequantized into the buffer (never read in place)
+        self.qtype = entry.get("type_id") if is_quantized(entry) else None
         # chunk edges fall on range_start + k * read_size (a whole MiB): element-aligned iff the tensor is
-        self.direct = (self.start - range_start) % self.itemsize == 0
+        self.direct = (self.start - range_start) % self.itemsize == 0 and self.qtype is None
         # (file type, buffer type) when the native library can read it straight into the buffer
-        self.types = direct_types(entry["dtype"], str(param.dtype))
+        self.types = None if self.qtype is not None else direct_types(entry["dtype"], str(param.dtype))
         self.placeholder = torch.nn.Parameter(torch.empty(0, dtype=param.dtype), requires_grad=False)
 
     def put(self, tensor) -> None:
@@ -103,8 +111,9 @@ def _settle_all_at_exit() -> None:
 class BlockStream:
     """Reads blocks on demand through the native streamer and keeps the prefetch queue in model order."""
 
-    def __init__(self, path, stamp, bridge, specs: dict, plan: dict, stats_path):
+    def __init__(self, path, stamp, bridge, specs: dict, plan: dict, stats_path, dequantize=None):
         self.path, self.stamp, self.bridge = str(path), stamp, bridge
+        self.dequantize = dequantize  # (bytes on the device, ggml type id, shape, dtype) -> tensor, for GGUF files
         self.specs, self.plan = specs, plan
         self.order = sorted(specs)
         self.resident = set(plan["resident"])
@@ -407,7 +416,11 @@ class BlockStream:
             del raw, view
         for s in specs:
             if id(s) in staged:
-                dest[id(s)].view(-1).copy_(staged.pop(id(s)).view(s.file_dtype))
+                raw = staged.pop(id(s))
+                if s.qtype is not None:  # dequantized where it computes (ComfyUI-GGUF's torch code runs on the GPU)
+                    dest[id(s)].copy_(self.dequantize(raw.to(dest[id(s)].device), s.qtype, s.shape, s.dtype))
+                else:
+                    dest[id(s)].view(-1).copy_(raw.view(s.file_dtype))
         return dest
 
     def _patch(self, block: int, patcher, device) -> None:

@@ -8,8 +8,10 @@ ComfyUI's own classes, replaces every block parameter by an empty
 placeholder (recording the dtype ComfyUI gave it, which is what a block is
 converted to when it is read) and wraps it in `patcher_class()`, a
 ModelPatcher that leaves those blocks to `h3kit_streaming.BlockStream`.
-Only safetensors MiniMax H3 DiTs are streamed; anything else is refused
-with a sentence naming the loader to use instead.
+MiniMax H3 DiTs in safetensors or GGUF are streamed (a GGUF's tensors
+outside the blocks are dequantized once, its block tensors per use, by
+ComfyUI-GGUF's own dequantize); anything else is refused with a sentence
+naming the loader to use instead.
 
 torch and comfy are imported inside functions: the pack must import without them.
 """
@@ -21,8 +23,8 @@ import weakref
 from pathlib import Path
 
 from .h3kit_streaming import BlockStream, _dtype, _Spec
-from .h3kit_streaming_logic import (MIB, StreamError, file_stamp, group_blocks, merge_ranges, plan_stream, read_header,
-                                    refuse_unsupported)
+from .h3kit_streaming_logic import (MIB, StreamError, file_stamp, group_blocks, is_quantized, merge_ranges, plan_stream,
+                                    read_weights, refuse_unsupported)
 
 LOG = logging.getLogger("h3kit")
 ATTR = "h3kit_stream"
@@ -131,20 +133,25 @@ def load_streamed(path, weight_dtype: str = "default", preload_bytes: int = 0, s
     import comfy.utils
 
     path = Path(path)
-    if str(path).lower().endswith(".gguf"):
-        refuse_unsupported(path, {})
-    header = read_header(path)
+    header = read_weights(path)
     tensors = header["tensors"]
     refuse_unsupported(path, tensors)
     bridge = _native(bridge)
     stamp = file_stamp(path)
     blocks, rest = group_blocks(sorted(tensors, key=lambda n: tensors[n]["start"]))
-    with safetensors.safe_open(str(path), framework="pt", device="cpu") as f:
-        small = {n: f.get_tensor(n) for n in rest}
+    dequantize = None
+    if header.get("gguf"):
+        dequantize = gguf_dequantizer() if any(is_quantized(tensors[n]) for n in tensors) else None
+        small = {n: read_gguf_tensor(path, tensors[n], dequantize) for n in rest}
+    else:
+        with safetensors.safe_open(str(path), framework="pt", device="cpu") as f:
+            small = {n: f.get_tensor(n) for n in rest}
     sd = dict(small)
     for names in blocks.values():
         for n in names:
-            sd[n] = torch.empty(tensors[n]["shape"], dtype=_dtype(tensors[n]["dtype"]), device="meta")
+            # a GGUF block type stands for the bf16 weights it was made from (what ComfyUI picks dtypes by)
+            like = torch.bfloat16 if is_quantized(tensors[n]) else _dtype(tensors[n]["dtype"])
+            sd[n] = torch.empty(tensors[n]["shape"], dtype=like, device="meta")
     options = model_options_for(weight_dtype)
     metadata = header["metadata"] or None
     parameters = comfy.utils.calculate_parameters(sd)
@@ -171,7 +178,7 @@ def load_streamed(path, weight_dtype: str = "default", preload_bytes: int = 0, s
     specs, compute_block_bytes = _strip_blocks(model.diffusion_model, blocks, tensors, path)
     ranges = {b: merge_ranges((s.start, s.end) for s in ss) for b, ss in specs.items()}
     plan = plan_stream(ranges, shard_size_bytes, prefetch_blocks, preload_bytes)
-    stream = BlockStream(path, stamp, bridge, specs, plan, stats_path)
+    stream = BlockStream(path, stamp, bridge, specs, plan, stats_path, dequantize)
     setattr(model, ATTR, stream)
     for b, block in enumerate(model.diffusion_model.blocks):
         block.register_forward_pre_hook(lambda m, args, b=b: stream.before(b, args))
@@ -240,3 +247,37 @@ def _strip_blocks(dm, blocks: dict, tensors: dict, path: Path):
         specs[b] = out
         block_bytes = max(block_bytes, total)
     return specs, block_bytes
+
+
+def gguf_dequantizer():
+    """(bytes, ggml type id, shape, dtype) -> tensor, through the installed ComfyUI-GGUF's torch dequantize."""
+    from .h3kit_gguf import GGUFError, gguf_pack
+
+    try:
+        pack = gguf_pack()
+    except GGUFError as exc:
+        raise StreamError(str(exc)) from exc
+    import torch
+    kinds = pack.gguf.GGMLQuantizationType
+    arithmetic = (torch.float32, torch.float16, torch.bfloat16)
+
+    def dequantize(raw, type_id, shape, dtype):
+        # fp8 buffers (weight_dtype fp8_*) get the values cast, never computed in fp8
+        work = dtype if dtype in arithmetic else torch.float32
+        return pack.dequant.dequantize(raw, kinds(type_id), shape, dtype=work).to(dtype)
+
+    return dequantize
+
+
+def read_gguf_tensor(path: Path, entry: dict, dequantize):
+    """One tensor of a GGUF file as a plain torch tensor (fp32 when it was quantized)."""
+    import torch
+    with open(path, "rb") as f:
+        f.seek(entry["start"])
+        raw = bytearray(f.read(entry["end"] - entry["start"]))
+    if len(raw) != entry["end"] - entry["start"]:
+        raise StreamError(f"{path.name} is cut short (a tensor ends past the end of the file); re-download it.")
+    data = torch.frombuffer(raw, dtype=torch.uint8)
+    if is_quantized(entry):
+        return dequantize(data, entry["type_id"], tuple(entry["shape"]), torch.float32)
+    return data.view(_dtype(entry["dtype"])).reshape(entry["shape"]).clone()

@@ -8,6 +8,9 @@ the safetensors header and on the node's inputs, so it is tested on its own:
   length, then the table) into absolute byte ranges, and refuses a file the
   header says is longer than it is -- naming the first block that lies past
   the end, so a cut-short download is reported before any prompt runs;
+  `read_weights` does the same for a GGUF file (h3kit_gguf_logic), whose
+  quantized tensors (`is_quantized`) are read as bytes and dequantized per
+  use;
 - `group_blocks` sorts tensor names into `blocks.N.*` (streamed) and the
   rest (loaded once, like ComfyUI's own loader does);
 - `plan_stream` turns shard size, prefetch depth and preload into the
@@ -29,6 +32,8 @@ import re
 import struct
 from pathlib import Path
 
+from .h3kit_gguf_logic import GGML_TYPES, PLAIN_TYPES, GGUFError, dit_prefix, read_gguf
+
 STATS_FILE = "h3kit_streaming_stats.json"
 STATS_SCHEMA = "h3kit.streaming_stats/1"
 BLOCK_RE = re.compile(r"^blocks\.(\d+)\.")
@@ -40,6 +45,7 @@ MAX_HEADER = 256 * MIB  # far above any real header; a bigger length field means
 DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
                "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "U32": 4, "U64": 8}
 # Keys of ComfyUI's quantized formats (scaled fp8, comfy_quant): their weights need ComfyUI's own converters.
+GGUF_QUANT_TYPES = {name for name, _, _ in GGML_TYPES.values()} - PLAIN_TYPES
 QUANT_MARKERS = ("scale_weight", "scale_input", "weight_scale", "input_scale", "comfy_quant", "scaled_fp8")
 
 
@@ -99,20 +105,38 @@ def read_header(path: str | os.PathLike) -> dict:
     return {"tensors": tensors, "metadata": metadata, "data_start": data_start, "file_size": size}
 
 
+def read_weights(path: str | os.PathLike) -> dict:
+    """`read_header` for safetensors, `h3kit_gguf_logic.read_gguf` for a .gguf file (its names without the
+    prefix in front of the H3 names, its metadata the GGUF KV fields), both as StreamError when wrong."""
+    if not str(path).lower().endswith(".gguf"):
+        return read_header(path)
+    try:
+        doc = read_gguf(path)
+    except GGUFError as exc:
+        raise StreamError(str(exc)) from exc
+    prefix = dit_prefix(doc["tensors"])
+    tensors = {(n[len(prefix):] if prefix and n.startswith(prefix) else n): e for n, e in doc["tensors"].items()}
+    return {"tensors": tensors, "metadata": {}, "kv": doc["kv"], "data_start": doc["data_start"],
+            "file_size": doc["file_size"], "gguf": True}
+
+
+def is_quantized(entry: dict) -> bool:
+    """A GGUF block type (Q8_0, Q4_K, ...): read as bytes, dequantized by ComfyUI-GGUF's code per use."""
+    return entry["dtype"] in GGUF_QUANT_TYPES
+
+
 def refuse_unsupported(path: str | os.PathLike, tensors: dict) -> None:
     """One sentence for the formats this loader does not stream (it never guesses at a conversion)."""
     name = Path(path).name
-    if str(path).lower().endswith(".gguf"):
-        raise StreamError(f"{name} is a GGUF file; h3kit's streamed loader reads safetensors only: load it with "
-                          "ComfyUI-GGUF's Unet Loader (GGUF), or pick a .safetensors DiT.")
-    odd = sorted({e["dtype"] for e in tensors.values() if e["dtype"] not in DTYPE_BYTES})
+    odd = sorted({e["dtype"] for e in tensors.values() if e["dtype"] not in DTYPE_BYTES and not is_quantized(e)})
     if odd:
         raise StreamError(f"{name} holds tensors of type {', '.join(odd)}, which the streamed loader does not "
                           "read; use ComfyUI's Load Diffusion Model (UNETLoader) for it.")
     quant = sorted(n for n in tensors if n.rsplit(".", 1)[-1] in QUANT_MARKERS)
     if quant:
         raise StreamError(f"{name} is a quantized ComfyUI checkpoint ({quant[0]}); the streamed loader streams "
-                          "plain bf16/fp16/fp32/fp8 files only: use ComfyUI's Load Diffusion Model (UNETLoader).")
+                          "plain bf16/fp16/fp32/fp8 safetensors and GGUF files only: use ComfyUI's Load Diffusion "
+                          "Model (UNETLoader).")
     if not any(_block_of(n) is not None for n in tensors):
         raise StreamError(f"{name} has no blocks.N.* tensors, so there is nothing to stream; it is not an H3 "
                           "DiT file: use ComfyUI's Load Diffusion Model (UNETLoader).")

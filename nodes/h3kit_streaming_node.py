@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .h3kit_gguf_node import gguf_files
 from .h3kit_logic import PROFILE_FILE, ProfileStore
 from .h3kit_streaming_logic import STATS_FILE, file_stamp, profile_defaults
 
@@ -23,7 +24,9 @@ class H3kitStreamedDiTLoader:
 
         d = profile_defaults(STORE.settings())
         return {"required": {
-            "unet_name": (folder_paths.get_filename_list("diffusion_models"),),
+            # ComfyUI's list leaves .gguf out (ComfyUI-GGUF keeps its own): both, once each
+            "unet_name": (sorted(set(folder_paths.get_filename_list("diffusion_models"))
+                                 | set(gguf_files("diffusion_models"))),),
             "weight_dtype": (WEIGHT_DTYPES, {"advanced": True}),
             "preload_bytes": ("INT", {"default": d["preload_bytes"], "min": 0, "max": BYTES_MAX, "step": 1 << 20,
                                       "tooltip": "Bytes of blocks (file size) kept in memory once read; 0 streams all."}),
@@ -37,10 +40,11 @@ class H3kitStreamedDiTLoader:
     RETURN_TYPES = ("MODEL",)
     FUNCTION = "load"
     CATEGORY = "h3kit"
-    DESCRIPTION = ("Loads a MiniMax H3 DiT (safetensors) like Load Diffusion Model, but keeps its transformer "
-                   "blocks on disk: each block is read when the model reaches it (the next ones while it "
-                   "computes) and freed after, through h3kit's native streamer. LoRA and model patches apply "
-                   "per block. Writes h3kit_streaming_stats.json in the pack folder after each run.")
+    DESCRIPTION = ("Loads a MiniMax H3 DiT (safetensors, or GGUF: dequantized per block with ComfyUI-GGUF's code) "
+                   "like Load Diffusion Model, but keeps its transformer blocks on disk: each block is read when "
+                   "the model reaches it (the next ones while it computes) and freed after, through h3kit's "
+                   "native streamer. LoRA and model patches apply per block. Writes h3kit_streaming_stats.json "
+                   "in the pack folder after each run.")
 
     @classmethod
     def IS_CHANGED(cls, unet_name, **kwargs):

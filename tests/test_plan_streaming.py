@@ -84,16 +84,19 @@ def test_a_192_gb_mac_holds_the_dit_whole_and_does_not_stream():
     assert "to spare" in st["why"] and "only cost time" in st["why"]
 
 
-def test_a_gguf_dit_cannot_be_streamed_and_the_rationale_names_the_file_that_can():
-    """A 36 GB GGUF forced onto a 32 GB Mac: ComfyUI cannot hold it, h3kit cannot stream it, the plan says which can."""
+def test_a_gguf_dit_is_streamed_and_a_comfyui_quantized_one_names_the_file_that_can():
+    """A 36 GB GGUF forced onto a 32 GB Mac: ComfyUI cannot hold it, h3kit streams it (its blocks dequantized per
+    use). An int8_convrot file (ComfyUI's own quantized format) is not streamed; the plan names the streamable
+    file of the same variant and at least its quality."""
     plan = _plan(_fp("apple-m2pro-32gb"), dit_weights="h3-dit-full-q8_0")
     st = plan["settings"]["streaming"]
-    assert plan["settings"]["quantization"] == "q8_0" and st["enabled"] is False and st["streamable"] is False
-    assert not plan["fits"]
-    [line] = [r for r in plan["rationale"] if "streamer is off" in r]
-    assert ".gguf" in line and "dit_weights: h3-dit-full-bf16" in line  # the same (full) variant, in bf16
-    streamed = _plan(_fp("apple-m2pro-32gb"), dit_weights="h3-dit-full-bf16")
-    assert streamed["settings"]["streaming"]["enabled"] is True and streamed["fits"]
+    assert plan["settings"]["quantization"] == "q8_0" and st["enabled"] is True and st["streamable"] is True
+    assert plan["fits"]
+    held = _plan(_fp("apple-m2pro-32gb"), dit_weights="h3-dit-full-int8_convrot")
+    st = held["settings"]["streaming"]
+    assert st["enabled"] is False and st["streamable"] is False and not held["fits"]
+    [line] = [r for r in held["rationale"] if "streamer is off" in r]
+    assert "int8_convrot" in line and "GGUF" in line and "dit_weights: h3-dit-full-q8_0" in line
 
 
 # -- CPU only ----------------------------------------------------------------------------------

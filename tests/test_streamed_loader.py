@@ -16,21 +16,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from pack_support import pack_module
 
 REPO = Path(__file__).resolve().parent.parent
 NODES = REPO / "nodes"
 MIB = 1 << 20
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, NODES / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-L = _load("h3kit_streaming_logic")
+L = pack_module("h3kit_streaming_logic")
 
 
 def write_safetensors(path: Path, tensors: list[tuple[str, str, list[int]]], metadata=None, cut: int = 0) -> dict:
@@ -107,8 +100,9 @@ def test_missing_file_says_so(tmp_path):
 
 
 def test_unsupported_formats_are_refused_by_name(tmp_path):
-    with pytest.raises(L.StreamError, match="GGUF .*Unet Loader \\(GGUF\\)"):
-        L.refuse_unsupported(tmp_path / "h3-Q4_K_M.gguf", {})
+    with pytest.raises(L.StreamError, match="type IQ9_Z"):
+        L.refuse_unsupported(tmp_path / "h3-IQ9.gguf", {"blocks.0.x.weight": {"dtype": "IQ9_Z"}})
+    L.refuse_unsupported(tmp_path / "h3-Q4_K_M.gguf", {"blocks.0.x.weight": {"dtype": "Q4_K"}})  # streamed
     quant = {"blocks.0.attn.qkv_proj.weight": {"dtype": "F8_E4M3"}, "blocks.0.attn.qkv_proj.scale_weight": {"dtype": "F32"}}
     with pytest.raises(L.StreamError, match="quantized ComfyUI checkpoint .*scale_weight"):
         L.refuse_unsupported(tmp_path / "q.safetensors", quant)

@@ -117,3 +117,29 @@ def test_uninstall_removes_the_workflows(tmp_path, run_cli, monkeypatch):
     assert (comfy / "custom_nodes" / "ComfyUI-h3kit" / workflows.UI_DIR / "h3kit_text_to_video.json").is_file()
     assert run_cli("uninstall", "--comfyui", str(comfy), "--yes")[0] == 0
     assert comfy_tree.snapshot(comfy) == before
+
+
+def _gguf_settings(stream=None) -> workflows.WorkflowSettings:
+    return workflows.WorkflowSettings(
+        dit=workflows.LoadedFile("minimax_h3_fl2va_pruned-Q4_K_M.gguf", "H3kitUnetLoaderGGUF"),
+        text_encoder=workflows.LoadedFile("qwen3vl_32b_minimax_h3-Q4_K_M.gguf", "H3kitCLIPLoaderGGUF"),
+        vae=workflows.LoadedFile("vae.safetensors", "VAELoader"), audio_vae=workflows.LoadedFile("a.safetensors", "VAELoader"),
+        width=64, height=64, frames=22, steps=2, sampler="euler", scheduler="simple", shift_video=12.0,
+        shift_audio=3.0, fps=24, seed=0, guard_memory=False, stream=stream)
+
+
+def test_h3kits_gguf_loaders_carry_every_widget_and_a_streamed_gguf_goes_to_the_streamed_loader():
+    ws = _gguf_settings()
+    for kind in workflows.NAMES:
+        g = workflows.build(kind, ws, SPECS)
+        api = g.to_api()
+        assert ui_to_api(g.to_ui(), SPECS) == api
+        (dit,) = _nodes(api, "H3kitUnetLoaderGGUF")
+        assert dit["inputs"] == {"unet_name": ws.dit.name, **workflows.GGUF_DIT_DEFAULTS}
+        (te,) = _nodes(api, "H3kitCLIPLoaderGGUF")
+        assert te["inputs"] == {"clip_name": ws.text_encoder.name, "type": "minimax", "mmproj_name": "(auto)"}
+        assert not _nodes(api, "UNETLoader") and not _nodes(api, "CLIPLoader")
+    stream = {"preload_bytes": 0, "shard_size_bytes": 0, "prefetch_blocks": 2}
+    api = workflows.build("t2v", _gguf_settings(stream), SPECS).to_api()
+    (dit,) = _nodes(api, "H3kitStreamedDiTLoader")
+    assert dit["inputs"]["unet_name"].endswith(".gguf") and not _nodes(api, "H3kitUnetLoaderGGUF")

@@ -46,7 +46,8 @@ STAGING_SUFFIX = ".h3kit-staging.disabled"
 STAGING_MARK = ".h3kit-staging"
 STAGING_TEXT = b"h3kit staging folder: safe to delete\n"
 DISABLED_SUFFIX = ".disabled"  # ComfyUI-Manager's "disable": the pack folder renamed, ComfyUI skips it
-EXPECTED_NODES = ("H3kitProfileInfo", "H3kitTiledVAEDecode", "H3kitMemoryGuard", "H3kitCalibrationReport", "H3kitStreamedDiTLoader")
+EXPECTED_NODES = ("H3kitProfileInfo", "H3kitTiledVAEDecode", "H3kitMemoryGuard", "H3kitCalibrationReport", "H3kitStreamedDiTLoader",
+                  "H3kitUnetLoaderGGUF", "H3kitCLIPLoaderGGUF")
 VERIFY_TIMEOUT = 120.0
 SKIP_NAMES = {"__pycache__", ".pytest_cache", "tests"}
 BLOCK = 4096  # what a small file really takes on disk: sizes are rounded up to it in the space check

@@ -3,9 +3,10 @@
 Two graphs, text-to-video and first-frame image-to-video, built from ComfyUI's
 own H3 nodes (the smallest graph FACTS.md lists, the shape of ComfyUI's own H3
 template): the plan's DiT, text encoder and VAE files through the loader the
-catalog names -- the DiT through h3kit's streamed loader
-(H3kitStreamedDiTLoader, with the plan's preload/shard/prefetch) exactly when
-the plan streams it -- then the preset's LoRA (LoraLoaderModelOnly) when it
+catalog names (h3kit's H3kitUnetLoaderGGUF / H3kitCLIPLoaderGGUF for H3's
+GGUF files stock ComfyUI-GGUF refuses) -- the DiT through h3kit's streamed
+loader (H3kitStreamedDiTLoader, with the plan's preload/shard/prefetch; it
+reads safetensors and GGUF) exactly when the plan streams it -- then the preset's LoRA (LoraLoaderModelOnly) when it
 uses one, the plan's canvas, frames, steps and cfg as defaults (cfg 1.0: one
 model call per step through BasicGuider; any other through CFGGuider with an
 empty negative prompt), sampler and shifts from the catalog, h3kit's tiled
@@ -39,7 +40,7 @@ FIRST_FRAME = "example.png"  # ComfyUI ships input/example.png; the user picks t
 @dataclass(frozen=True)
 class LoadedFile:
     name: str  # file name under models/<folder>/
-    loader: str  # the node that loads it (UNETLoader, UnetLoaderGGUF, CLIPLoader, ...)
+    loader: str  # the node that loads it (UNETLoader, H3kitUnetLoaderGGUF, CLIPLoader, H3kitCLIPLoaderGGUF, ...)
 
 
 @dataclass(frozen=True)
@@ -154,17 +155,28 @@ def build(kind: str, ws: WorkflowSettings, specs: dict) -> Graph:
     return g
 
 
+# h3kit's GGUF loaders (nodes/h3kit_gguf_node.py): every widget needs a value in the UI format
+GGUF_DIT_DEFAULTS = {"dequant_dtype": "default", "patch_dtype": "default", "patch_on_device": False}
+GGUF_TE_DEFAULTS = {"mmproj_name": "(auto)"}
+
+
 def _load_dit(g: Graph, f: LoadedFile, stream: dict | None = None):
-    if f.loader == "UnetLoaderGGUF":  # h3kit's streamer reads safetensors only; ComfyUI-GGUF loads per layer
-        return g.add("UnetLoaderGGUF", "DiT", unet_name=f.name)
-    if stream is not None:
+    if stream is not None and f.loader in ("UNETLoader", "H3kitUnetLoaderGGUF", "H3kitStreamedDiTLoader", ""):
+        # the streamed loader reads safetensors and GGUF DiTs; the planner streams only what it reads
         return g.add("H3kitStreamedDiTLoader", "DiT (streamed from disk)", unet_name=f.name, weight_dtype="default",
                      **stream)
+    if f.loader == "H3kitUnetLoaderGGUF":  # H3 GGUFs without metadata, through ComfyUI-GGUF's ops
+        return g.add("H3kitUnetLoaderGGUF", "DiT (GGUF)", unet_name=f.name, **GGUF_DIT_DEFAULTS)
+    if f.loader == "UnetLoaderGGUF":  # a GGUF whose metadata stock ComfyUI-GGUF takes
+        return g.add("UnetLoaderGGUF", "DiT", unet_name=f.name)
     return g.add("UNETLoader", "DiT", unet_name=f.name, weight_dtype="default")
 
 
 def _load_text_encoder(g: Graph, ws: WorkflowSettings):
     f = ws.text_encoder
+    if f.loader == "H3kitCLIPLoaderGGUF":  # Qwen3-VL-32B GGUF + its mmproj, renamed for ComfyUI's detection
+        return g.add("H3kitCLIPLoaderGGUF", "text encoder (GGUF)", clip_name=f.name, type=ws.text_encoder_type,
+                     **GGUF_TE_DEFAULTS)
     if f.loader == "CLIPLoaderGGUF":
         return g.add("CLIPLoaderGGUF", "text encoder", clip_name=f.name, type=ws.text_encoder_type)
     return g.add("CLIPLoader", "text encoder", clip_name=f.name, type=ws.text_encoder_type, device="default")

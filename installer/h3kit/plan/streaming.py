@@ -210,9 +210,13 @@ def dynamic_vram(backend: str, args: list, torch: tuple | None, hip: tuple | Non
 
 # -- the decision -----------------------------------------------------------
 
-# What H3kitStreamedDiTLoader reads: plain safetensors of these formats (nodes/h3kit_streaming_logic.py
-# refuse_unsupported turns away GGUF and ComfyUI's quantized checkpoints, whose weights need converters).
-STREAMABLE_FORMATS = ("bf16", "fp16", "fp32")
+# What H3kitStreamedDiTLoader reads (nodes/h3kit_streaming_logic.py refuse_unsupported turns away ComfyUI's
+# quantized safetensors, whose weights need ComfyUI's converters): plain safetensors of the first three, GGUF
+# files of the rest (the catalog's format names), their blocks dequantized per use by ComfyUI-GGUF's code --
+# tests/test_gguf_loaders_real_comfyui.py runs a GGUF DiT through it.
+SAFETENSORS_STREAMABLE = ("bf16", "fp16", "fp32")
+GGUF_STREAMABLE = ("q8_0", "q6_k", "q5_0", "q5_k_m", "q4_k_m", "q3_k_m", "q2_k")
+STREAMABLE_FORMATS = SAFETENSORS_STREAMABLE + GGUF_STREAMABLE
 
 
 def _int_setting(settings: Mapping, key: str, lo: int, hi: int) -> int | None:
@@ -225,7 +229,9 @@ def _int_setting(settings: Mapping, key: str, lo: int, hi: int) -> int | None:
 def streamable(weight) -> bool:
     """Can h3kit's streamed loader read this DiT file?"""
     file = getattr(weight, "file", None) or {}
-    return getattr(weight, "format", None) in STREAMABLE_FORMATS and str(file.get("name", "")).endswith(".safetensors")
+    fmt, name = getattr(weight, "format", None), str(file.get("name", "")).lower()
+    return ((fmt in SAFETENSORS_STREAMABLE and name.endswith(".safetensors"))
+            or (fmt in GGUF_STREAMABLE and name.endswith(".gguf")))
 
 
 def policy(fingerprint: dict, machine, settings: Mapping, budget, runtime: Mapping | None = None) -> dict:
@@ -353,12 +359,16 @@ def decide_streaming(fingerprint: dict, machine, settings: dict, est, catalog, *
     if not enabled:
         if wanted:
             name = (getattr(dit_weight, "file", None) or {}).get("name", "the chosen file")
-            why = (f"{why}, but the streamed loader reads plain {'/'.join(STREAMABLE_FORMATS)} safetensors and the "
+            why = (f"{why}, but the streamed loader reads plain {'/'.join(SAFETENSORS_STREAMABLE)} safetensors and "
+                   f"{'/'.join(GGUF_STREAMABLE)} GGUF files and the "
                    f"chosen DiT is {fmt or 'unknown'} ({name})")
             result["why"] = why
         sentence = f"h3kit's own streamer is off because {why}."
         alt = [w for w in catalog.dit if streamable(w)]
-        alt.sort(key=lambda w: (w.variant != getattr(dit_weight, "variant", None), w.bytes))
+        # the same variant, at least the chosen file's quality, smallest first (else the best quality there is)
+        q = getattr(dit_weight, "quality", 0) or 0
+        alt.sort(key=lambda w: (w.variant != getattr(dit_weight, "variant", None), w.quality < q,
+                                w.bytes if w.quality >= q else -w.quality))
         if wanted and alt:
             sentence += (f" ComfyUI will hold the whole DiT; with dit_weights: {alt[0].id} (overrides) h3kit "
                          "can stream it instead.")

@@ -234,6 +234,24 @@ def is_str_list(v: Any) -> str | None:
     return None
 
 
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Characters no launcher can carry safely: a line break ends the command, a quote ends cmd.exe's "K=V".
+_ENV_VALUE_BAD = ("\n", "\r", "\x00", '"')
+
+
+def is_env_map(v: Any) -> str | None:
+    """Environment variables for a launcher: NAME (letters, digits, _) to a plain value on one line."""
+    msg = is_str_map(v)
+    if msg:
+        return msg
+    for k, x in v.items():
+        if not ENV_NAME.match(k):
+            return f"has {k!r}, which is not an environment variable name (letters, digits and _, not starting with a digit)"
+        if any(c in str(x) for c in _ENV_VALUE_BAD):
+            return f"has {k}: {x!r}; a value may not hold a line break or a double quote"
+    return None
+
+
 def is_str_map(v: Any) -> str | None:
     if not isinstance(v, dict) or not all(isinstance(k, str) and isinstance(x, (str, int, float)) and not isinstance(x, bool)
                                           for k, x in v.items()):

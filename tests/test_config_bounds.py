@@ -86,3 +86,14 @@ def test_a_config_within_the_bounds_still_reads_with_an_alias(run_cli, h3kit_hom
     assert code == 2 and "'x' is not a config key" in err  # the alias itself is fine; the stray key is not
     (h3kit_home / "config.yaml").write_text("profile: auto\noverrides: &o\n  vae_tile_size: 384\n")
     assert run_cli("plan", "--fingerprint", FP)[0] == 0
+
+
+def test_readme_and_code_agree_that_an_unknown_top_level_key_is_refused(run_cli, h3kit_home):
+    readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8").split())
+    assert "keys are kept and noted" not in readme
+    promise = "did you mean 'profile'?"
+    assert promise in readme and "a misspelt key is refused" in readme
+    cfg = h3kit_home / "config.yaml"
+    cfg.write_text("profle: auto\n")
+    code, out, err = run_cli("plan", "--fingerprint", FP)
+    assert code == 2 and f"{cfg}:1: 'profle' is not a config key; {promise}" in err, err

@@ -180,15 +180,16 @@ class Manifest:
         atomic_write(path, raw, mode, fixed_tmp=True)
         return self.confirm(path)
 
-    def settle(self, dry_run: bool = False) -> list[dict]:
+    def settle(self, dry_run: bool = False, roles: set | frozenset | None = None) -> list[dict]:
         """Finish or roll back every pending entry; [{"path", "outcome": "ours"|"not ours"|"absent"|"partial"}].
 
         A pending file's `.<name>.h3kit-tmp` is removed (listed as outcome "temporary"). Nothing is saved.
         "partial": a download's bytes are still in its `fetch.part` file and the file itself is absent: the
-        entry stays pending (the next fetch resumes it; `models remove` removes the part).
+        entry stays pending (the next fetch resumes it; `models remove` removes the part). `roles`: only those
+        (h3kit models settles its weights without holding the install lock, so never the pack's entries).
         """
         found = []
-        for entry in self.pending():
+        for entry in [e for e in self.pending() if roles is None or e.role in roles]:
             if entry.kind == "file":
                 tmp = files.tmp_path(entry.path)
                 if tmp.is_file() and not tmp.is_symlink():

@@ -52,14 +52,20 @@ def _record(man: manifest_mod.Manifest, got: Fetched) -> None:
 
 
 def _ensure_folder(man: manifest_mod.Manifest, folder: Path) -> None:
+    """The model folder and its missing parents, each named in the record (pending, saved) before it is made."""
     missing = []
     p = folder
     while not p.exists():
         missing.append(p)
         p = p.parent
-    folder.mkdir(parents=True, exist_ok=True)
+    if not missing:
+        return
+    for d in missing:
+        man.intend_dir(d, ROLE)
+    man.save()
     for d in reversed(missing):
-        man.record_dir(d, ROLE)
+        core_files.make_dir(d)
+        man.confirm(d)
 
 
 def fetch(ctx, plan: dict, comfyui_dir: Path, *, from_dir: Path | None = None, downloader: Downloader | None = None,
@@ -71,6 +77,8 @@ def fetch(ctx, plan: dict, comfyui_dir: Path, *, from_dir: Path | None = None, d
     comfyui_dir = Path(comfyui_dir)
     files = files_for_plan(plan, catalog)
     man = manifest_for(ctx, comfyui_dir)
+    if [o for o in man.settle(roles={ROLE}) if o["outcome"] != "partial"]:  # a crash's weights, before looking
+        man.save()
     states = {f.name: file_state(f, comfyui_dir, man) for f in files}
     conflicts = [s for s in states.values() if s["state"] == "conflict"]
     if conflicts:
@@ -116,7 +124,6 @@ def fetch(ctx, plan: dict, comfyui_dir: Path, *, from_dir: Path | None = None, d
     try:
         for f in todo:
             _ensure_folder(man, f.dest(comfyui_dir).parent)
-            man.save()
             want = f.want(comfyui_dir)
             _intend(man, f, want)
             if f.name in sources:
@@ -185,7 +192,7 @@ def remove(ctx, comfyui_dir: Path, *, plan: dict | None = None, catalog=None) ->
     removed, kept = [], []
     # A crash left weights named but unsettled: a complete one becomes final (and goes below), a partial
     # download's part file is h3kit's and goes now, anything else is not h3kit's and stays.
-    for found in man.settle(dry_run=ctx.dry_run):
+    for found in man.settle(dry_run=ctx.dry_run, roles={ROLE}):
         entry = man.find(found["path"])
         if found["outcome"] == "not ours":
             kept.append({"path": found["path"], "why": "h3kit was writing it when it was interrupted, and it holds "

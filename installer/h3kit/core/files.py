@@ -94,14 +94,14 @@ def _fsync_dir(folder: Path) -> None:
 
 
 @contextlib.contextmanager
-def _naming(path: Path):
+def naming(path: str | os.PathLike):
     """A write that fails (a full disk says ENOSPC on write or close, with no file name) names its file, so the
     sentence for the user can say which disk is full (h3kit.core.oserrors)."""
     try:
         yield
     except OSError as exc:
-        if exc.filename is None:
-            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        if exc.filename is None and exc.errno is not None:  # (a network error, errno None, passes as it is)
+            exc.filename = str(path)
         raise
 
 
@@ -122,7 +122,7 @@ def atomic_write(path: str | os.PathLike, data: bytes | str, mode: int | None = 
     else:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
     try:
-        with _naming(path), os.fdopen(fd, "wb") as f:
+        with naming(path), os.fdopen(fd, "wb") as f:
             f.write(raw)
             f.flush()
             os.fsync(f.fileno())
@@ -146,7 +146,7 @@ def write_new(path: str | os.PathLike, data: bytes, mode: int | None = None) -> 
     path = Path(path)
     checkpoint("write", path)
     half = len(data) // 2
-    with _naming(path), open(path, "wb") as f:
+    with naming(path), open(path, "wb") as f:
         f.write(data[:half])
         if half:
             f.flush()
@@ -196,8 +196,9 @@ def move(src: str | os.PathLike, dst: str | os.PathLike) -> None:
                 os.unlink(dst_p)
             except OSError:
                 pass
-        if exc.filename is None or exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
-            raise OSError(exc.errno, exc.strerror, str(dst)) from exc  # the disk that is full is dst's
+        full = exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+        if exc.errno is not None and (exc.filename is None or full):
+            exc.filename, exc.filename2 = str(dst), None  # the disk that is full is dst's
         raise
 
 

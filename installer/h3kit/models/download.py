@@ -320,7 +320,7 @@ class Downloader:
             bar = progress_bar(total, have, want.name, self.progress)
             received = 0
             try:
-                with open(part, mode) as f:
+                with core_files.naming(part), open(part, mode) as f:  # a full disk names the .part
                     for block in resp.iter_content(NET_CHUNK):
                         if not block:
                             continue

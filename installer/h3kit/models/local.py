@@ -62,7 +62,7 @@ def place_from_local(want: Want, source: Path, *, link: bool = True, progress: b
     hasher = hashlib.sha256()
     bar = progress_bar(size, 0, want.name, progress)
     try:
-        with open(source, "rb") as fin, open(want.part, "wb") as fout:
+        with open(source, "rb") as fin, core_files.naming(want.part), open(want.part, "wb") as fout:
             while True:
                 block = fin.read(CHUNK)
                 if not block:

@@ -25,7 +25,11 @@ The temporary `.<name>.h3kit-tmp` of a pending file is removed. A staging
 folder is one entry: everything under it is h3kit's, and it is removed whole
 (h3kit.comfyui.deploy.clean_staging) before the pending entries are settled.
 A backup of a user's own file is recorded with role `backup`: it is the
-user's, so uninstall leaves it and says where it is.
+user's, so uninstall leaves it and says where it is. A weight (h3kit.models)
+is pending with its expected size, its catalog hash or none, and `fetch`
+(the `.part` its bytes go to first): settled, a file whose size (and hash,
+when known) matches is ours; one still in its `.part` stays pending
+("partial") for the resume.
 
 One manifest per target (a ComfyUI folder), stored as JSON under the state
 dir: `state/manifests/<slug>.json`, the slug made from the folder's resolved

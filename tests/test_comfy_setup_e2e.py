@@ -201,3 +201,49 @@ def test_real_comfyui_folder_as_source_and_its_placeholders_are_not_user_data(tm
     (target / "output").mkdir(exist_ok=True)  # 0.33 no longer ships output/ with a placeholder; ComfyUI makes it
     (target / "output" / "ComfyUI_00001_.png").write_bytes(b"png")
     assert [u["path"] for u in comfy_setup.purge_plan(man)["user_data"]] == [str(target / "output")]
+
+
+def _killed_after_landing(tmp_path: Path, bare_repo: Path, name: str):
+    """Install a new ComfyUI in a child killed (SIGKILL) at the first file operation after the rename that puts
+    the fetched source in place; (argv, env, target). The operation is found by a logged run in another home."""
+    import sys
+
+    target = tmp_path / name
+    log = tmp_path / "ops.log"
+    argv = [sys.executable, "-m", "h3kit", "install", "--new-comfyui", str(target), "--comfyui-source",
+            str(bare_repo), "--fingerprint", str(FP_4090), "--yes", "--skip-calibrate", "--no-models"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("H3KIT_TEST_")}
+    probe = subprocess.run(argv, env={**env, "H3KIT_TEST_FILEOPS": str(log), "H3KIT_HOME": str(tmp_path / "probe")},
+                           capture_output=True, text=True, timeout=600)
+    assert probe.returncode == 0, probe.stderr
+    ops = [line.split("\t") for line in log.read_text().splitlines()]
+    landed = next(int(n) for n, op, path in ops if op == "replace" and path == str(target))
+    shutil.rmtree(target)
+    killed = subprocess.run(argv, env={**env, "H3KIT_TEST_KILL_AT": str(landed + 1)}, capture_output=True,
+                            text=True, timeout=600)
+    assert killed.returncode == -9 and (target / "main.py").is_file(), killed.stderr
+    return argv, env, target
+
+
+def _purge(env: dict, target: Path) -> None:
+    import sys
+
+    purge = subprocess.run([sys.executable, "-m", "h3kit", "uninstall", "--comfyui", str(target), "--purge", "--yes"],
+                           env=env, capture_output=True, text=True, timeout=300)
+    assert purge.returncode == 0, purge.stdout + purge.stderr
+    assert not target.exists()
+
+
+def test_a_kill_right_after_the_new_comfyui_lands_converges(tmp_path, bare_repo, offline_pip):
+    """Issue 26 (5): before, the record was saved only after the rename: a rerun said "already exists and is not
+    empty" and 'uninstall --purge' had no record (679 MB orphaned). Now the rerun finishes the setup."""
+    argv, env, target = _killed_after_landing(tmp_path, bare_repo, "New ComfyUI")
+    again = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert "interrupted run" in again.stderr and "already exists" not in again.stderr
+    _purge(env, target)
+
+
+def test_after_that_kill_uninstall_purge_removes_the_new_comfyui(tmp_path, bare_repo, offline_pip):
+    _, env, target = _killed_after_landing(tmp_path, bare_repo, "Other ComfyUI")
+    _purge(env, target)

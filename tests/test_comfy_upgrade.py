@@ -286,6 +286,9 @@ def test_doctor_fix_then_undo_through_the_cli(checkout, run_cli):
     tree, where, pkgs = digest(install.path, ours), head(install.path), packages(python)
     code, out, err = run_cli("doctor", *pick, "--fix", "--dry-run", "--json")
     assert any("would move ComfyUI" in n and "v0.33.0" in n for n in json.loads(out)["notes"]), err
+    code, out, err = run_cli("doctor", *pick, "--fix", "--dry-run")  # issue 26 (7): text mode says it too
+    assert any(line.startswith("note: --dry-run: would move ComfyUI") and "v0.33.0" in line
+               for line in out.splitlines()), out
     assert (digest(install.path, ours), head(install.path)) == (tree, where)
 
     code, out, err = run_cli("doctor", *pick, "--fix", "--yes", "--json")

@@ -150,25 +150,8 @@ def test_a_log_file_on_a_full_disk_warns_once_without_a_traceback(tmp_path, caps
 # -- a real full disk ------------------------------------------------------------------------------
 
 
-def _small_tmpfs(where: Path) -> bool:
-    if os.geteuid() != 0:
-        return False
-    where.mkdir(parents=True)
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(where)], capture_output=True)
-    return r.returncode == 0
-
-
-def _fill(disk: Path, leave: int) -> None:
-    """Fill the disk, then give back `leave` bytes."""
-    filler = disk / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
-    try:
-        while True:
-            os.write(fd, b"\0" * 4096)
-    except OSError:
-        pass
-    os.ftruncate(fd, max(0, os.fstat(fd).st_size - leave))
-    os.close(fd)
+from small_disk import fill as _fill  # noqa: E402
+from small_disk import mount_tmpfs as _small_tmpfs  # noqa: E402
 
 
 def test_install_onto_a_full_tmpfs_is_exit_3_and_writes_nothing(tmp_path, run_cli):

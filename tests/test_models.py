@@ -399,3 +399,25 @@ def test_a_preset_without_a_lora_fetches_none(run_cli, h3kit_home):
     code, doc, err = _json(run_cli, "models", "plan", "--fingerprint", str(FP_4090))
     assert code == 0, err
     assert all(f["folder"] != "loras" for f in doc["files"])
+
+
+def test_a_disk_that_fills_during_a_download_is_exit_3_naming_the_file_and_the_space(run_cli, small, server,
+                                                                                    tmp_path, monkeypatch):
+    """Issue 26: the free-space check passes, then a real 256 KiB tmpfs runs out mid-download:
+    one sentence naming the .part and the space, exit 3, not a bug; the record names the weight it was writing."""
+    from small_disk import small_tmpfs
+
+    with small_tmpfs(tmp_path / "disk", "256k") as disk:
+        comfy = disk / "ComfyUI"
+        for sub in ("models/diffusion_models", "custom_nodes"):
+            (comfy / sub).mkdir(parents=True)
+        (comfy / "main.py").write_text("# ComfyUI stand-in\n")
+        monkeypatch.setattr(store, "check_free_space", lambda *a, **k: None)  # the check before any byte passes
+        code, out, err = run_cli("models", "fetch", "--fingerprint", str(FP_4090), "--comfyui", str(comfy))
+        assert code == 3 and "Traceback" not in err and "This is a bug" not in err, err
+        line = next(x for x in err.splitlines() if x.startswith("error: "))
+        assert "No space left on the disk that holds" in line and ".part" in line and " free" in line, line
+        pending = [e for e in load_or_new(Context().locations.state_dir, comfy).entries if e.pending]
+        assert pending and all(e.role == "model" and e.fetch and e.fetch["part"].endswith(".part") for e in pending)
+        code, gone, _ = _json(run_cli, "models", "remove", "--comfyui", str(comfy))
+        assert code == 0 and any(p.endswith(".part") for p in gone["removed"]) and not list(comfy.rglob("*.part"))

@@ -64,3 +64,32 @@ def test_doctor_fix_and_undo_through_the_cli(tmp_path, run_cli, wheelhouse, offl
 
     code, out, err = run_cli("doctor", *pick, "--undo", "--yes")
     assert code == 2 and "no earlier torch to restore" in err
+
+
+def test_undo_after_a_fix_that_changed_nothing_does_nothing_and_says_so(tmp_path, run_cli, wheelhouse,
+                                                                       venv_template, monkeypatch):
+    """Issue 26 (8): --fix recorded the old torch, then pip failed (no wheels): torch is as it was, so --undo
+    must not force-reinstall it and say "Restored"."""
+    from comfy_setup_support import pip_only_from
+
+    pip_only_from(wheelhouse, monkeypatch)
+    python = make_venv(venv_template, tmp_path / "venv")
+    pip_install(python, "torch==2.13.0+cpu", "torchvision==0.28.0+cpu", wheelhouse=wheelhouse)
+    comfy = make_comfyui(tmp_path / "ComfyUI", python=python)
+    shutil.rmtree(comfy / "torch")
+    pick = ("--comfyui", str(comfy), "--comfyui-python", python)
+    empty = tmp_path / "no-wheels"
+    empty.mkdir()
+    pip_only_from(empty, monkeypatch)  # every pip run fails: nothing to install from
+    assert run_cli("install", *pick, "--fingerprint", str(FP_4090), "--yes", "--skip-calibrate", "--no-models")[0] == 0
+    code, out, err = run_cli("doctor", *pick, "--fingerprint", str(FP_4090), "--fix", "--yes")
+    assert code != 0
+    before = comfy_setup.probe_torch(python)["packages"]
+    assert before == {"torch": "2.13.0+cpu", "torchvision": "0.28.0+cpu"}
+
+    code, out, err = run_cli("doctor", *pick, "--undo", "--yes")
+    assert code == 0, err
+    assert "Nothing to undo for torch" in out and "pip was not run" in out and "Restored" not in out, out
+    assert comfy_setup.probe_torch(python)["packages"] == before
+    code, out, err = run_cli("doctor", *pick, "--undo", "--yes")
+    assert code == 2 and "no earlier torch to restore" in err  # that --fix is off the record now

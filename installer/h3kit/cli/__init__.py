@@ -21,6 +21,7 @@ from h3kit.core.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, BadInput, H3kitEr
 from h3kit.core.logs import setup as setup_logging
 from h3kit.core.oserrors import environment_errors
 from h3kit.core.paths import locations
+from h3kit.core.subproc import Terminated, interrupt_on_signals
 
 # Order is the order of --help. Names and meanings are fixed by CONTRACTS.md.
 COMMANDS = (
@@ -112,7 +113,14 @@ def _print_error(exc: H3kitError, as_json: bool, log_path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    restore = interrupt_on_signals()  # SIGTERM / SIGHUP: the tree-kill and cleanup of Ctrl-C
+    try:
+        return _main(sys.argv[1:] if argv is None else list(argv))
+    finally:
+        restore()
+
+
+def _main(argv: list[str]) -> int:
     as_json = "--json" in argv
     loc = locations()
     log_path = None
@@ -141,8 +149,9 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("h3kit").debug("error exit %d: %s", exc.exit_code, traceback.format_exc())
         _print_error(exc, as_json, log_path)
         return exc.exit_code
-    except KeyboardInterrupt:
-        sys.stderr.write("\ninterrupted.\n")
+    except KeyboardInterrupt as exc:
+        by = f" by {exc.args[0]}" if isinstance(exc, Terminated) else ""
+        sys.stderr.write(f"\ninterrupted{by}.\n")
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return 0

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from h3kit.cli.context import Context, Outcome
 from h3kit.comfyui import deploy
+from h3kit.data import catalog
 from h3kit.steps.common import current_plan, exclusive, generated_files, load_config, locate
 
 HELP = "re-apply the config and profile to the installed node pack and its launcher"
@@ -35,10 +36,14 @@ def _apply(args, ctx: Context, config, install, notes: list[str]) -> Outcome:
     doc = deploy.apply(install, dict(plan["settings"]), plan["profile"], ctx.locations.state_dir,
                        ctx.locations.cache_dir, dry_run=ctx.dry_run, generated=generated_files(plan))
     doc["notes"] = notes + doc.get("notes", [])
+    # The flags known to harm H3 reach the launcher when the user insists; apply says so, as plan does.
+    harmful = [a for a in plan["settings"].get("comfyui_args") or [] if a in catalog.load().avoid_args]
+    warnings = [f"comfyui_args {' '.join(harmful)} are known to give black frames with H3 (it computes in bf16): "
+                "remove them from overrides in config.yaml and run 'h3kit apply' again."] if harmful else []
     if ctx.dry_run:
-        return Outcome(doc, f"Would apply profile '{doc['profile']}' to {install.node_dir} and rewrite the launcher (--dry-run).")
+        return Outcome(doc, f"Would apply profile '{doc['profile']}' to {install.node_dir} and rewrite the launcher "
+                       "(--dry-run).", 0, warnings)
     launcher = doc["launcher"]
-    warnings = []
     if launcher.get("dropped"):
         warnings.append(f"flags this ComfyUI does not accept were left out: {' '.join(launcher['dropped'])}")
     text = (f"Applied profile '{doc['profile']}' to {install.node_dir}. The nodes pick it up at their next run; "

@@ -187,6 +187,12 @@ def _undo(args, ctx) -> Outcome:
     verb = "Would restore" if ctx.dry_run else "Restored"
     lines = []
     for result in done:
+        if result["action"] == "torch" and "unchanged" in result:
+            same = ", ".join(f"{n} {v}" for n, v in result["unchanged"].items()) or "no torch"
+            lines.append(f"Nothing to undo for torch in {result['python']}: it still has {same}, as before the "
+                         "earlier --fix (which changed nothing); pip was not run"
+                         + (". (--dry-run)" if ctx.dry_run else ", and that --fix is no longer on record."))
+            continue
         if result["action"] == "torch":
             restored = result.get("restored", result.get("would_restore", {}))
             lines.append(f"{verb} {', '.join(f'{n} {v}' for n, v in restored.items())} in {result['python']}.")
@@ -207,6 +213,7 @@ def _outcome(findings, notes, install) -> Outcome:
     lines = [f"[{MARK[f['status']]}] {f['check']}: {f['message']}" + (f"\n        fix: {f['fix']}" if f.get("fix") and f["status"] != "ok" else "")
              for f in findings]
     lines.append(f"{len(failed)} failed, {len(warned)} warnings, {len(findings) - len(failed) - len(warned)} ok.")
+    lines += [f"note: {n}" for n in notes]  # what --fix did or, with --dry-run, would do
     code = 0
     if failed:
         code = EXIT_NOT_READY if install is None else EXIT_VERIFY_FAILED

@@ -30,6 +30,7 @@ from pathlib import Path
 import h3kit
 from h3kit import bundled
 from h3kit.comfyui import manifest as mf
+from h3kit.comfyui.links import linked_folders
 from h3kit.comfyui.inspect import marked_json
 from h3kit.comfyui.launcher import write_launcher
 from h3kit.comfyui.locate import ComfyInstall, run_python
@@ -262,7 +263,7 @@ def deploy(install: ComfyInstall, *, settings: dict, profile: str, library: Path
     notes += [f"moved your edited copy of {Path(b).name} out of the way before writing h3kit's: it is in {b}"
               for b in result.backed_up]
     record.extra.update({"comfyui": str(install.path), "layout": install.layout, "node_dir": str(target),
-                         "profile": profile, "launcher": result.launcher})
+                         "profile": profile, "launcher": result.launcher, "links": linked_folders(install)})
     record.save()
     return result
 

@@ -20,6 +20,8 @@ from pathlib import Path
 from h3kit.comfyui import manifest as mf
 from h3kit.comfyui.inspect import comfyui_version
 from h3kit.comfyui.locate import ComfyInstall, run_python
+from h3kit.core.errors import BadInput
+from h3kit.data.yamlio import ENV_NAME
 
 HELP_TIMEOUT = 120.0
 _FLAG = re.compile(r"(?<![\w-])(--[A-Za-z0-9][A-Za-z0-9_-]*)")
@@ -78,13 +80,24 @@ def launcher_name(install: ComfyInstall, windows: bool) -> str:
     return "run_h3kit.bat" if windows or install.layout == "portable" else "run_h3kit.sh"
 
 
+def _env_pairs(env: dict) -> list[tuple[str, str]]:
+    """The variables in name order; a name that is not one would let a value run as a command in the launcher
+    (config checks refuse it first, h3kit.data.yamlio.is_env_map; this is the second line)."""
+    pairs = sorted((str(k), str(v)) for k, v in env.items())
+    for k, v in pairs:
+        if not ENV_NAME.match(k) or any(c in v for c in '\r\n\x00"'):
+            raise BadInput(f"{k!r}={v!r} cannot be written into a launcher: not a variable name and a one-line value.",
+                           "Correct that entry under 'env:' in config.yaml or the profile.")
+    return pairs
+
+
 def render_sh(install: ComfyInstall, python: Path, args: list[str], env: dict, profile: str) -> str:
     lines = [
         "#!/bin/sh",
         f"# Written by h3kit for profile '{profile}'. 'h3kit apply' rewrites it; 'h3kit uninstall' removes it.",
         "# Start ComfyUI with the profile's flags; extra arguments are passed on.",
     ]
-    lines += [f"export {k}={shlex.quote(str(v))}" for k, v in sorted(env.items())]
+    lines += [f"export {k}={shlex.quote(v)}" for k, v in _env_pairs(env)]
     lines.append(f"cd {shlex.quote(str(install.path))} || exit 1")
     cmd = " ".join(shlex.quote(str(x)) for x in [python, "main.py", *args])
     lines.append(f'exec {cmd} "$@"')
@@ -93,6 +106,14 @@ def render_sh(install: ComfyInstall, python: Path, args: list[str], env: dict, p
 
 def _bat_quote(text: str) -> str:
     return '"' + text.replace('"', '""') + '"'
+
+
+_BAT_PLAIN = re.compile(r"^[A-Za-z0-9_=.,:/\\+-]+$")
+
+
+def _bat_arg(text: str) -> str:
+    """One argument for cmd.exe: plain ones as they are, the rest quoted with % doubled (& | < > ^ stay inert)."""
+    return text if _BAT_PLAIN.match(text) else _bat_quote(text.replace("%", "%%"))
 
 
 def render_bat(install: ComfyInstall, python: Path, args: list[str], env: dict, profile: str) -> str:
@@ -110,9 +131,10 @@ def render_bat(install: ComfyInstall, python: Path, args: list[str], env: dict, 
         "chcp 65001 >nul",  # paths with non-ASCII characters
         "setlocal",
     ]
-    lines += [f'set "{k}={v}"' for k, v in sorted(env.items())]
+    # Inside set "K=V" only % still expands (doubled, it is a plain %); a " is refused by _env_pairs.
+    lines += [f'set "{k}={v.replace("%", "%%")}"' for k, v in _env_pairs(env)]
     lines.append(cd)
-    lines.append(" ".join([py, "main.py", *args, "%*"]))
+    lines.append(" ".join([py, "main.py", *(_bat_arg(str(a)) for a in args), "%*"]))
     lines.append("endlocal")
     return "\r\n".join(lines) + "\r\n"
 

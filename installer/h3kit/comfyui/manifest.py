@@ -25,7 +25,11 @@ The temporary `.<name>.h3kit-tmp` of a pending file is removed. A staging
 folder is one entry: everything under it is h3kit's, and it is removed whole
 (h3kit.comfyui.deploy.clean_staging) before the pending entries are settled.
 A backup of a user's own file is recorded with role `backup`: it is the
-user's, so uninstall leaves it and says where it is.
+user's, so uninstall leaves it and says where it is. A weight (h3kit.models)
+is pending with its expected size, its catalog hash or none, and `fetch`
+(the `.part` its bytes go to first): settled, a file whose size (and hash,
+when known) matches is ours; one still in its `.part` stays pending
+("partial") for the resume.
 
 One manifest per target (a ComfyUI folder), stored as JSON under the state
 dir: `state/manifests/<slug>.json`, the slug made from the folder's resolved
@@ -92,12 +96,17 @@ class Entry:
     created: str = field(default_factory=now_iso)
     pending: bool = False  # named before it is written; `settle` decides after a crash
     previous: str | None = None  # pending only: the hash of the file of ours it replaces
+    # pending only, for a file whose bytes arrive elsewhere first (a weight download): {"part": the path they
+    # are written to, "size_tolerance": share by which a rounded expected size may differ}
+    fetch: dict | None = None
 
     def to_json(self) -> dict:
         doc = dict(self.__dict__)
         if not self.pending:  # a final entry reads as it always did
             doc.pop("pending")
             doc.pop("previous")
+        if not self.pending or self.fetch is None:
+            doc.pop("fetch")
         return doc
 
 
@@ -175,13 +184,16 @@ class Manifest:
         atomic_write(path, raw, mode, fixed_tmp=True)
         return self.confirm(path)
 
-    def settle(self, dry_run: bool = False) -> list[dict]:
-        """Finish or roll back every pending entry; [{"path", "outcome": "ours"|"not ours"|"absent"}].
+    def settle(self, dry_run: bool = False, roles: set | frozenset | None = None) -> list[dict]:
+        """Finish or roll back every pending entry; [{"path", "outcome": "ours"|"not ours"|"absent"|"partial"}].
 
         A pending file's `.<name>.h3kit-tmp` is removed (listed as outcome "temporary"). Nothing is saved.
+        "partial": a download's bytes are still in its `fetch.part` file and the file itself is absent: the
+        entry stays pending (the next fetch resumes it; `models remove` removes the part). `roles`: only those
+        (h3kit models settles its weights without holding the install lock, so never the pack's entries).
         """
         found = []
-        for entry in self.pending():
+        for entry in [e for e in self.pending() if roles is None or e.role in roles]:
             if entry.kind == "file":
                 tmp = files.tmp_path(entry.path)
                 if tmp.is_file() and not tmp.is_symlink():
@@ -189,7 +201,7 @@ class Manifest:
                         files.unlink(tmp)
                     found.append({"path": str(tmp), "outcome": "temporary"})
             outcome = self._resolve(entry)
-            if outcome != "ours":
+            if outcome not in ("ours", "partial"):  # a partial download stays pending: fetch resumes it
                 self.entries.remove(entry)
             found.append({"path": entry.path, "outcome": outcome})
         return found
@@ -200,18 +212,24 @@ class Manifest:
         if p.is_symlink():
             return "not ours"  # we never write a link where a file or folder was named
         if not p.exists():
-            return "absent"
+            part = Path((entry.fetch or {}).get("part") or p)
+            return "partial" if part != p and part.is_file() and not part.is_symlink() else "absent"
         if entry.kind == "dir":
             if not p.is_dir():
                 return "not ours"
         else:
             if not p.is_file():
                 return "not ours"
+            size = p.stat().st_size
+            if entry.fetch is not None and entry.bytes is not None:  # a weight: a wrong size settles it unhashed
+                if abs(size - entry.bytes) > entry.bytes * entry.fetch.get("size_tolerance", 0):
+                    return "not ours"
             digest = sha256_file(p)
-            if digest not in (entry.sha256, entry.previous):
+            # Without a hash known before the write (a weight the catalog publishes no sha256 for), the size did.
+            if (entry.sha256 is not None or entry.fetch is None) and digest not in (entry.sha256, entry.previous):
                 return "not ours"
-            entry.sha256, entry.bytes = digest, p.stat().st_size
-        entry.pending, entry.previous = False, None
+            entry.sha256, entry.bytes = digest, size
+        entry.pending, entry.previous, entry.fetch = False, None, None
         return "ours"
 
     def back_up(self, path: Path, base: Path, backups: Path) -> Path:

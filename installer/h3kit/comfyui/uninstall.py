@@ -14,7 +14,9 @@ Rules, in the order they are applied:
 - A file or link whose hash still matches the record is removed. One the user
   changed is moved to a backup folder under the state dir and reported.
 - A folder we created is removed once empty; things the user added inside it
-  are moved to the backup, except Python's own `__pycache__` byte code.
+  are moved to the backup, except Python's own `__pycache__` byte code and
+  what h3kit's own nodes write there (`h3kit_streaming_stats.json`, told by
+  its schema).
 - Links are never followed: a link is removed or moved as a link, and an
   entry with a link on its way (the pack folder replaced by a link to a
   checkout elsewhere, say) is left alone and reported, so nothing outside the
@@ -39,6 +41,7 @@ from pathlib import Path
 
 from h3kit.comfyui import manifest as mf
 from h3kit.comfyui.deploy import backup_root, clean_staging, move_to_backup, staging_dirs
+from h3kit.comfyui.links import same_as_recorded
 from h3kit.comfyui.locate import NODE_DIR_NAME, ComfyInstall
 from h3kit.core import files as fs
 from h3kit.core.files import sha256_file
@@ -77,17 +80,24 @@ def _inside(path: Path, roots: list[Path]) -> bool:
     return any(path == r or r in path.parents for r in roots)
 
 
-def link_on_the_way(path: Path, roots: list[Path]) -> Path | None:
-    """The first folder between a root and `path` that is a link (or a root that now resolves elsewhere), else None."""
+def link_on_the_way(path: Path, roots: list[Path], known: dict | None = None) -> Path | None:
+    """The first folder between a root and `path` that is a link (or a root that now resolves elsewhere), else None.
+
+    `known`: links that were there when h3kit installed (h3kit.comfyui.links); still the same, they are the
+    user's layout, written through at install, and do not count."""
     root = next((r for r in roots if path == r or r in path.parents), None)
     if root is None:
         return None
+    through = [root]
     for parent in reversed(path.parents):
         if parent == root or root in parent.parents:
             if parent != root and parent.is_symlink():
-                return parent
+                if not same_as_recorded(parent, known):
+                    return parent
+                through.append(parent)
     try:
-        if not path.is_symlink() and root.resolve() not in (path.resolve(), *path.resolve().parents):
+        real = path.resolve()
+        if not path.is_symlink() and not any(b.resolve() in (real, *real.parents) for b in through):
             return root
     except OSError:
         return root
@@ -99,6 +109,22 @@ def _is_runtime_bytecode(path: Path) -> bool:
     if path.name != "__pycache__" or path.is_symlink() or not path.is_dir():
         return False
     return all(p.suffix == ".pyc" and p.is_file() and not p.is_symlink() for p in path.iterdir())
+
+
+# What h3kit's own nodes write into the pack while ComfyUI runs (nodes/h3kit_streaming_logic.py STATS_FILE):
+# recognised by name and schema, removed with the pack instead of being called the user's.
+NODE_OUTPUTS = {"h3kit_streaming_stats.json": "h3kit.streaming_stats/"}
+
+
+def _is_node_output(path: Path) -> bool:
+    prefix = NODE_OUTPUTS.get(path.name)
+    if prefix is None or path.is_symlink() or not path.is_file() or path.stat().st_size > 1 << 20:
+        return False
+    try:
+        schema = json.loads(path.read_text(encoding="utf-8")).get("schema")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(schema, str) and schema.startswith(prefix)
 
 
 def remove(record: mf.Manifest, install: ComfyInstall, state_dir: Path, *, dry_run: bool) -> Removal:
@@ -129,6 +155,7 @@ def remove(record: mf.Manifest, install: ComfyInstall, state_dir: Path, *, dry_r
 
     entries = sorted(record.entries, key=lambda e: len(Path(e.path).parts), reverse=True)
     recorded = {e.path for e in record.entries}
+    known = record.extra.get("links") or {}
     for entry in entries:
         path = Path(entry.path)
         if entry.role in KEEP_ROLES:
@@ -137,7 +164,7 @@ def remove(record: mf.Manifest, install: ComfyInstall, state_dir: Path, *, dry_r
         if not _inside(path, roots):
             out.kept.append({"path": entry.path, "why": "outside the ComfyUI folder: h3kit never removes it"})
             continue
-        link = path if entry.kind == "dir" and path.is_symlink() else link_on_the_way(path, roots)
+        link = path if entry.kind == "dir" and path.is_symlink() else link_on_the_way(path, roots, known)
         if link is not None:
             out.behind_links.append({"path": entry.path, "link": str(link)})
             out.kept.append({"path": entry.path, "why": f"{link} is now a link; h3kit never follows links"})
@@ -172,9 +199,9 @@ def _empty_dir(path: Path, recorded: set[str], dry_run: bool, out: Removal, back
     for child in children:
         if str(child.absolute()) in recorded:
             continue  # its own entry decides (removed already, or kept and reported)
-        if _is_runtime_bytecode(child):
+        if _is_runtime_bytecode(child) or _is_node_output(child):
             if not dry_run:
-                fs.remove_tree(child)
+                (fs.remove_tree if child.is_dir() else fs.unlink)(child)
             out.removed.append(str(child))
         else:
             backup(child)

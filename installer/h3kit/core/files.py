@@ -23,6 +23,8 @@ environment, so child processes do not count; unset, each operation pays one
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import os
 import shutil
@@ -91,6 +93,18 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+@contextlib.contextmanager
+def naming(path: str | os.PathLike):
+    """A write that fails (a full disk says ENOSPC on write or close, with no file name) names its file, so the
+    sentence for the user can say which disk is full (h3kit.core.oserrors)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None and exc.errno is not None:  # (a network error, errno None, passes as it is)
+            exc.filename = str(path)
+        raise
+
+
 def atomic_write(path: str | os.PathLike, data: bytes | str, mode: int | None = None, *,
                  fixed_tmp: bool = False) -> Path:
     """Write `data` (str is UTF-8 with \\n line ends) to `path` atomically; returns the path.
@@ -108,7 +122,7 @@ def atomic_write(path: str | os.PathLike, data: bytes | str, mode: int | None = 
     else:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as f:
+        with naming(path), os.fdopen(fd, "wb") as f:
             f.write(raw)
             f.flush()
             os.fsync(f.fileno())
@@ -132,7 +146,7 @@ def write_new(path: str | os.PathLike, data: bytes, mode: int | None = None) -> 
     path = Path(path)
     checkpoint("write", path)
     half = len(data) // 2
-    with open(path, "wb") as f:
+    with naming(path), open(path, "wb") as f:
         f.write(data[:half])
         if half:
             f.flush()
@@ -167,9 +181,25 @@ def replace(src: str | os.PathLike, dst: str | os.PathLike) -> None:
 
 
 def move(src: str | os.PathLike, dst: str | os.PathLike) -> None:
-    """Move a file or folder (a link moves as a link); across disks it is copied, then removed."""
+    """Move a file or folder (a link moves as a link); across disks it is copied, then removed.
+
+    A file copy that fails (a full disk at `dst`) leaves no partial or 0-byte copy behind: the source is
+    still whole, so the copy is removed, and the error names `dst`."""
     checkpoint("move", src)
-    shutil.move(str(src), str(dst))
+    was_there = os.path.lexists(dst)
+    try:
+        shutil.move(str(src), str(dst))
+    except OSError as exc:
+        src_p, dst_p = Path(src), Path(dst)
+        if not was_there and src_p.is_file() and not src_p.is_symlink() and dst_p.is_file() and not dst_p.is_symlink():
+            try:
+                os.unlink(dst_p)
+            except OSError:
+                pass
+        full = exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+        if exc.errno is not None and (exc.filename is None or full):
+            exc.filename, exc.filename2 = str(dst), None  # the disk that is full is dst's
+        raise
 
 
 def unlink(path: str | os.PathLike) -> None:

@@ -20,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,41 @@ class ToolResult:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP to h3kit, raised in the main thread so it unwinds exactly as Ctrl-C does: the child
+    that `run` waits for is killed with its process group (pip and git run in their own sessions, so a signal
+    to h3kit's group never reaches them), ComfyUI servers stop, records stay consistent; the CLI exits 130."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _terminated(signum, frame):  # noqa: ARG001 - signal handler signature
+    raise Terminated(signum)
+
+
+def interrupt_on_signals():
+    """Make SIGTERM and SIGHUP interrupt h3kit like Ctrl-C (main thread only; where the OS has them).
+
+    Returns a function that puts the earlier handlers back (the CLI runs in-process in tests)."""
+    before = {}
+    if threading.current_thread() is threading.main_thread():
+        for name in ("SIGTERM", "SIGHUP"):
+            sig = getattr(signal, name, None)
+            if sig is not None:
+                try:
+                    before[sig] = signal.signal(sig, _terminated)
+                except (ValueError, OSError):
+                    pass
+
+    def restore() -> None:
+        for sig, handler in before.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+    return restore
 
 
 def _kill_tree(proc: subprocess.Popen) -> None:
@@ -87,9 +123,13 @@ def run(
     try:
         out, err = proc.communicate(input=input_text.encode() if input_text is not None else None, timeout=timeout)
     except KeyboardInterrupt:
-        # The child runs in its own session, so Ctrl-C never reached it: stop it and its children too,
-        # then let the interrupt go on to the CLI (exit 130).
+        # The child runs in its own session, so Ctrl-C (or SIGTERM/SIGHUP to h3kit: Terminated) never reached
+        # it: stop it and its children too, then let the interrupt go on to the CLI (exit 130).
         _kill_tree(proc)
+        try:
+            proc.wait(timeout=5)
+        except (subprocess.TimeoutExpired, OSError):
+            pass
         raise
     except subprocess.TimeoutExpired:
         _kill_tree(proc)

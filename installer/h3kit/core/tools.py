@@ -68,9 +68,15 @@ class Failure:
 
 
 OFFLINE_PIP = "or set H3KIT_PIP_FIND_LINKS to a folder of wheels and H3KIT_PIP_NO_INDEX=1"
+_FULL_FIX = ("Free some space on that disk (pip also unpacks into its temporary folder, TMPDIR), "
+             "then run the command again.")
 FAILURES: tuple[Failure, ...] = (
-    Failure(("pip", "git"), (r"no space left on device", r"errno 28"),
-            "the disk is full.", "Free some space (see 'h3kit doctor') and run the command again."),
+    Failure(("pip", "git"), (r"(?:no space left on device|disk quota exceeded): '([^']+)'",),
+            "the disk that holds {0} is full.", _FULL_FIX),
+    Failure(("pip", "git"), (r"no space left on device", r"errno 28", r"disk quota exceeded", r"errno 122"),
+            "the disk is full.", _FULL_FIX),
+    Failure(("pip", "git"), (r"read-only file system: '([^']+)'",), "{0} is on a read-only file system.",
+            "Remount that disk read-write, or use a ComfyUI on a writable disk, then run the command again."),
     Failure(("pip", "git"), (r"proxyerror", r"407 proxy", r"received http code 407", r"proxy authentication required",
                              r"tunnel connection failed", r"proxy connect aborted"),
             "a proxy blocked the connection.",
@@ -124,16 +130,38 @@ def classify(tool: str, text: str, status: str = "error", *, alternative: str | 
     if (tool, status) in STATUS_FAILURES:
         sentence, fix, offline = STATUS_FAILURES[(tool, status)]
         return sentence, _with(fix, hint if offline else None)
-    low = text.lower()
+    conflict = pin_conflict(text) if tool == "pip" else None
+    if conflict is not None:
+        return conflict
     for row in FAILURES:
         if tool not in row.tools:
             continue
         for pattern in row.patterns:
-            m = re.search(pattern, low)
+            m = re.search(pattern, text, re.IGNORECASE)  # the patterns are lower-case; a path keeps its case
             if m:
                 return row.sentence.format(*(m.groups() or ("",))), _with(row.fix, hint if row.offline else None)
     last = next((ln.strip() for ln in reversed(text.strip().splitlines()) if ln.strip()), "no output")
     return f"{tool} reported: {last[:200]}", f"Run the command again with -v and read the log for {tool}'s full output."
+
+
+def pin_conflict(text: str) -> tuple[str, str] | None:
+    """(sentence, fix) naming the two pins of pip's "The conflict is caused by:" block; None without one. Pure.
+
+    pip's own advice ("remove package versions to allow pip to attempt to solve the dependency conflict")
+    names neither pin, and with H3KIT_PIP_NO_INDEX=1 no other version could be found anyway."""
+    m = re.search(r"The conflict is caused by:\n((?:[ \t]+\S.*\n?)+)", text)
+    if m is None:
+        return None
+    causes = [ln.strip() for ln in m.group(1).splitlines() if ln.strip()]
+    asked = [re.sub(r"^The user requested\s*", "", c) for c in causes if c.startswith("The user requested")]
+    needs = [c for c in causes if " depends on " in c]
+    if not asked or not needs:
+        return None
+    sentence = f"two pins conflict: {needs[0]}, but {asked[0]} is requested" + (
+        f" (and {len(causes) - 2} more)" if len(causes) > 2 else "") + "."
+    fix = ("Provide versions that agree (the wheel built for that pin, in H3KIT_PIP_FIND_LINKS when "
+           "H3KIT_PIP_NO_INDEX=1 leaves pip nothing else), or drop one of the two pins.")
+    return sentence, fix
 
 
 def _with(fix: str, alternative: str | None) -> str:

@@ -24,6 +24,7 @@ the line spans yaml.compose reports, never re-dumped whole.
 from __future__ import annotations
 
 import difflib
+import errno
 import os
 import re
 import tempfile
@@ -87,7 +88,7 @@ def _config_path(where: Any) -> Path:
 def load(locations: Any = None, *, catalog=None, profile_names=None) -> Config:
     """Read and check config.yaml; no file means all defaults. Bad values: BadInput naming file:line."""
     path = _config_path(locations)
-    if not path.is_file():
+    if not _present(path):
         return Config()
     try:
         text = path.read_text(encoding="utf-8")
@@ -95,6 +96,25 @@ def load(locations: Any = None, *, catalog=None, profile_names=None) -> Config:
         raise BadInput(f"{path}:1: the config file cannot be read ({exc}).", "Save it as UTF-8 text.") from None
     doc = parse_yaml(text, path)
     return check(doc, catalog=catalog, profile_names=profile_names)
+
+
+def _present(path: Path) -> bool:
+    """True for a config file to read, False when there is none; BadInput for a path that is there but is not
+    a file (a folder, a dangling link, a link loop): planning with defaults would hide the user's settings."""
+    if not os.path.lexists(path):
+        return False
+    try:
+        os.stat(path)
+    except OSError as exc:
+        target = os.readlink(path) if path.is_symlink() else None
+        why = ("is a link in a loop" if exc.errno == errno.ELOOP else
+               f"is a link to {target}, which does not exist" if target is not None else f"cannot be read ({exc.strerror})")
+        raise BadInput(f"{path}:1: the config file {why}.",
+                       "Point the link at your config.yaml, or delete it to plan with the defaults.") from None
+    if not path.is_file():
+        raise BadInput(f"{path}:1: the config file is a folder, not a file.",
+                       "Move that folder away (h3kit reads config.yaml as a YAML file), then run the command again.")
+    return True
 
 
 def check(doc: YamlDoc, *, catalog=None, profile_names=None) -> Config:

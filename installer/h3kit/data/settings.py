@@ -16,9 +16,9 @@ from h3kit.data.yamlio import (
     Problems,
     is_int_range,
     is_one_of,
+    is_env_map,
     is_size,
     is_str_list,
-    is_str_map,
     parse_size,
 )
 
@@ -180,7 +180,7 @@ def _checks(catalog) -> dict:
         "stream_from": is_one_of(["ram", "disk"]),
         "max_shard_blocks": is_int_range(1, catalog.blocks),
         "comfyui_args": is_str_list,
-        "env": is_str_map,
+        "env": is_env_map,
         "os_ram_headroom": is_size,
     }
 

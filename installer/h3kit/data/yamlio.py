@@ -5,6 +5,13 @@ person edits by hand. A mistake must come back as one sentence naming the
 file, the line, the key, and what is allowed -- so files are composed into
 nodes first (yaml.compose keeps each node's position) and every key path is
 mapped to its line before the plain data is built.
+
+Parsing is bounded, because a hand-edited file can be hostile or broken:
+at most MAX_BYTES of text, MAX_DEPTH levels of nesting, MAX_ALIASES alias
+uses and MAX_NODES values once aliases are expanded (a 416-byte anchor bomb
+otherwise grows to gigabytes while its lines are recorded), and no control
+characters YAML refuses (a NUL byte). Past any of them: BadInput naming
+file:line, like every other mistake in the file.
 """
 
 from __future__ import annotations
@@ -20,6 +27,11 @@ import yaml
 from h3kit.core.errors import BadInput
 
 KeyPath = tuple  # ("overrides", "vae_tile_size") or ("dit", 3, "size")
+
+MAX_BYTES = 1 << 20  # the catalog, the largest of h3kit's own files, is under 64 KB
+MAX_DEPTH = 64  # PyYAML composes recursively: 100,000 levels would be a RecursionError
+MAX_ALIASES = 100
+MAX_NODES = 100_000  # values counted with every alias expanded, as the code after the parse sees them
 
 
 @dataclass
@@ -50,8 +62,46 @@ def dotted(keypath: KeyPath) -> str:
     return out or "(top level)"
 
 
-def _record_lines(node: yaml.Node, keypath: KeyPath, lines: dict, path: Path | None = None) -> None:
-    """Line of every key path; a key written twice in one mapping is an error (YAML would keep the last silently)."""
+def _too_big(path: Path | None, line: int, what: str) -> BadInput:
+    return BadInput(f"{path}:{line}: {what}, more than h3kit reads from a settings file.",
+                    "Write the values out plainly (no deep nesting, no repeated anchors); "
+                    "h3kit's files need only a few levels and a few hundred lines.")
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader that refuses nesting past MAX_DEPTH and more than MAX_ALIASES aliases, while composing."""
+
+    def __init__(self, text: str, path: Path | None):
+        super().__init__(text)
+        self._depth = 0
+        self._aliases = 0
+        self._where = path
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > MAX_ALIASES:
+                line = self.peek_event().start_mark.line + 1
+                raise _too_big(self._where, line, f"more than {MAX_ALIASES} aliases (*name)")
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                line = self.peek_event().start_mark.line + 1
+                raise _too_big(self._where, line, f"values nested more than {MAX_DEPTH} levels deep")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def _record_lines(node: yaml.Node, keypath: KeyPath, lines: dict, path: Path | None = None,
+                  budget: list | None = None) -> None:
+    """Line of every key path; a key written twice in one mapping is an error (YAML would keep the last silently).
+
+    `budget` ([nodes left]) bounds the walk: an alias is walked again each time it is used."""
+    budget = [MAX_NODES] if budget is None else budget
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise _too_big(path, node.start_mark.line + 1, f"more than {MAX_NODES} values once its aliases are expanded")
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
             kp = keypath + (key_node.value,)
@@ -60,18 +110,21 @@ def _record_lines(node: yaml.Node, keypath: KeyPath, lines: dict, path: Path | N
                                f"{lines[kp]}); only one of them could count.",
                                "Delete one of the two lines.")
             lines[kp] = key_node.start_mark.line + 1
-            _record_lines(value_node, kp, lines, path)
+            _record_lines(value_node, kp, lines, path, budget)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             kp = keypath + (i,)
             lines[kp] = item.start_mark.line + 1
-            _record_lines(item, kp, lines, path)
+            _record_lines(item, kp, lines, path, budget)
 
 
 def parse_yaml(text: str, path: Path) -> YamlDoc:
-    """Parse YAML text; a syntax error becomes BadInput naming file:line."""
-    loader = yaml.SafeLoader(text)
+    """Parse YAML text; a syntax error, or a file past the bounds above, becomes BadInput naming file:line."""
+    if len(text) > MAX_BYTES:
+        raise _too_big(path, text.count("\n", 0, MAX_BYTES) + 1, f"the file is longer than {MAX_BYTES // 1024} KiB")
+    loader = None
     try:
+        loader = _BoundedLoader(text, path)  # the reader checks every character here
         node = loader.get_single_node()
         data = loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as exc:
@@ -79,8 +132,15 @@ def parse_yaml(text: str, path: Path) -> YamlDoc:
         line = mark.line + 1 if mark else 1
         raise BadInput(f"{path}:{line}: this is not valid YAML ({exc.problem or exc.context}).",
                        "Fix the indentation or quoting on that line (YAML uses spaces, 'key: value').") from None
+    except yaml.reader.ReaderError as exc:  # a NUL or another control character: no mark, only a position
+        line = text.count("\n", 0, max(exc.position, 0)) + 1
+        raise BadInput(f"{path}:{line}: this file holds a character YAML does not allow "
+                       f"(#x{exc.character if isinstance(exc.character, int) else ord(exc.character):04x}).",
+                       "Delete that character (a NUL byte often comes from a binary or a half-written file), "
+                       "or write the file again.") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     lines: dict = {(): 1}
     if node is not None:
         _record_lines(node, (), lines, path)
@@ -171,6 +231,24 @@ def is_one_of(allowed: list | set | tuple) -> Check:
 def is_str_list(v: Any) -> str | None:
     if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
         return f"must be a list of strings, not {v!r}"
+    return None
+
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Characters no launcher can carry safely: a line break ends the command, a quote ends cmd.exe's "K=V".
+_ENV_VALUE_BAD = ("\n", "\r", "\x00", '"')
+
+
+def is_env_map(v: Any) -> str | None:
+    """Environment variables for a launcher: NAME (letters, digits, _) to a plain value on one line."""
+    msg = is_str_map(v)
+    if msg:
+        return msg
+    for k, x in v.items():
+        if not ENV_NAME.match(k):
+            return f"has {k!r}, which is not an environment variable name (letters, digits and _, not starting with a digit)"
+        if any(c in str(x) for c in _ENV_VALUE_BAD):
+            return f"has {k}: {x!r}; a value may not hold a line break or a double quote"
     return None
 
 

@@ -12,6 +12,7 @@ import logging
 import os
 from pathlib import Path
 
+from h3kit.core import files as core_files
 from h3kit.core.files import sha256_file
 from h3kit.models.download import CHUNK, Fetched, Want, progress_bar, verify_or_raise
 
@@ -54,14 +55,14 @@ def place_from_local(want: Want, source: Path, *, link: bool = True, progress: b
             except OSError as exc:
                 log.info("hard link %s -> %s failed (%s); copying instead", source, tmp, exc)
             else:
-                os.replace(tmp, want.dest)
+                core_files.replace(tmp, want.dest)
                 if digest is None:
                     digest = sha256_file(want.dest)
                 return Fetched(want.dest, size, digest, str(source), verified_by, method="hardlink")
     hasher = hashlib.sha256()
     bar = progress_bar(size, 0, want.name, progress)
     try:
-        with open(source, "rb") as fin, open(want.part, "wb") as fout:
+        with open(source, "rb") as fin, core_files.naming(want.part), open(want.part, "wb") as fout:
             while True:
                 block = fin.read(CHUNK)
                 if not block:
@@ -73,5 +74,5 @@ def place_from_local(want: Want, source: Path, *, link: bool = True, progress: b
         bar.close()
     digest = hasher.hexdigest()
     verified_by = verify_or_raise(want, want.part, want.part.stat().st_size, digest)
-    os.replace(want.part, want.dest)
+    core_files.replace(want.part, want.dest)
     return Fetched(want.dest, size, digest, str(source), verified_by, method="copy")

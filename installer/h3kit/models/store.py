@@ -17,9 +17,10 @@ from tqdm import tqdm
 
 from h3kit.comfyui import manifest as manifest_mod
 from h3kit.core.errors import BadInput, NotReady, VerificationFailed
+from h3kit.core import files as core_files
 from h3kit.core.files import nearest_existing, sha256_file
 from h3kit.core.units import human_bytes
-from h3kit.models.download import Downloader, Fetched, check_free_space
+from h3kit.models.download import ROUNDED_SIZE_TOLERANCE, Downloader, Fetched, check_free_space
 from h3kit.models.files import (
     ROLE,
     SCHEMA,
@@ -33,6 +34,16 @@ from h3kit.models.http import mirror_base
 from h3kit.models.local import find_local, place_from_local
 
 
+def _intend(man: manifest_mod.Manifest, f, want) -> None:
+    """Record before write: the weight is named (pending: its size, its catalog hash when there is one, where
+    its bytes go first) and the record saved before a byte is written; see manifest.Manifest.settle."""
+    entry = man.intend_file(want.dest, f.sha256, want.bytes, ROLE)
+    entry.fetch = {"part": str(want.part.absolute())}
+    if not want.bytes_exact:
+        entry.fetch["size_tolerance"] = ROUNDED_SIZE_TOLERANCE
+    man.save()
+
+
 def _record(man: manifest_mod.Manifest, got: Fetched) -> None:
     # The hash was computed while the bytes arrived; re-reading 20 GB to record it would double the time.
     man.forget(got.path)
@@ -41,14 +52,20 @@ def _record(man: manifest_mod.Manifest, got: Fetched) -> None:
 
 
 def _ensure_folder(man: manifest_mod.Manifest, folder: Path) -> None:
+    """The model folder and its missing parents, each named in the record (pending, saved) before it is made."""
     missing = []
     p = folder
     while not p.exists():
         missing.append(p)
         p = p.parent
-    folder.mkdir(parents=True, exist_ok=True)
+    if not missing:
+        return
+    for d in missing:
+        man.intend_dir(d, ROLE)
+    man.save()
     for d in reversed(missing):
-        man.record_dir(d, ROLE)
+        core_files.make_dir(d)
+        man.confirm(d)
 
 
 def fetch(ctx, plan: dict, comfyui_dir: Path, *, from_dir: Path | None = None, downloader: Downloader | None = None,
@@ -60,6 +77,8 @@ def fetch(ctx, plan: dict, comfyui_dir: Path, *, from_dir: Path | None = None, d
     comfyui_dir = Path(comfyui_dir)
     files = files_for_plan(plan, catalog)
     man = manifest_for(ctx, comfyui_dir)
+    if [o for o in man.settle(roles={ROLE}) if o["outcome"] != "partial"]:  # a crash's weights, before looking
+        man.save()
     states = {f.name: file_state(f, comfyui_dir, man) for f in files}
     conflicts = [s for s in states.values() if s["state"] == "conflict"]
     if conflicts:
@@ -105,8 +124,8 @@ def fetch(ctx, plan: dict, comfyui_dir: Path, *, from_dir: Path | None = None, d
     try:
         for f in todo:
             _ensure_folder(man, f.dest(comfyui_dir).parent)
-            man.save()
             want = f.want(comfyui_dir)
+            _intend(man, f, want)
             if f.name in sources:
                 got = place_from_local(want, sources[f.name], progress=dl.progress)
                 overall.update(got.bytes)
@@ -171,14 +190,27 @@ def remove(ctx, comfyui_dir: Path, *, plan: dict | None = None, catalog=None) ->
     comfyui_dir = Path(comfyui_dir)
     man = manifest_for(ctx, comfyui_dir)
     removed, kept = [], []
-    for entry in [e for e in man.by_role(ROLE) if e.kind == "file"]:
+    # A crash left weights named but unsettled: a complete one becomes final (and goes below), a partial
+    # download's part file is h3kit's and goes now, anything else is not h3kit's and stays.
+    for found in man.settle(dry_run=ctx.dry_run, roles={ROLE}):
+        entry = man.find(found["path"])
+        if found["outcome"] == "not ours":
+            kept.append({"path": found["path"], "why": "h3kit was writing it when it was interrupted, and it holds "
+                                                       "something else now: not h3kit's"})
+        elif found["outcome"] == "partial" and entry is not None and entry.role == ROLE:
+            part = Path(entry.fetch["part"])
+            if not ctx.dry_run:
+                core_files.unlink(part)
+                man.forget(entry.path)
+            removed.append(str(part))
+    for entry in [e for e in man.by_role(ROLE) if e.kind == "file" and not e.pending]:
         p = Path(entry.path)
         if not p.exists() and not p.is_symlink():
             man.forget(p)
             continue
         if man.still_ours(entry):
             if not ctx.dry_run:
-                p.unlink()
+                core_files.unlink(p)
                 man.forget(p)
             removed.append(str(p))
         else:

@@ -20,6 +20,7 @@ h3kit down with it).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -35,7 +36,8 @@ from h3kit import bundled
 from h3kit.bundled import h3k_native as native
 from h3kit.core import subproc
 from h3kit.core.errors import NotReady, VerificationFailed
-from h3kit.core.files import atomic_write
+from h3kit.core.files import atomic_write, free_bytes
+from h3kit.core.oserrors import no_space, translate
 from h3kit.core.paths import asset_dir, locations
 from h3kit.native import compilers
 
@@ -130,6 +132,9 @@ def _compile(compiler, src: Path, out: Path, flags: list[str], workdir: Path) ->
     log.info("compile %s in %.1f s: %s", res.status, res.seconds, (res.stderr or res.stdout)[-2000:])
     if res.ok and out.is_file():
         return
+    cause = environment_cause(res.stderr + "\n" + res.stdout, workdir)
+    if cause is not None:
+        raise cause
     lines = compilers.first_error_lines(res.stderr + "\n" + res.stdout) or [res.detail or res.status]
     raise NotReady(
         f"compiling the native library with {compiler.describe()} failed:\n  " + "\n  ".join(lines),
@@ -137,6 +142,33 @@ def _compile(compiler, src: Path, out: Path, flags: list[str], workdir: Path) ->
         "or use the ziglang compiler from PyPI: 'h3kit build --force --compiler zig'.",
         details={"command": argv, "first_error_lines": lines},
     )
+
+
+# What a compiler or linker prints when the disk, not the compiler, is at fault (the C library's strerror texts).
+_ENV_TEXT = {"No space left on device": errno.ENOSPC, "Disk quota exceeded": getattr(errno, "EDQUOT", errno.ENOSPC),
+             "Read-only file system": errno.EROFS, "Permission denied": errno.EACCES}
+# Free space below this in the output folder makes a failed link a full disk, whatever ld says ("ld returned
+# 1 exit status" alone): the two libraries take about 100 KB (64 KB with gcc 12 on x86_64).
+BUILD_BYTES = 1 << 20
+
+
+def environment_cause(output: str, workdir: Path) -> NotReady | None:
+    """The NotReady for a compile that failed because of where it writes (full, read-only, not writable), or None.
+
+    Read from the compiler's own output first, then from the free space of its output folder."""
+    code = next((c for text, c in _ENV_TEXT.items() if text in output), None)
+    free = free_bytes(workdir)
+    if code is None and free is not None and free < BUILD_BYTES:
+        code = errno.ENOSPC
+    if code is None:
+        return None
+    if code in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+        err = no_space(workdir, need=BUILD_BYTES)
+    else:
+        err = translate(OSError(code, os.strerror(code), str(workdir)))
+    err.message = f"The native library cannot be built: {err.message[:1].lower()}{err.message[1:]}"
+    err.details = {**err.details, "cause": "environment"}
+    return err
 
 
 def run_selftest(folder: Path) -> dict:

@@ -146,6 +146,8 @@ def _build(ctx: Context, notes: list[str], warnings: list[str]) -> Path | None:
     try:
         return Path(build(progress=ctx.progress)["library"])
     except NotReady as exc:
+        if exc.details.get("cause") == "environment":
+            raise  # a full or read-only h3kit home: the deploy would fail the same way, so say that now
         warnings.append(f"the native library was not built ({exc.message} {exc.fix or ''}); the pack installs without it")
         return None
 

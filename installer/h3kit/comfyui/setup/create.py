@@ -141,6 +141,14 @@ def _fetch_h3_release(ctx, source: str, target: Path, timeout: float, catalog) -
     return {**fetched, "tag": tag, "version": version}
 
 
+def _fetch_interrupted(man, target: Path) -> bool:
+    """True when the record names `target` as a ComfyUI h3kit was fetching (pending) when it stopped."""
+    entry = man.find(target)
+    setup = man.extra.get("comfyui_setup") or {}
+    return (entry is not None and entry.pending and entry.role == ROLE and setup.get("created_by") == "h3kit"
+            and setup.get("dir") == str(target) and not target.is_symlink())
+
+
 def new_comfyui(ctx, target_dir, source: str | None, fingerprint: dict, *, opts: PipOptions | None = None,
                 catalog=None) -> Path:
     """Set up a new ComfyUI in target_dir for this hardware; returns its path. Resumable (see module doc).
@@ -159,12 +167,13 @@ def new_comfyui(ctx, target_dir, source: str | None, fingerprint: dict, *, opts:
     state_file = state_path(ctx, target)
     state = _load_state(state_file, target, source)
     done = state["done"]
-    if target.exists() and "source" not in done and any(target.iterdir()):
+    man = manifest_mod.load_or_new(ctx.locations.state_dir, target)
+    interrupted = "source" not in done and _fetch_interrupted(man, target)
+    if target.exists() and "source" not in done and not interrupted and any(target.iterdir()):
         raise BadInput(f"{target} already exists and is not empty; h3kit sets up a new ComfyUI only in a new "
                        "or empty folder.", "Choose another folder, or use an existing ComfyUI with --comfyui PATH.")
-    if target.exists() and "source" not in done:
+    if target.exists() and "source" not in done and not interrupted:
         target.rmdir()  # empty; the clone creates it again
-    man = manifest_mod.load_or_new(ctx.locations.state_dir, target)
     if ctx.dry_run:
         return target
     steps_total = len(STEPS)
@@ -181,11 +190,28 @@ def new_comfyui(ctx, target_dir, source: str | None, fingerprint: dict, *, opts:
         _save_state(state_file, state)
 
     if step(1, "source", f"Getting ComfyUI from {source}"):
+        if interrupted and target.exists():
+            ctx.progress(f"    removing the ComfyUI source an interrupted run put into {target} (it was never set up)")
+            shutil.rmtree(target)
         _check_disk(target, int(table["min_free_bytes"].get(choice["backend"], table["min_free_bytes"]["cpu"])))
-        fetched = _fetch_h3_release(ctx, source, target, timeouts["clone"], catalog)
-        man.record_dir(target, role=ROLE)
-        man.extra["comfyui_setup"] = {"created_by": "h3kit", "dir": str(target), "source": source, **fetched,
-                                      "shipped": user_area_files(target)}
+        # Record before write: the folder is h3kit's in the record before the rename makes it appear, so a kill
+        # right after the rename leaves a record that a rerun and 'uninstall --purge' both find.
+        man.intend_dir(target, ROLE)
+        man.extra["comfyui_setup"] = {"created_by": "h3kit", "dir": str(target), "source": source}
+        man.save()
+        try:
+            fetched = _fetch_h3_release(ctx, source, target, timeouts["clone"], catalog)
+        except BaseException:
+            if not target.exists():  # refused or failed before the rename: nothing of it is on disk
+                man.forget(target)
+                man.extra.pop("comfyui_setup", None)
+                if man.entries or man.extra:
+                    man.save()
+                elif man.path is not None and man.path.exists():
+                    os.unlink(man.path)  # the record was made for this ComfyUI alone
+            raise
+        man.confirm(target)
+        man.extra["comfyui_setup"].update(**fetched, shipped=user_area_files(target))
         man.save()
         finish("source", **fetched)
     venv = target / "venv"

@@ -20,6 +20,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from h3kit.core import files
 from h3kit.core.errors import BadInput, NotReady
 from h3kit.core.tools import run_git
 
@@ -69,7 +70,7 @@ def fetch_source(ctx, source: str, target: Path, timeout: float, *, ref: str | N
     else:
         shutil.copytree(Path(source).expanduser(), partial, symlinks=True,
                         ignore=shutil.ignore_patterns("venv", ".venv", "__pycache__"))
-    os.replace(partial, target)
+    files.replace(partial, target)  # through h3kit.core.files: the crash harness can stop right after it
     if not (target / "main.py").is_file():
         raise BadInput(f"{source} does not look like ComfyUI (no main.py at its top).",
                        "Pass the ComfyUI repository, folder or archive itself with --comfyui-source.")

@@ -105,6 +105,14 @@ def undo_torch(ctx, manifest, opts: PipOptions | None = None) -> dict:
     restore = {n: v for n, v in before["packages"].items() if v}
     absent = [n for n, v in before["packages"].items() if not v]
     timeout = setup_table()["timeouts_s"]["pip"]
+    now = probe_torch(python).get("packages")
+    if now is not None and all(now.get(n) == v for n, v in before["packages"].items()):
+        # A --fix that failed before pip changed anything (or was undone by hand): reinstalling would only cost
+        # minutes and say "Restored" for nothing.
+        if not ctx.dry_run:
+            manifest.extra.pop("torch_before", None)
+            manifest.save()
+        return {"python": python, "restored": {}, "removed": [], "unchanged": restore}
     if ctx.dry_run:
         return {"python": python, "would_restore": restore, "would_remove": absent}
     by_index: dict[str | None, list[str]] = {}

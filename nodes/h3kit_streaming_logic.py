@@ -38,7 +38,7 @@ STATS_FILE = "h3kit_streaming_stats.json"
 STATS_SCHEMA = "h3kit.streaming_stats/1"
 BLOCK_RE = re.compile(r"^blocks\.(\d+)\.")
 MIB = 1 << 20
-# The native streamer's limits (payload/h3k.c h3k_streamer_open): one read at most 2 GiB, at most 64 buffers.
+# The native streamer's limits (payload/streamer.c h3k_streamer_open): one read at most 2 GiB, at most 64 buffers.
 MAX_READ = 1 << 31
 MAX_DEPTH = 64
 MAX_HEADER = 256 * MIB  # far above any real header; a bigger length field means the file is not safetensors

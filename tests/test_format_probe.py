@@ -135,3 +135,30 @@ def test_no_comfyui_is_a_finding_not_an_error():
 def test_a_runner_document_that_is_no_probe_is_refused_by_the_reader(bad):
     with pytest.raises(ValueError):
         parse(bad)
+
+
+def test_doctor_prints_the_cached_table_and_json_carries_it(tmp_path, h3kit_home, run_cli):
+    """A stand-in ComfyUI (tests/fixtures/comfyui) whose probe is in the cache: doctor runs no probe, prints it."""
+    import importlib.util
+
+    from h3kit.comfyui import locate
+    from h3kit.core.paths import locations
+
+    spec = importlib.util.spec_from_file_location("comfy_tree", Path(__file__).parent / "fixtures/comfyui/comfy_tree.py")
+    comfy_tree = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(comfy_tree)
+    comfy = comfy_tree.make_comfyui(tmp_path / "Comfy ä")
+    info = locate.inspect(locate.find(str(comfy), None, Session(), need_write=False))
+    doc = _with("dit", "fp8_scaled", status="fails", error="TypeError: float8 is not supported here")
+    doc["key"].update(comfyui_version=info["comfyui_version"], torch=info["torch"])  # the stand-in's own
+    doc["gguf_pack"] = None  # the stand-in has no ComfyUI-GGUF
+    path = fp.cache_file(locations().cache_dir, comfy)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    code, out, _err = run_cli("doctor", "--comfyui", str(comfy))
+    assert "Format probe: ComfyUI" in out and "  fp8_scaled (DiT): TypeError: float8 is not supported here" in out
+    assert f"[ok  ] formats.cache: Format probe from the cache ({path})." in out
+    assert "[WARN] formats.probe: 23 of 24 format/part pairs run on cpu" in out
+    code, out, _err = run_cli("doctor", "--comfyui", str(comfy), "--json")
+    carried = json.loads(out)["format_probe"]
+    assert carried["parts"]["dit"]["fp8_scaled"]["status"] == "fails" and carried["key"] == doc["key"]

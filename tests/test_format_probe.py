@@ -49,6 +49,9 @@ def test_the_table_has_a_row_per_format_with_seconds_device_dtype_and_the_key():
     assert list(rows) == list(fp.FORMAT_ORDER)
     seconds = REC["parts"]["text_encoder"]["w4a8"]["seconds"]
     assert rows["w4a8"].count("runs") == 2 and f"{seconds:5.2f} s" in rows["w4a8"]
+    assert "*" not in rows["bf16"] and "*" not in rows["int8_convrot"].split("runs")[1]  # the DiT's int8 kernel ran
+    assert rows["q4_k"].count("s*") == 2  # GGUF: ComfyUI-GGUF dequantizes before the matmul
+    assert "  * ComfyUI dequantizes these weights and runs a plain matmul here (no quantized kernel)" in lines
     assert "  DiT runs on cpu in float32" in lines and "  text encoder runs on cpu in float32" in lines
     assert lines[-1] == "  cache key: ComfyUI 0.33.0 | torch 2.14.1+cu130 | cpu"
 

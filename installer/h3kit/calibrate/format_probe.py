@@ -186,7 +186,7 @@ def _run(ctx: Session, install, cache: Path) -> tuple[dict | None, str]:
 
 def _cell(res) -> str:
     if res.status == "runs":
-        return f"runs   {res.seconds or 0:5.2f} s"
+        return f"runs   {res.seconds or 0:5.2f} s" + ("*" if res.dequantized else "")
     if res.status == "fails":
         return f"FAILS  {res.seconds or 0:5.2f} s"
     return "skipped"
@@ -213,6 +213,8 @@ def table_lines(probe: FormatProbe) -> list[str]:
         ran = next((r for r in probe.parts.get(part, {}).values() if r.device), None)
         if ran is not None:
             lines.append(f"  {PART_NAMES.get(part, part)} runs on {ran.device} in {ran.dtype}")
+    if any(r.dequantized for p in PARTS for r in probe.parts.get(p, {}).values()):
+        lines.append("  * ComfyUI dequantizes these weights and runs a plain matmul here (no quantized kernel)")
     lines += notes
     key = f"ComfyUI {probe.comfyui_version} | torch {probe.torch} | {probe.device}"
     lines.append(f"  cache key: {key}" + (f" ({probe.path})" if probe.path else ""))

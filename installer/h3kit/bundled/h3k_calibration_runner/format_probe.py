@@ -82,6 +82,9 @@ def probe_case(env, part: str, fmt: str, tokens: int, pack) -> dict:
             where = fb.placement(env, part, sd)
         module = fb.build_layer(env, part, sd, where)
         del sd
+        # ComfyUI computes with the weight dequantized (GGUF; a format its ops disable on this device, e.g. fp8 and
+        # nvfp4 off recent NVIDIA, where it says "emulated"; the text encoder's full_precision_mm) or quantized
+        dequantized = fmt in fb.GGUF or (fmt != "bf16" and bool(getattr(module, "_full_precision_mm", True)))
         x = torch.randn(tokens, fb.LAYERS[part]["in"], generator=torch.Generator().manual_seed(1)) * 0.5
         x = x.to(device=where["device"], dtype=where["compute_dtype"])
         t_forward = time.perf_counter()
@@ -93,7 +96,8 @@ def probe_case(env, part: str, fmt: str, tokens: int, pack) -> dict:
             raise ValueError(f"the layer returned shape {tuple(y.shape)}, expected {(tokens, fb.LAYERS[part]['out'])}")
         if not bool(torch.isfinite(y.float()).all()):
             raise ValueError("the layer's output is not finite (NaN or inf)")
-        row = {"status": "runs", "error": None, "forward_seconds": round(forward_s, 4), "out_dtype": str(y.dtype)}
+        row = {"status": "runs", "error": None, "forward_seconds": round(forward_s, 4),
+               "out_dtype": str(y.dtype).replace("torch.", ""), "dequantized": dequantized}
         del module, x, y
     except fb.NotHere as why:
         row = {"status": "skipped", "error": str(why)}

@@ -140,8 +140,9 @@ def test_a_runner_document_that_is_no_probe_is_refused_by_the_reader(bad):
         parse(bad)
 
 
-def test_doctor_prints_the_cached_table_and_json_carries_it(tmp_path, h3kit_home, run_cli):
-    """A stand-in ComfyUI (tests/fixtures/comfyui) whose probe is in the cache: doctor runs no probe, prints it."""
+def _stand_in_with_probe(tmp_path: Path) -> tuple[Path, Path, dict]:
+    """A stand-in ComfyUI (tests/fixtures/comfyui) whose probe is in the cache, with fp8_scaled failing for the
+    DiT: (ComfyUI folder, cache file, the document)."""
     import importlib.util
 
     from h3kit.comfyui import locate
@@ -158,6 +159,32 @@ def test_doctor_prints_the_cached_table_and_json_carries_it(tmp_path, h3kit_home
     path = fp.cache_file(locations().cache_dir, comfy)
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(doc), encoding="utf-8")
+    return comfy, path, doc
+
+
+def test_install_plans_with_the_probe_before_any_download(tmp_path, h3kit_home, run_cli):
+    comfy, _path, _doc = _stand_in_with_probe(tmp_path)
+    code, out, err = run_cli("install", "--comfyui", str(comfy), "--yes", "--skip-calibrate", "--no-models", "--json")
+    assert code == 0, err
+    notes = json.loads(out)["notes"]
+    assert any(n.startswith("planned with h3kit's format probe on this machine (ComfyUI ") and
+               n.endswith(": 23 format/part pairs run") for n in notes), notes
+
+
+def test_install_for_a_saved_fingerprint_does_not_plan_with_this_machines_probe(tmp_path, h3kit_home, run_cli):
+    comfy, _path, _doc = _stand_in_with_probe(tmp_path)
+    code, out, _err = run_cli("fingerprint", "--json")
+    saved = tmp_path / "fp.json"
+    saved.write_text(out, encoding="utf-8")
+    code, out, err = run_cli("install", "--comfyui", str(comfy), "--fingerprint", str(saved), "--yes",
+                             "--skip-calibrate", "--no-models", "--json")
+    assert code == 0, err
+    assert not any(n.startswith("planned with") for n in json.loads(out)["notes"])
+
+
+def test_doctor_prints_the_cached_table_and_json_carries_it(tmp_path, h3kit_home, run_cli):
+    """Doctor runs no probe when the cache has one, and prints it."""
+    comfy, path, doc = _stand_in_with_probe(tmp_path)
     code, out, _err = run_cli("doctor", "--comfyui", str(comfy))
     assert "Format probe: ComfyUI" in out and "  fp8_scaled (DiT): TypeError: float8 is not supported here" in out
     assert f"[ok  ] formats.cache: Format probe from the cache ({path})." in out

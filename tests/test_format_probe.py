@@ -148,7 +148,8 @@ def _stand_in_with_probe(tmp_path: Path) -> tuple[Path, Path, dict]:
     from h3kit.comfyui import locate
     from h3kit.core.paths import locations
 
-    spec = importlib.util.spec_from_file_location("comfy_tree", Path(__file__).parent / "fixtures/comfyui/comfy_tree.py")
+    tree = Path(__file__).parent / "fixtures" / "comfyui" / "comfy_tree.py"
+    spec = importlib.util.spec_from_file_location("comfy_tree", tree)
     comfy_tree = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(comfy_tree)
     comfy = comfy_tree.make_comfyui(tmp_path / "Comfy ä")

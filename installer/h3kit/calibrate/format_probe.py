@@ -117,7 +117,7 @@ def format_evidence(ctx: Session, install, *, fingerprint: dict | None = None, i
     if changed is None:
         probe = read(path)
         if probe is not None:
-            said.append({**finding("ok", f"Format probe from the cache ({path})."), "check": "formats.cache"})
+            said.append(dict(finding("ok", f"Format probe from the cache ({path})."), check="formats.cache"))
             return probe
         changed = "the cached probe is unreadable"
     if not run or ctx.dry_run:
@@ -143,7 +143,8 @@ def format_evidence(ctx: Session, install, *, fingerprint: dict | None = None, i
     except OSError as exc:
         _finding("warn", f"The format probe ran but its cache could not be written ({exc}).",
                  f"Check that {path.parent} is writable.")
-    said.append({**finding("ok", f"Format probe measured now ({probe.seconds or 0:.0f} s), cached in {path}."), "check": "formats.cache"})
+    said.append(dict(finding("ok", f"Format probe measured now ({probe.seconds or 0:.0f} s), cached in {path}."),
+                     check="formats.cache"))
     return probe
 
 

@@ -105,3 +105,54 @@ def test_every_format_has_a_status_within_a_minute_and_doctor_prints_it(probe_co
     code, out, _err = run_cli("doctor", "--comfyui", str(comfy))
     assert f"Format probe: ComfyUI {probe.comfyui_version}, torch {probe.torch}, cpu (backend cpu)" in out
     assert "  cache key: ComfyUI" in out and "  q4_k " in out
+
+
+CHECK_LAYOUTS = r"""
+import json, sys
+sys.path[:0] = [sys.argv[1], sys.argv[2]]
+from comfy.cli_args import args
+args.cpu = True
+import numpy as np, torch, gguf
+import comfy.ops, comfy.quant_ops as q
+import h3k_calibration_runner.format_build as fb
+env = {"torch": torch, "ops": comfy.ops}
+out = {}
+for fmt, (algo, layout, kwargs) in fb.SAFETENSORS.items():
+    sd = fb.safetensors_state(env, "dit", fmt)
+    where = {"ops": comfy.ops.mixed_precision_ops({}, torch.float32), "weight_dtype": torch.float32,
+             "device": torch.device("cpu")}
+    full = fb.build_layer(env, "dit", sd, where).weight.dequantize()
+    slab = q.QuantizedTensor.from_float(fb.random_rows(torch, fb.SLAB, fb.LAYERS["dit"]["in"], seed=len(fmt)),
+                                        layout, **kwargs).dequantize()
+    out[fmt] = all(torch.equal(full[i:i + fb.SLAB], slab) for i in range(0, full.shape[0], fb.SLAB))
+pack = sys.argv[3]
+if pack != "-":
+    ops, _ = fb.gguf_pack(pack)
+    dequant = sys.modules["h3k_probe_gguf_pack.dequant"]
+    for fmt, name in fb.GGUF.items():
+        qtype = getattr(gguf.GGMLQuantizationType, name)
+        raw = fb.gguf_rows(torch, qtype, fb.SLAB, 5376, seed=len(fmt))
+        ref = torch.from_numpy(gguf.quants.dequantize(raw.numpy(), qtype))  # gguf-py's own reading of the blocks
+        ours = dequant.dequantize_tensor(ops.GGMLTensor(raw, tensor_type=qtype, tensor_shape=ref.shape),
+                                         torch.float32)
+        # ComfyUI-GGUF multiplies the scales in float16 (its dequant_dtype default): equal to that rounding
+        out[fmt] = bool(torch.isfinite(ref).all()) and bool(torch.allclose(ours, ref, rtol=2e-3, atol=5e-5)) \
+            and 0 < float(ref.abs().max()) < 1.0
+print(json.dumps(out))
+"""
+
+
+def test_repeated_slabs_are_what_the_quantizer_writes_and_gguf_blocks_are_valid(probe_comfy, monkeypatch):
+    """What format_build relies on: every layout scales rows on their own, so the slab repeated to full height
+    dequantizes to the slab's values in every block of rows; the GGUF rows (gguf-py's quantizer, random k-quant
+    blocks with finite scales) read the same through gguf-py and ComfyUI-GGUF."""
+    comfy, with_pack, gguf_path = probe_comfy
+    bundled = Path(fp.RUNNER).parent
+    env = {**os.environ, "PYTHONPATH": gguf_path} if gguf_path else None
+    done = subprocess.run([str(PYTHON), "-c", CHECK_LAYOUTS, str(comfy), str(bundled), str(comfy) if with_pack else "-"],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    checked = json.loads(done.stdout.strip().splitlines()[-1])
+    assert checked == {f: True for f in checked} and set(SAFETENSORS[1:]) <= set(checked), checked
+    if with_pack:
+        assert set(GGUF) <= set(checked)

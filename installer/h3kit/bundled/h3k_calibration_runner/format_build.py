@@ -38,8 +38,10 @@ SAFETENSORS = {
     "w4a8": ("asym_w4a8_int8", "AsymW4A8Int8Layout", {}),
 }
 GGUF = {"q8_0": "Q8_0", "q6_k": "Q6_K", "q5_0": "Q5_0", "q4_k": "Q4_K", "q3_k": "Q3_K", "q2_k": "Q2_K"}
-# Byte offsets of the fp16 scales inside one k-quant block (ggml's block_q*_K structs, gguf-py's split order).
-K_QUANT_SCALES = {"Q2_K": (80, 82), "Q3_K": (108,), "Q4_K": (0, 2), "Q6_K": (208,)}
+# Byte offsets of the fp16 scales inside one k-quant block (ggml's block_q*_K structs, gguf-py's split order),
+# and the largest |sub-block scale x quant| a random block can reach, so d keeps the weights at a trained size.
+K_QUANT_SCALES = {"Q2_K": ((80, 82), 15 * 3), "Q3_K": ((108,), 32 * 4), "Q4_K": ((0, 2), 63 * 15),
+                  "Q6_K": ((208,), 128 * 32)}
 FORMATS = ("bf16", *SAFETENSORS, *GGUF)
 
 # One layer per part at the real width: the attention output projection (in: heads x head_dim, out: hidden).
@@ -134,8 +136,9 @@ def gguf_rows(torch, qtype, rows: int, cols: int, seed: int):
     except NotImplementedError:
         gen = torch.Generator().manual_seed(seed)
         blocks = torch.randint(0, 256, (SLAB, cols // block, size), generator=gen, dtype=torch.uint8)
-        d = torch.tensor([1.0 / (8.0 * math.sqrt(cols))], dtype=torch.float16).view(torch.uint8)
-        for offset in K_QUANT_SCALES[qtype.name]:
+        offsets, span = K_QUANT_SCALES[qtype.name]
+        d = torch.tensor([2.0 / (math.sqrt(cols) * span)], dtype=torch.float16).view(torch.uint8)
+        for offset in offsets:
             blocks[:, :, offset:offset + 2] = d
         raw = blocks.reshape(SLAB, -1)
     return repeat_rows(raw, SLAB, rows)

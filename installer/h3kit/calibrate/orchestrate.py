@@ -161,7 +161,8 @@ def _apply(ctx: Session, install, fingerprint: dict, cat, profiles: dict, profil
 
 
 def run(ctx: Session, *, comfyui_dir: str | None = None, quick: bool = True, with_model: bool = False,
-        profile: str | None = None, fingerprint: dict | None = None, write_config: bool = True) -> dict:
+        profile: str | None = None, fingerprint: dict | None = None, write_config: bool = True,
+        fresh_probe: bool = False) -> dict:
     """Calibrate and write the report; returns the `h3kit.calibration/1` document.
 
     Used by `h3kit calibrate` and by `h3kit install`. With `ctx.dry_run`
@@ -183,8 +184,8 @@ def run(ctx: Session, *, comfyui_dir: str | None = None, quick: bool = True, wit
     # and a rerun (or a new profile) never stacks on stale calibrated values.
     install, comfy_info, why_no_comfy = _comfyui(ctx, comfyui_dir, cfg)
     probe_said: list[dict] = []  # the format probe, before the plan: the planner's evidence of what runs here
-    probe = format_evidence(ctx, install, fingerprint=fingerprint, info=comfy_info, findings=probe_said) \
-        if install is not None else None
+    probe = format_evidence(ctx, install, fingerprint=fingerprint, info=comfy_info, fresh=fresh_probe,
+                            findings=probe_said) if install is not None else None
     plan = make_plan(fingerprint, cat, profiles, profile=profile, config=dataclasses.replace(cfg, calibrated={}),
                      evidence=probe)
     settings = plan.get("settings") or {}

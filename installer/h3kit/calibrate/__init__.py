@@ -3,7 +3,9 @@
 The steps, in order (each one's result lands in the `h3kit.calibration/1`
 document, and a step that cannot run says why instead of failing the run):
 
-1. fingerprint -> plan with the config's profile (`orchestrate`);
+1. fingerprint -> the format probe of the ComfyUI when one is known (which weight
+   formats run on this device, cached per setup: `format_probe`) -> plan with
+   the config's profile and that evidence (`orchestrate`);
 2. the native library: H3KIT_NATIVE_LIB, the cache, else built (never in a dry run);
 3. the runner (`h3kit.bundled.h3k_calibration_runner`, self-contained) in
    ComfyUI's Python when a ComfyUI is known, else in this Python: ComfyUI's

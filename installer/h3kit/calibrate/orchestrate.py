@@ -24,6 +24,7 @@ from h3kit.calibrate import with_model as real_model
 from h3kit.calibrate.arch import arch_for
 from h3kit.calibrate.decisions import calibrated_values, decide, prefetch_figures
 from h3kit.calibrate.disk import PROBE_BYTES, measure_disk
+from h3kit.calibrate.format_probe import format_evidence
 from h3kit.calibrate.native_estimate import (
     NATIVE_KINDS,
     check_scaled,
@@ -160,7 +161,8 @@ def _apply(ctx: Session, install, fingerprint: dict, cat, profiles: dict, profil
 
 
 def run(ctx: Session, *, comfyui_dir: str | None = None, quick: bool = True, with_model: bool = False,
-        profile: str | None = None, fingerprint: dict | None = None, write_config: bool = True) -> dict:
+        profile: str | None = None, fingerprint: dict | None = None, write_config: bool = True,
+        fresh_probe: bool = False) -> dict:
     """Calibrate and write the report; returns the `h3kit.calibration/1` document.
 
     Used by `h3kit calibrate` and by `h3kit install`. With `ctx.dry_run`
@@ -180,13 +182,18 @@ def run(ctx: Session, *, comfyui_dir: str | None = None, quick: bool = True, wit
     cfg = _load_config(ctx, cat, profiles)
     # Plan without the previous calibration, so today's decisions start from profile + overrides
     # and a rerun (or a new profile) never stacks on stale calibrated values.
-    plan = make_plan(fingerprint, cat, profiles, profile=profile, config=dataclasses.replace(cfg, calibrated={}))
+    install, comfy_info, why_no_comfy = _comfyui(ctx, comfyui_dir, cfg)
+    probe_said: list[dict] = []  # the format probe, before the plan: the planner's evidence of what runs here
+    probe = format_evidence(ctx, install, fingerprint=fingerprint, info=comfy_info, fresh=fresh_probe,
+                            findings=probe_said) if install is not None else None
+    plan = make_plan(fingerprint, cat, profiles, profile=profile, config=dataclasses.replace(cfg, calibrated={}),
+                     evidence=probe)
     settings = plan.get("settings") or {}
     dit_weight = cat.weight(settings.get("dit_weights") or "")
     lib, why_no_lib = native_library(ctx)
     if why_no_lib:
         skipped.append(f"native kernels and the scaled DiT: {why_no_lib}")
-    install, comfy_info, why_no_comfy = _comfyui(ctx, comfyui_dir, cfg)
+    skipped += [f"the format probe: {f['message']}" for f in probe_said if f["status"] != "ok"]
     python = (comfy_info or {}).get("python") or sys.executable
     if why_no_comfy:
         skipped.append(f"ComfyUI's Python: {why_no_comfy}; ran in h3kit's own Python ({python}), so the time "
@@ -254,6 +261,7 @@ def run(ctx: Session, *, comfyui_dir: str | None = None, quick: bool = True, wit
         "disk": disk,
         "tiles": measured.get("tiles") or [],
         "h3_model": h3_model,
+        "format_probe": probe.to_json() if probe is not None else None,
         "estimates": est,
         "real_model": real,
         "decisions": decisions,

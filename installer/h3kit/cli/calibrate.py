@@ -13,10 +13,13 @@ def add_arguments(p) -> None:
     p.add_argument("--quick", action="store_true", help="a short run (at most a minute)")
     p.add_argument("--comfyui", metavar="PATH", help="run inside this ComfyUI's Python")
     p.add_argument("--with-model", action="store_true", help="also run the smallest real workflow when weights are present")
+    p.add_argument("--fresh-probe", action="store_true",
+                   help="measure which weight formats run here again instead of using the cached format probe")
 
 
 def run(args, ctx: Context) -> Outcome:
-    doc = calibrate.run(ctx, comfyui_dir=args.comfyui, quick=args.quick, with_model=args.with_model)
+    doc = calibrate.run(ctx, comfyui_dir=args.comfyui, quick=args.quick, with_model=args.with_model,
+                        fresh_probe=args.fresh_probe)
     lines = report.summary_lines(doc)
     for d in doc["decisions"]:
         mark = "changed" if d["changed"] else "kept"

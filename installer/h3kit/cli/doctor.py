@@ -10,6 +10,7 @@ matches the config. h3kit.models adds its findings when present.
 
 from __future__ import annotations
 
+from h3kit.calibrate import format_probe
 from h3kit.cli.context import Context, Outcome
 from h3kit.comfyui import doctor, h3_support
 from h3kit.comfyui import locate as comfyui
@@ -35,6 +36,8 @@ def add_arguments(p) -> None:
     p.add_argument("--fix", action="store_true", help="apply the fixes")
     p.add_argument("--undo", action="store_true", help="restore what an earlier --fix replaced")
     p.add_argument("--fingerprint", metavar="FILE", help="check against this saved fingerprint instead of probing the machine")
+    p.add_argument("--fresh-probe", action="store_true",
+                   help="measure which weight formats run here again instead of using the cached format probe")
 
 
 def run(args, ctx: Context) -> Outcome:
@@ -72,6 +75,12 @@ def _check(args, ctx: Context, config, fingerprint, plan, install, findings: lis
         findings.append(doctor.finding("comfyui.python", "fail", exc.message, exc.fix))
     findings.append(h3_support.finding(h3_support.check(install, catalog.load(), comfyui.run_python), install,
                                        catalog.load()))
+    probe = None
+    if info is not None:
+        probe = format_probe.format_evidence(ctx, install, fingerprint=None if args.fingerprint else fingerprint,
+                                             info=info, fresh=getattr(args, "fresh_probe", False), findings=findings)
+        if probe is not None:
+            findings.append(format_probe.result_finding(probe))
     record = _record(ctx, install, findings)
     findings += doctor.pack_findings(install, record)
     if install.python is not None:
@@ -93,7 +102,7 @@ def _check(args, ctx: Context, config, fingerprint, plan, install, findings: lis
             raise
     if args.fix and not ctx.dry_run:
         _fix(args, ctx, findings, notes)
-    return _outcome(findings, notes, install)
+    return _outcome(findings, notes, install, probe)
 
 
 def _record(ctx, install, findings) -> mf.Manifest | None:
@@ -205,13 +214,16 @@ def _undo(args, ctx) -> Outcome:
     return Outcome(doc, "\n".join(lines))
 
 
-def _outcome(findings, notes, install) -> Outcome:
+def _outcome(findings, notes, install, probe=None) -> Outcome:
     failed = [f for f in findings if f["status"] == "fail"]
     warned = [f for f in findings if f["status"] == "warn"]
     doc = {"schema": "h3kit.doctor/1", "comfyui": str(install.path) if install else None, "findings": findings,
            "notes": notes, "ok": not failed}
+    if probe is not None:
+        doc["format_probe"] = probe.to_json()
     lines = [f"[{MARK[f['status']]}] {f['check']}: {f['message']}" + (f"\n        fix: {f['fix']}" if f.get("fix") and f["status"] != "ok" else "")
              for f in findings]
+    lines += format_probe.table_lines(probe) if probe is not None else []
     lines.append(f"{len(failed)} failed, {len(warned)} warnings, {len(findings) - len(failed) - len(warned)} ok.")
     lines += [f"note: {n}" for n in notes]  # what --fix did or, with --dry-run, would do
     code = 0

@@ -18,6 +18,13 @@ Document (`h3kit.format_probe/1`):
                                                   "error": "NotImplementedError: ...", ...}, ...}},
      "seconds": 12.3, "created": "2026-12-01T22:30:00Z"}
 
+Each result may also say `dequantized` (true: ComfyUI dequantized the weight
+and ran a plain matmul, as for GGUF, the text encoder's full_precision_mm and
+formats its ops emulate on this device; false: the quantized kernel ran) and
+carry `forward_seconds`, `out_dtype`, `layer`, `shape` and, for a failure,
+`traceback`; the document `tokens`, `import_seconds`, `gguf_pack`, `python`,
+`threads`, and h3kit's cache adds `machine_devices` and `comfyui_path`.
+
 `status` is `runs`, `fails` (error: the exception's one line) or `skipped`
 (the probe could not build that format here, e.g. a quantizer missing from
 this ComfyUI: error says why; the planner treats it as no measurement).
@@ -47,6 +54,7 @@ class FormatResult:
     error: str | None = None
     device: str | None = None  # the torch device it ran on ("cpu", "cuda:0", "mps")
     dtype: str | None = None  # the compute dtype ComfyUI uses for that part there
+    dequantized: bool | None = None  # ComfyUI dequantized the weight for the matmul (emulated, GGUF), not quantized
 
     @property
     def measured(self) -> bool:
@@ -54,7 +62,7 @@ class FormatResult:
 
     def to_json(self) -> dict:
         return {"status": self.status, "seconds": self.seconds, "error": self.error,
-                "device": self.device, "dtype": self.dtype}
+                "device": self.device, "dtype": self.dtype, "dequantized": self.dequantized}
 
 
 @dataclass(frozen=True)
@@ -118,7 +126,8 @@ def parse(doc: dict, path: Path | None = None) -> FormatProbe:
                 status=res["status"], seconds=float(seconds) if isinstance(seconds, (int, float)) else None,
                 error=res.get("error") if isinstance(res.get("error"), str) else None,
                 device=res.get("device") if isinstance(res.get("device"), str) else None,
-                dtype=res.get("dtype") if isinstance(res.get("dtype"), str) else None)
+                dtype=res.get("dtype") if isinstance(res.get("dtype"), str) else None,
+                dequantized=res.get("dequantized") if isinstance(res.get("dequantized"), bool) else None)
     seconds = doc.get("seconds")
     return FormatProbe(comfyui_version=key["comfyui_version"], torch=key["torch"], device=key["device"],
                        backend=backend, parts=parts,

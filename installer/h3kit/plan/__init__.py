@@ -59,11 +59,12 @@ def _candidates(fingerprint: dict, machine: Machine, profiles: Mapping[str, Prof
 
 
 def make_plan(fingerprint: dict, catalog: Catalog, profiles: Mapping[str, Profile], *,
-              profile: str | None = None, config=None) -> dict:
+              profile: str | None = None, config=None, evidence=None) -> dict:
     """An h3kit.plan/1 for `fingerprint`. `profile` (a name) beats config.profile; 'auto'/None lets matching decide.
 
     `catalog` and `profiles` are h3kit.data.catalog.load() and load_profiles(catalog); `config` is a
-    h3kit.data.config.Config or None (no config file)."""
+    h3kit.data.config.Config or None (no config file); `evidence` is this machine's format probe
+    (h3kit.data.format_evidence.FormatProbe) or None; the planner's evidence order reads it."""
     machine = Machine.from_fingerprint(fingerprint)
     wanted = profile or (config.profile if config is not None else "auto")
     if wanted != "auto" and wanted not in profiles:

@@ -33,6 +33,7 @@ from h3kit.steps.common import (
     saved_plan,
     torch_findings,
 )
+from h3kit.steps.format_probe import probed_plan
 
 SCHEMA = "h3kit.install/1"
 
@@ -67,6 +68,8 @@ def run(args, ctx: Context) -> Outcome:
         install = locate(args, ctx, config, need_write=True)
     with exclusive(ctx, install, "install"):
         library = _build(ctx, notes, warnings)
+        plan = probed_plan(args, ctx, config, install, fingerprint, plan, notes)  # before any download
+        settings, profile = (dict(plan["settings"]), plan["profile"]) if plan else (settings, profile)
         outcome = _into(args, ctx, config, fingerprint, plan, settings, profile, library, install, notes, warnings)
     last = list(plan.get("warnings", [])) if plan else []  # the plan's (what falls short, how long a clip takes)
     outcome.warnings = [w for w in outcome.warnings if w not in last] + last

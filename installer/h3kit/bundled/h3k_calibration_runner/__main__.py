@@ -1,4 +1,5 @@
-"""`python h3k_calibration_runner --bridge DIR --plan FILE --out FILE [--lib LIB] [--quick] [--progress FILE] [--comfyui DIR]`.
+"""`python h3k_calibration_runner --bridge DIR --plan FILE --out FILE [--lib LIB] [--quick] [--progress FILE] [--comfyui DIR]`,
+or `python h3k_calibration_runner format-probe --comfyui DIR --out FILE ...` (format_probe.py).
 
 Runs every measurement (each guarded, so one failing part never stops the
 others) and writes one JSON result to --out, atomically. With --comfyui
@@ -22,6 +23,7 @@ from pathlib import Path
 if __package__:
     from . import _numpy
     from ._numpy import need_numpy
+    from . import format_probe
     from .device import measure_device
     from .h3_model import measure_h3_model
     from .measure import RESULT_SCHEMA, Progress
@@ -30,6 +32,7 @@ if __package__:
 else:  # run as a path (python .../h3k_calibration_runner): import the package from its parent folder
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from h3k_calibration_runner import _numpy
+    from h3k_calibration_runner import format_probe
     from h3k_calibration_runner._numpy import need_numpy
     from h3k_calibration_runner.device import measure_device
     from h3k_calibration_runner.h3_model import measure_h3_model
@@ -61,6 +64,9 @@ def _torch_version() -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["format-probe"]:
+        return format_probe.main(argv[1:])
     ap = argparse.ArgumentParser(prog="h3k_calibration_runner", description="h3kit calibration runner (self-contained)")
     ap.add_argument("--bridge", required=True, help="the folder of the native bridge package (h3k_native)")
     ap.add_argument("--lib", help="the native library, file or folder (else the bridge's own search order)")

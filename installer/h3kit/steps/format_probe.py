@@ -1,0 +1,34 @@
+"""The format probe in a command's chain: measured before the plan is final and before any download.
+
+Install and calibrate find the ComfyUI after a first plan (a machine without
+one still gets a plan and a report); once the ComfyUI is known, its format
+probe (h3kit.calibrate.format_probe, cached per setup) runs in its Python and
+the plan is made again with it as the planner's evidence. A plan for a saved
+fingerprint (--fingerprint FILE) describes another machine, so this
+machine's probe is not its evidence.
+"""
+
+from __future__ import annotations
+
+from h3kit.calibrate.format_probe import format_evidence
+from h3kit.core.session import Session
+
+
+def probed_plan(args, ctx: Session, config, install, fingerprint: dict | None, plan: dict | None,
+                notes: list[str]) -> dict | None:
+    """`plan` made again with this machine's format probe as evidence; `plan` itself when there is none."""
+    from h3kit.data import catalog
+    from h3kit.plan import make_plan
+
+    saved = bool(getattr(args, "fingerprint", None))
+    findings: list[dict] = []
+    probe = format_evidence(ctx, install, fingerprint=None if saved else fingerprint, run=not ctx.dry_run,
+                            findings=findings)
+    notes += [f"format probe: {f['message']}" for f in findings if f["status"] != "ok"]
+    if probe is None or saved or not plan or not fingerprint:
+        return plan
+    runs = sum(r.status == "runs" for part in probe.parts.values() for r in part.values())
+    notes.append(f"planned with {probe.source}: {runs} format/part pairs run")
+    cat = catalog.load()
+    return make_plan(fingerprint, cat, catalog.load_profiles(cat), profile=getattr(args, "profile", None),
+                     config=config, evidence=probe)

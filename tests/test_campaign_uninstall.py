@@ -6,11 +6,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
-import sys
 from pathlib import Path
 
+from pack_support import pack_module
+
 FIXTURES = Path(__file__).parent / "fixtures" / "comfyui"
-NODES = Path(__file__).resolve().parent.parent / "nodes"
 _spec = importlib.util.spec_from_file_location("comfy_tree", FIXTURES / "comfy_tree.py")
 comfy_tree = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(comfy_tree)
@@ -47,11 +47,7 @@ def test_the_streaming_stats_written_by_h3kits_own_node_are_removed_with_the_pac
     comfy = comfy_tree.make_comfyui(tmp_path / "c")
     assert run_cli(*INSTALL, "--comfyui", str(comfy))[0] == 0
     pack = comfy / "custom_nodes" / "ComfyUI-h3kit"
-    sys.path.insert(0, str(NODES))
-    try:
-        import h3kit_streaming_logic as logic  # the node's own writer, as ComfyUI runs it
-    finally:
-        sys.path.remove(str(NODES))
+    logic = pack_module("h3kit_streaming_logic")  # the node's own writer, imported as the pack's module
     doc = logic.stats_document("dit.safetensors", 4, {"bytes_read": 10, "steps": 1}, {"resident": []})
     logic.write_json_atomic(pack / logic.STATS_FILE, doc)
     mine = pack / "notes.txt"

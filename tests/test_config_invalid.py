@@ -115,12 +115,14 @@ Q4_FULL = next(line for line in CATALOG.splitlines() if "id: h3-dit-full-q4_k_m,
 
 # (the catalog line to change, its replacement, words the message must contain)
 BAD_LOADS = [
-    (Q4_PRUNED, Q4_PRUNED.replace("comfyui_loads: reported_broken", "comfyui_loads: maybe"), "allowed: stock, with_loader_pack"),
+    (Q4_PRUNED, Q4_PRUNED.replace("comfyui_loads: with_h3kit_loader", "comfyui_loads: maybe"), "allowed: stock, with_loader_pack"),
     (BF16_PRUNED, BF16_PRUNED.replace("comfyui_loads: stock", "comfyui_loads: yes"), "allowed: stock"),
     (BF16_PRUNED, BF16_PRUNED.replace("loader_pack: null", "loader_pack: ComfyUI-GGUF"), "use with_loader_pack"),
     (Q4_FULL, Q4_FULL.replace("loader_pack: ComfyUI-GGUF", "loader_pack: null"), "one of loader_packs"),
     (Q4_PRUNED, Q4_PRUNED.split(", comfyui_loads_source:")[0] + "}}", "comfyui_loads_source is missing"),
     (Q4_PRUNED, Q4_PRUNED.replace("comfyui_compat:", "compat_note:"), "comfyui_compat is missing"),
+    (Q4_PRUNED, Q4_PRUNED.replace("loader: H3kitUnetLoaderGGUF", "loader: UnetLoaderGGUF"), "name h3kit's node"),
+    (Q4_PRUNED, Q4_PRUNED.replace("loader_pack: ComfyUI-GGUF", "loader_pack: null"), "one of loader_packs"),
     (BF16_PRUNED, BF16_PRUNED.replace("comfyui_loads: stock", "comfyui_loads: unknown"), "says why"),
 ]
 

@@ -8,6 +8,7 @@ ones only when nothing else fits, and then with a warning naming the report.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from pathlib import Path
 
@@ -76,38 +77,71 @@ def test_a_reported_broken_dit_is_chosen_only_when_no_loadable_runnable_one_fits
             assert not forced["fits"], alt.id
 
 
+def _as_before_h3kits_loaders(parts=("dit", "text_encoder")) -> catalog_mod.Catalog:
+    """The shipped catalog with h3kit's GGUF loader nodes taken away for `parts`: the metadata-less H3 GGUFs are
+    reported not to load again (stock ComfyUI-GGUF refuses them), as before tests/test_gguf_loaders_real_comfyui.py."""
+    def back(ws):
+        return [dataclasses.replace(w, file=dict(w.file, comfyui_loads="reported_broken"))
+                if w.comfyui_loads == "with_h3kit_loader" and w.part in parts else w for w in ws]
+    return catalog_mod.Catalog(CAT.doc, CAT.formats, back(CAT.dit), back(CAT.text_encoder), CAT.vae, CAT.audio_vae,
+                               CAT.lora)
+
+
+BEFORE = _as_before_h3kits_loaders()
+BEFORE_DIT = _as_before_h3kits_loaders(("dit",))
+
+
 def test_loadable_files_beat_a_higher_quality_file_reported_broken():
-    """The 3060 used to get the pruned Q8_0 GGUF (quality 97), which stock ComfyUI-GGUF rejects; now the
-    stock int8_convrot file (96) at the same canvas and frames."""
-    plan = make_plan(FPS["nvidia-rtx3060-12gb-32gb"])
+    """Without h3kit's loader the 3060 would get the pruned Q8_0 GGUF (quality 97), which stock ComfyUI-GGUF
+    rejects; it gets the stock int8_convrot file (96) at the same canvas and frames."""
+    plan = _make_plan(FPS["nvidia-rtx3060-12gb-32gb"], BEFORE, PROFILES)
     assert plan["settings"]["quantization"] == "int8_convrot" and plan["fits"]
     assert set(plan["comfyui_loads"].values()) == {"stock"} and plan["warnings"] == []
     assert plan["settings"]["max_canvas"] == [1024, 576] and plan["settings"]["max_frames"] == 243
+    # with h3kit's loader node the Q8_0 file loads, and quality decides
+    plan = make_plan(FPS["nvidia-rtx3060-12gb-32gb"])
+    assert plan["settings"]["dit_weights"] == "h3-dit-pruned-q8_0" and plan["comfyui_loads"]["dit"] == "with_h3kit_loader"
+    line = next(r for r in plan["rationale"] if "H3kitUnetLoaderGGUF" in r)
+    assert "tests/test_gguf_loaders_real_comfyui.py" in line and "Unknown model architecture" in line
 
 
 def test_a_loader_pack_file_is_preferred_to_a_broken_one_and_named(tmp_path):
     # Without h3kit's streamer (which would run the stock bf16 file on this card) the Arc holds a GGUF.
-    plan = make_plan(FPS["intel-arcb580-12gb-32gb"], config=_config("overrides:\n  stream_dit: off\n", tmp_path))
+    plan = _make_plan(FPS["intel-arcb580-12gb-32gb"], BEFORE_DIT, PROFILES,
+                      config=_config("overrides:\n  stream_dit: off\n", tmp_path))
     assert plan["settings"]["dit_weights"] == "h3-dit-full-q4_k_m"
     assert plan["comfyui_loads"]["dit"] == "with_loader_pack"
     line = next(r for r in plan["rationale"] if "custom node pack" in r)
     assert "ComfyUI-GGUF" in line and "github.com/city96/ComfyUI-GGUF" in line and "--with-loaders" in line
 
 
-def test_when_only_a_broken_dit_fits_the_plan_says_what_the_loadable_ones_lack():
+def test_a_broken_file_is_never_planned_by_itself_the_plan_says_what_would_work():
+    """Before h3kit's loader the 4060 got the pruned Q4_K_M GGUF that stock ComfyUI-GGUF refuses; now a plan never
+    picks a file reported not to load: nothing that loads fits, and the plan says so in one sentence."""
+    plan = _make_plan(FPS["nvidia-rtx4060-8gb-16gb"], BEFORE, PROFILES)
+    assert not plan["fits"] and plan["comfyui_loads"]["dit"] != "reported_broken"
+    assert plan["blocked"].startswith("Nothing that loads in ComfyUI fits this machine")
+    assert "it would work with more RAM (at least" in plan["blocked"]
+    # with h3kit's loader node the same file loads and fits
     plan = make_plan(FPS["nvidia-rtx4060-8gb-16gb"])
-    assert plan["fits"] and plan["comfyui_loads"]["dit"] == "reported_broken"
-    fallback = next(r for r in plan["rationale"] if r.startswith("Fallback: DiT"))
-    assert "do not fit" in fallback and "int8_convrot are left out above" in fallback
-    assert "pull/480" in fallback
+    assert plan["fits"] and plan["blocked"] is None and plan["comfyui_loads"]["dit"] == "with_h3kit_loader"
 
 
 def test_a_broken_file_the_user_forces_is_kept_and_warned_as_theirs(tmp_path):
-    plan = make_plan(FPS["nvidia-rtx4090-24gb-64gb"], config=_config("overrides:\n  quantization: q2_k\n", tmp_path))
+    plan = _make_plan(FPS["nvidia-rtx4090-24gb-64gb"], BEFORE, PROFILES,
+                      config=_config("overrides:\n  quantization: q2_k\n", tmp_path))
     assert plan["settings"]["dit_weights"] == "h3-dit-pruned-q2_k"
     warning = next(w for w in plan["warnings"] if "Q2_K.gguf" in w)
     assert "you set it" in warning and "config.yaml:2" in warning
     assert not any(r.startswith("Fallback: DiT") for r in plan["rationale"])
+    assert "Q2_K.gguf is reported not to load" in plan["blocked"] and "--allow-unverified" in plan["blocked"]
+
+
+def test_where_no_text_encoder_loads_the_plan_does_not_fit_and_says_so():
+    """An AMD card runs no CUDA-only text encoder; without h3kit's GGUF text-encoder loader nothing loads."""
+    plan = _make_plan(FPS["amd-rx7900xtx-24gb-64gb"], BEFORE, PROFILES)
+    assert not plan["fits"] and plan["blocked"].startswith("Nothing that loads in ComfyUI runs here for the text encoder")
+    assert make_plan(FPS["amd-rx7900xtx-24gb-64gb"])["fits"]
 
 
 def test_among_loadable_files_quality_decides():

@@ -33,6 +33,7 @@ from typing import Mapping
 from h3kit.core.errors import BadInput
 from h3kit.data import catalog as catalog_mod
 from h3kit.data.catalog import Catalog, Machine, Profile
+from h3kit.plan.loads import blocked_sentence, evidence_doc, evidence_rationale, reported_setup_rationale
 from h3kit.plan.rationale import rationale_for, warnings_for
 from h3kit.plan.search import Candidate, plan_profile
 
@@ -59,18 +60,19 @@ def _candidates(fingerprint: dict, machine: Machine, profiles: Mapping[str, Prof
 
 
 def make_plan(fingerprint: dict, catalog: Catalog, profiles: Mapping[str, Profile], *,
-              profile: str | None = None, config=None) -> dict:
+              profile: str | None = None, config=None, evidence=None) -> dict:
     """An h3kit.plan/1 for `fingerprint`. `profile` (a name) beats config.profile; 'auto'/None lets matching decide.
 
     `catalog` and `profiles` are h3kit.data.catalog.load() and load_profiles(catalog); `config` is a
-    h3kit.data.config.Config or None (no config file)."""
+    h3kit.data.config.Config or None (no config file); `evidence` the format probe measured on this machine
+    (h3kit.data.format_evidence.FormatProbe, read by the caller) or None: it beats the catalog's reports."""
     machine = Machine.from_fingerprint(fingerprint)
     wanted = profile or (config.profile if config is not None else "auto")
     if wanted != "auto" and wanted not in profiles:
         raise BadInput(f"There is no profile named {wanted!r}.",
                        f"Choose one of: auto, {', '.join(profiles)} (see 'h3kit profile list').")
     candidates, why_profile, notes = _candidates(fingerprint, machine, profiles, wanted, bool(profile))
-    plans = [plan_profile(catalog, fingerprint, machine, p, config) for p in candidates]
+    plans = [plan_profile(catalog, fingerprint, machine, p, config, evidence) for p in candidates]
     best = max(plans, key=Candidate.rank)
     if not why_profile:
         others = [p.profile.name for p in plans if p is not best]
@@ -110,9 +112,11 @@ def make_plan(fingerprint: dict, catalog: Catalog, profiles: Mapping[str, Profil
         "schema": SCHEMA,
         "model": catalog.model_id,
         "profile": best.profile.name,
-        "fits": e.fits,
+        "fits": best.fits,
         "settings": settings,
         "comfyui_loads": {w.part: w.comfyui_loads for w in (ch.dit, ch.te, ch.vae, ch.audio_vae)},
+        "evidence": evidence_doc(catalog, best),
+        "blocked": blocked_sentence(catalog, best, lora),
         "settings_source": {k: best.source.get(k, "planner") for k in settings},
         "budget": {"gpu_bytes": b.gpu_bytes, "ram_bytes": b.ram_bytes, "disk_bytes": b.disk_bytes,
                    "unified_memory": b.unified},
@@ -124,6 +128,7 @@ def make_plan(fingerprint: dict, catalog: Catalog, profiles: Mapping[str, Profil
         "candidates": [{"profile": p.profile.name, "fits": p.est.fits, "quantization": p.choice.dit.format,
                         "max_canvas": list(p.choice.canvas), "max_frames": p.choice.frames,
                         "streamed": p.est.streamed} for p in plans],
-        "rationale": rationale_for(catalog, best, why_profile) + defaults_why + stream_why,
+        "rationale": (rationale_for(catalog, best, why_profile) + defaults_why + stream_why
+                      + evidence_rationale(catalog, best) + reported_setup_rationale(catalog, best)),
         "warnings": notes + warnings_for(catalog, best, config) + defaults_warnings,
     }

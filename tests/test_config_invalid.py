@@ -140,6 +140,42 @@ def test_bad_comfyui_loads_names_its_line(tmp_path, old, new, words):
     assert "file.comfyui_loads" in message and words in message, message
 
 
+INT8_MPS = next(line for line in CATALOG.splitlines() if "mps: {status: fails" in line and "#92" in line)
+BF16_CPU = next(line for line in CATALOG.splitlines() if line.strip().startswith("cpu: {status: unknown"))
+PLACEMENT = next(line for line in CATALOG.splitlines() if line.strip().startswith("evidence_from:"))
+SETUP_DIT = next(line for line in CATALOG.splitlines() if line.strip().startswith("files: {dit: h3-dit-pruned-int8"))
+
+# (the catalog line to change, its replacement, the key the message names, words it must contain)
+BAD_EVIDENCE = [
+    (INT8_MPS, INT8_MPS.replace("status: fails", "status: broken"), "runs_on.mps.status", "allowed: runs, fails, unknown"),
+    (INT8_MPS, INT8_MPS.split(", source:")[0] + "}", "runs_on.mps.source", "where this was reported or measured"),
+    (BF16_CPU, BF16_CPU.replace("cpu:", "gpu:"), "runs_on.gpu", "is not a backend"),
+    (PLACEMENT, PLACEMENT.replace("cpu", "tpu"), "placement[0].evidence_from", "allowed: cuda, mps"),
+    (SETUP_DIT, SETUP_DIT.replace("h3-dit-pruned-int8_convrot", "h3-dit-pruned-int9"), "reported_setups[0].files.dit",
+     "no weight entry has as its id"),
+]
+
+
+@pytest.mark.parametrize("old,new,key,words", BAD_EVIDENCE, ids=[f"evidence{i}" for i in range(len(BAD_EVIDENCE))])
+def test_bad_runs_on_placement_or_reported_setup_names_its_line(tmp_path, old, new, key, words):
+    assert new != old
+    text = CATALOG.replace(old, new, 1)
+    (tmp_path / "minimax-h3.yaml").write_text(text)
+    with pytest.raises(BadInput) as exc:
+        catalog_mod.load(tmp_path)
+    assert exc.value.exit_code == 2
+    hit = next(p for p in exc.value.details["problems"] if f"{key}' " in p)
+    assert hit.startswith(f"{tmp_path / 'minimax-h3.yaml'}:{_line_of(text, new)}:") and words in hit, hit
+
+
+def test_a_format_without_every_backend_is_refused(tmp_path):
+    text = CATALOG.replace(BF16_CPU + "\n", "", 1)
+    (tmp_path / "minimax-h3.yaml").write_text(text)
+    with pytest.raises(BadInput) as exc:
+        catalog_mod.load(tmp_path)
+    assert "runs_on' is missing 'cpu'" in exc.value.message and "status: unknown" in exc.value.message
+
+
 def test_profile_why_must_explain_a_setting_it_sets(tmp_path):
     text = GOOD.replace("settings:\n", "why:\n  max_frame: \"typo\"\nsettings:\n", 1)
     folder = _profiles_with(tmp_path, "nvidia-12gb", text)

@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
+import importlib.util
 import json
 import os
 import sys
@@ -399,3 +400,59 @@ def test_a_preset_without_a_lora_fetches_none(run_cli, h3kit_home):
     code, doc, err = _json(run_cli, "models", "plan", "--fingerprint", str(FP_4090))
     assert code == 0, err
     assert all(f["folder"] != "loras" for f in doc["files"])
+
+
+# -- install against every reference machine -------------------------------------------------------
+
+_tree_spec = importlib.util.spec_from_file_location("comfy_tree", Path(__file__).parent / "fixtures" / "comfyui" /
+                                                    "comfy_tree.py")
+comfy_tree = importlib.util.module_from_spec(_tree_spec)
+_tree_spec.loader.exec_module(comfy_tree)
+REFERENCE = sorted(FPS.glob("*.json"))
+
+
+@pytest.mark.parametrize("fp", REFERENCE, ids=[p.stem for p in REFERENCE])
+def test_install_yes_on_each_reference_machine_loads_everything_or_stops_before_any_download(
+        fp, run_cli, small, tmp_path, monkeypatch):
+    """`install --yes` with the machine's recorded fingerprint and the local model server: exit 0 with every
+    planned file in ComfyUI's folders, or exit 3 with the plan's plain sentence and not one byte downloaded."""
+    from h3kit.models import ensure
+
+    monkeypatch.setattr(ensure, "install_loader_pack", lambda ctx, pack, d, config=None: {"name": pack["name"]})
+    comfy = comfy_tree.make_comfyui(tmp_path / "ComfyUI")
+    theirs = {p for p in (comfy / "models").rglob("*") if p.is_file()}  # the user's own files in the tree
+    code, doc, err = _json(run_cli, "install", "--comfyui", str(comfy), "--fingerprint", str(fp), "--yes",
+                           "--skip-calibrate")
+    plan = _plan(fp)
+    weights = [p for p in (comfy / "models").rglob("*") if p.is_file() and p not in theirs]
+    if plan["fits"] and plan["blocked"] is None:
+        assert code == 0, err
+        got = {p.name for p in weights}
+        assert {f.name for f in model_files.files_for_plan(plan)} <= got
+    else:
+        assert code == 3, err
+        assert plan["blocked"] in doc["error"] and weights == []
+        assert "no weights are downloaded" in " ".join(doc["details"]["notes"])
+
+
+def test_install_yes_stops_before_any_download_when_the_plan_holds_a_file_not_known_to_load(
+        run_cli, small, tmp_path, monkeypatch, h3kit_home):
+    """preset: fast names the Turbo LoRA, which nobody reported loading in ComfyUI: the plan says so, and install
+    decides from the plan before the models step -- not one file is fetched, not even the ones that load."""
+    from h3kit.models import ensure
+
+    monkeypatch.setattr(ensure, "install_loader_pack", lambda ctx, pack, d, config=None: {"name": pack["name"]})
+    cfg = h3kit_home / "config.yaml"
+    cfg.write_text(cfg.read_text() + "overrides:\n  preset: fast\n")
+    comfy = comfy_tree.make_comfyui(tmp_path / "ComfyUI")
+    theirs = {p for p in (comfy / "models").rglob("*") if p.is_file()}
+    code, doc, err = _json(run_cli, "install", "--comfyui", str(comfy), "--fingerprint", str(FP_4090), "--yes",
+                           "--skip-calibrate")
+    assert code == 3, err
+    assert "minimax_h3_turbo_v4_step600_ema.safetensors" in doc["error"] and "no model file was downloaded" in doc["error"]
+    assert "--allow-unverified" in doc["fix"]
+    assert [p for p in (comfy / "models").rglob("*") if p.is_file() and p not in theirs] == []
+    code, doc, err = _json(run_cli, "install", "--comfyui", str(comfy), "--fingerprint", str(FP_4090), "--yes",
+                           "--skip-calibrate", "--allow-unverified")
+    assert code == 0, err
+    assert (comfy / "models" / "loras" / "minimax_h3_turbo_v4_step600_ema.safetensors").is_file()

@@ -183,3 +183,88 @@ def test_a_users_workflow_defaults_win_and_are_checked_against_the_memory_limits
     assert any("beyond the largest canvas that fits" in w for w in plan["warnings"])
     assert any("beyond the most frames that fit" in w for w in plan["warnings"])
     assert any("8 steps, as override" in r for r in plan["rationale"])
+
+
+# -- every reference machine: only files that load, in formats that run there -----------------------------
+
+GOLDEN = {p.stem: json.loads(p.read_text()) for p in sorted((Path(__file__).parent / "fixtures" / "plans").glob("*.json"))}
+
+
+@pytest.mark.parametrize("name", sorted(FPS))
+def test_no_reference_plan_holds_a_file_reported_not_to_load_or_a_format_failing_on_its_backend(name):
+    assert set(GOLDEN) == set(FPS)
+    for plan in (make_plan(FPS[name]), GOLDEN[name]):
+        machine = Machine.from_fingerprint(FPS[name])
+        for w in _chosen(plan):
+            assert w.comfyui_loads != "reported_broken", (name, w.id)
+            ev = CAT.evidence(w.format, machine, w.part)
+            assert ev.status != "fails", (name, w.id, ev.phrase())
+            assert plan["evidence"][w.part] == {"format": w.format, "status": ev.status, "kind": ev.kind,
+                                                "source": ev.source, "backend": ev.backend}
+        line = next(r for r in plan["rationale"] if r.startswith("Evidence that the formats run here"))
+        assert "No format probe was passed" in line
+        assert (plan["blocked"] is None) == plan["fits"], name  # no reference plan picks a doubtful file by itself
+
+
+def test_a_mac_text_encoder_is_judged_by_the_cpu_it_runs_on():
+    """ComfyUI keeps quantized text encoders on the CPU on a Mac (PR #13070): the placement rule is catalog data."""
+    mac = Machine.from_fingerprint(FPS["apple-m2max-64gb"])
+    te = CAT.evidence("q4_k_m", mac, "text_encoder")
+    assert te.backend == "cpu" and "PR #13070" in te.source
+    assert CAT.evidence("q4_k_m", mac, "dit").backend == "mps"
+    for fmt in ("int8_convrot", "fp8_scaled", "nvfp4", "nvfp4_awq", "int8"):
+        ok, why = CAT.runnable(fmt, mac, "vae" if fmt == "int8" else "dit")
+        assert not ok and "fails on mps (reported: " in why, fmt
+    assert "comfy-kitchen #92" in CAT.runnable("int8_convrot", mac)[1]
+    assert "ComfyUI #8988" in CAT.runnable("nvfp4_awq", mac)[1]
+
+
+def _probe(backend: str, parts: dict):
+    from h3kit.data import format_evidence
+
+    return format_evidence.parse({"schema": format_evidence.SCHEMA, "backend": backend,
+                                  "key": {"comfyui_version": "0.33.0", "torch": "2.14.1+cpu", "device": backend},
+                                  "parts": {p: {f: {"status": s, "error": None if s == "runs" else "RuntimeError: no"}
+                                                for f, s in fs.items()} for p, fs in parts.items()}})
+
+
+def test_a_format_that_fails_the_probe_is_never_planned_and_the_rationale_names_the_probe():
+    fp = FPS["apple-m2pro-32gb"]
+    assert make_plan(fp)["settings"]["quantization"] == "bf16"
+    probe = _probe("mps", {"dit": {"bf16": "fails"}})
+    plan = make_plan(fp, evidence=probe)
+    assert plan["settings"]["quantization"] != "bf16"
+    assert any("bf16 fails on mps (measured: h3kit's format probe on this machine (ComfyUI 0.33.0" in r
+               and "RuntimeError: no" in r for r in plan["rationale"] if r.startswith("Left out:"))
+    assert plan["evidence"]["dit"]["kind"] in ("unknown", "reported")
+
+
+def test_a_measured_run_beats_a_report_and_a_gguf_mix_counts_only_when_all_its_types_ran():
+    mac = Machine.from_fingerprint(FPS["apple-m2max-64gb"])
+    both = _probe("mps", {"text_encoder": {"q4_k": "runs", "q6_k": "runs"}})
+    ev = CAT.evidence("q4_k_m", mac, "text_encoder", both)
+    assert (ev.status, ev.kind) == ("runs", "measured") and ev.source == both.source
+    half = _probe("mps", {"text_encoder": {"q4_k": "runs"}})
+    assert CAT.evidence("q4_k_m", mac, "text_encoder", half).kind == "unknown"
+    other = _probe("cuda", {"text_encoder": {"q4_k": "fails", "q6_k": "fails"}})  # another machine's probe
+    assert CAT.evidence("q4_k_m", mac, "text_encoder", other).status == "unknown"
+    plan = make_plan(FPS["apple-m2max-64gb"], evidence=both)
+    assert plan["evidence"]["text_encoder"]["kind"] == "measured"
+    line = next(r for r in plan["rationale"] if r.startswith("Evidence that the formats run here"))
+    assert "text encoder q4_k_m runs on cpu (measured: h3kit's format probe" in line
+
+
+def test_the_reported_8gb_setup_is_named_with_why_this_plan_differs():
+    """FACTS.md: an 8 GB RTX 5060 laptop + 15 GB RAM ran pruned int8 DiT + nvfp4 text encoder + int8 VAE."""
+    plan = make_plan(FPS["nvidia-rtx4060-8gb-16gb"])
+    assert "--disable-pinned-memory" in plan["settings"]["comfyui_args"]
+    line = next(r for r in plan["rationale"] if r.startswith("Users report a working setup"))
+    assert "5060" in line and "int8_convrot needs a PyTorch cu130 build" in line and "(this driver: 12.7)" in line
+    assert "video VAE fp16 instead of int8: fp16 fits and ranks higher" in line
+    cu130 = copy.deepcopy(FPS["nvidia-rtx4060-8gb-16gb"])
+    cu130["gpus"][0].update(cuda_driver_version="13.0", driver_version="580.65")
+    plan = make_plan(cu130)
+    line = next(r for r in plan["rationale"] if r.startswith("Users report a working setup"))
+    assert "h3kit's memory model gives that setup" in line and "RAM" in line
+    assert plan["settings"]["text_encoder_weights"] == "h3-te-qwen3vl32b-nvfp4_awq" and plan["fits"]
+    assert not any(r.startswith("Users report") for r in make_plan(FPS["nvidia-rtx4090-24gb-64gb"])["rationale"])

@@ -268,3 +268,20 @@ def test_the_reported_8gb_setup_is_named_with_why_this_plan_differs():
     assert "h3kit's memory model gives that setup" in line and "RAM" in line
     assert plan["settings"]["text_encoder_weights"] == "h3-te-qwen3vl32b-nvfp4_awq" and plan["fits"]
     assert not any(r.startswith("Users report") for r in make_plan(FPS["nvidia-rtx4090-24gb-64gb"])["rationale"])
+
+
+def test_plan_cli_takes_a_saved_format_probe_and_refuses_a_bad_one(run_cli, tmp_path):
+    probe = _probe("mps", {"dit": {"bf16": "fails"}})
+    path = tmp_path / "probe.json"
+    path.write_text(json.dumps(probe.to_json()))
+    fp = str(FP_DIR / "apple-m2pro-32gb.json")
+    code, out, err = run_cli("plan", "--fingerprint", fp, "--format-probe", str(path), "--json")
+    assert code == 0, err
+    plan = json.loads(out)
+    assert plan["settings"]["quantization"] != "bf16"
+    assert any("measured: h3kit's format probe on this machine" in r for r in plan["rationale"])
+    path.write_text('{"schema": "h3kit.something/1"}')
+    code, out, err = run_cli("plan", "--fingerprint", fp, "--format-probe", str(path))
+    assert code == 2 and "h3kit.format_probe/1" in err and "Traceback" not in err
+    code, out, err = run_cli("plan", "--fingerprint", str(FP_DIR / "cpu-only-16gb.json"))
+    assert code == 0 and "NOT READY Nothing that loads in ComfyUI fits this machine" in out

@@ -15,7 +15,11 @@ profile name): it reads no file, so a caller loads the catalog once
 - `search`: per profile, the files and canvas that fit, best first, with their
   workflow defaults and time (`defaults`, `timing`);
 - `streaming`: whether h3kit's own loader streams the DiT, and why;
-- `rationale`: one sentence per decision, and the warnings.
+- `rationale`: one sentence per decision, and the warnings;
+- `loads`: which evidence says each chosen format runs here (the format probe
+  passed as `evidence` > the catalog's runs_on > unknown), the `blocked`
+  sentence when nothing that loads fits (what would make it work), and the
+  setup users reported working on this class of machine.
 
 Among profiles, the best plan wins (search.Candidate.rank). `fits` and the
 peaks describe the run the plan sets up: the streamed one when

@@ -115,27 +115,63 @@ Q4_FULL = next(line for line in CATALOG.splitlines() if "id: h3-dit-full-q4_k_m,
 
 # (the catalog line to change, its replacement, words the message must contain)
 BAD_LOADS = [
-    (Q4_PRUNED, Q4_PRUNED.replace("comfyui_loads: reported_broken", "comfyui_loads: maybe"), "allowed: stock, with_loader_pack"),
+    (Q4_PRUNED, Q4_PRUNED.replace("comfyui_loads: with_h3kit_loader", "comfyui_loads: maybe"), "allowed: stock, with_loader_pack"),
     (BF16_PRUNED, BF16_PRUNED.replace("comfyui_loads: stock", "comfyui_loads: yes"), "allowed: stock"),
     (BF16_PRUNED, BF16_PRUNED.replace("loader_pack: null", "loader_pack: ComfyUI-GGUF"), "use with_loader_pack"),
     (Q4_FULL, Q4_FULL.replace("loader_pack: ComfyUI-GGUF", "loader_pack: null"), "one of loader_packs"),
     (Q4_PRUNED, Q4_PRUNED.split(", comfyui_loads_source:")[0] + "}}", "comfyui_loads_source is missing"),
     (Q4_PRUNED, Q4_PRUNED.replace("comfyui_compat:", "compat_note:"), "comfyui_compat is missing"),
+    (Q4_PRUNED, Q4_PRUNED.replace("loader: H3kitUnetLoaderGGUF", "loader: UnetLoaderGGUF"), "name h3kit's node"),
+    (Q4_PRUNED, Q4_PRUNED.replace("loader_pack: ComfyUI-GGUF", "loader_pack: null"), "one of loader_packs"),
     (BF16_PRUNED, BF16_PRUNED.replace("comfyui_loads: stock", "comfyui_loads: unknown"), "says why"),
 ]
 
 
-@pytest.mark.parametrize("old,new,words", BAD_LOADS, ids=[f"loads{i}" for i in range(len(BAD_LOADS))])
-def test_bad_comfyui_loads_names_its_line(tmp_path, old, new, words):
+def _refused_catalog(tmp_path, old: str, new: str) -> tuple[str, BadInput]:
+    """The shipped catalog with one line changed, and the BadInput (exit 2) loading it raises."""
     assert new != old
     text = CATALOG.replace(old, new, 1)
     (tmp_path / "minimax-h3.yaml").write_text(text)
     with pytest.raises(BadInput) as exc:
         catalog_mod.load(tmp_path)
     assert exc.value.exit_code == 2
-    message = exc.value.message
+    return text, exc.value
+
+
+@pytest.mark.parametrize("old,new,words", BAD_LOADS, ids=[f"loads{i}" for i in range(len(BAD_LOADS))])
+def test_bad_comfyui_loads_names_its_line(tmp_path, old, new, words):
+    text, exc = _refused_catalog(tmp_path, old, new)
+    message = exc.message
     assert message.startswith(f"{tmp_path / 'minimax-h3.yaml'}:{_line_of(text, new)}:"), message
     assert "file.comfyui_loads" in message and words in message, message
+
+
+INT8_MPS = next(line for line in CATALOG.splitlines() if "mps: {status: fails" in line and "#92" in line)
+BF16_CPU = next(line for line in CATALOG.splitlines() if line.strip().startswith("cpu: {status: unknown"))
+PLACEMENT = next(line for line in CATALOG.splitlines() if line.strip().startswith("evidence_from:"))
+SETUP_DIT = next(line for line in CATALOG.splitlines() if line.strip().startswith("files: {dit: h3-dit-pruned-int8"))
+
+# (the catalog line to change, its replacement, the key the message names, words it must contain)
+BAD_EVIDENCE = [
+    (INT8_MPS, INT8_MPS.replace("status: fails", "status: broken"), "runs_on.mps.status", "allowed: runs, fails, unknown"),
+    (INT8_MPS, INT8_MPS.split(", source:")[0] + "}", "runs_on.mps.source", "where this was reported or measured"),
+    (BF16_CPU, BF16_CPU.replace("cpu:", "gpu:"), "runs_on.gpu", "is not a backend"),
+    (PLACEMENT, PLACEMENT.replace("cpu", "tpu"), "placement[0].evidence_from", "allowed: cuda, mps"),
+    (SETUP_DIT, SETUP_DIT.replace("h3-dit-pruned-int8_convrot", "h3-dit-pruned-int9"), "reported_setups[0].files.dit",
+     "no weight entry has as its id"),
+]
+
+
+@pytest.mark.parametrize("old,new,key,words", BAD_EVIDENCE, ids=[f"evidence{i}" for i in range(len(BAD_EVIDENCE))])
+def test_bad_runs_on_placement_or_reported_setup_names_its_line(tmp_path, old, new, key, words):
+    text, exc = _refused_catalog(tmp_path, old, new)
+    hit = next(p for p in exc.details["problems"] if f"{key}' " in p)
+    assert hit.startswith(f"{tmp_path / 'minimax-h3.yaml'}:{_line_of(text, new)}:") and words in hit, hit
+
+
+def test_a_format_without_every_backend_is_refused(tmp_path):
+    _, exc = _refused_catalog(tmp_path, BF16_CPU + "\n", "")
+    assert "runs_on' is missing 'cpu'" in exc.message and "status: unknown" in exc.message
 
 
 def test_profile_why_must_explain_a_setting_it_sets(tmp_path):

@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
+import importlib.util
 import json
 import os
 import sys
@@ -305,11 +306,20 @@ def test_uninstall_keeps_models_and_models_remove_still_finds_them(run_cli, smal
 FIXTURES_PLANS = Path(__file__).parent / "fixtures" / "plans"
 
 
+def _doubtful_plan() -> dict:
+    """A reference plan whose user forced files nobody reported loading: the w4a8 DiT (no public file confirmed)
+    and the fast preset's Turbo LoRA. No plan picks such files by itself any more (tests/test_plan_loads.py)."""
+    plan = json.loads((FIXTURES_PLANS / "nvidia-rtx4090-24gb-64gb.json").read_text(encoding="utf-8"))
+    plan["settings"].update(dit_weights="h3-dit-pruned-w4a8", lora="h3-lora-turbo")
+    plan["comfyui_loads"]["dit"] = "unknown"
+    return plan
+
+
 def test_yes_fetches_only_files_reported_to_load_and_names_the_rest(tmp_path, monkeypatch):
     from h3kit.cli.context import Context
     from h3kit.models import ensure
 
-    plan = json.loads((FIXTURES_PLANS / "cpu-only-16gb.json").read_text(encoding="utf-8"))
+    plan = _doubtful_plan()
     comfy = tmp_path / "ComfyUI"
     (comfy / "models").mkdir(parents=True)
     fetched = {}
@@ -322,7 +332,7 @@ def test_yes_fetches_only_files_reported_to_load_and_names_the_rest(tmp_path, mo
     monkeypatch.setattr(ensure, "install_loader_pack", lambda ctx, pack, comfyui_dir, config=None: {"name": pack["name"]})
     files = ensure.files_for_plan(plan)
     doubtful = ensure.distrusted(plan, files)
-    assert doubtful, "the CPU plan here picks files not reported to load (the issue's 32 GB case)"
+    assert len(doubtful) == 2, "the plan names files not reported to load"
     with pytest.raises(NotReady) as held:
         ensure.ensure_models(Context(yes=True), plan, comfy, skip=False, with_loaders=False)
     assert fetched["skip"] == set(doubtful)
@@ -353,7 +363,7 @@ def test_interactive_question_per_doubtful_file_defaults_to_no(tmp_path, monkeyp
             self.asked.append(question)
             return self.answers.pop(0) if self.answers else default
 
-    plan = json.loads((FIXTURES_PLANS / "cpu-only-16gb.json").read_text(encoding="utf-8"))
+    plan = _doubtful_plan()
     comfy = tmp_path / "ComfyUI"
     (comfy / "models").mkdir(parents=True)
     fetched = {}
@@ -421,3 +431,77 @@ def test_a_disk_that_fills_during_a_download_is_exit_3_naming_the_file_and_the_s
         assert pending and all(e.role == "model" and e.fetch and e.fetch["part"].endswith(".part") for e in pending)
         code, gone, _ = _json(run_cli, "models", "remove", "--comfyui", str(comfy))
         assert code == 0 and any(p.endswith(".part") for p in gone["removed"]) and not list(comfy.rglob("*.part"))
+
+
+# -- install against every reference machine -------------------------------------------------------
+
+_tree_spec = importlib.util.spec_from_file_location("comfy_tree", Path(__file__).parent / "fixtures" / "comfyui" /
+                                                    "comfy_tree.py")
+comfy_tree = importlib.util.module_from_spec(_tree_spec)
+_tree_spec.loader.exec_module(comfy_tree)
+REFERENCE = sorted(FPS.glob("*.json"))
+
+
+@pytest.mark.parametrize("fp", REFERENCE, ids=[p.stem for p in REFERENCE])
+def test_install_yes_on_each_reference_machine_loads_everything_or_stops_before_any_download(
+        fp, run_cli, small, tmp_path, monkeypatch):
+    """`install --yes` with the machine's recorded fingerprint and the local model server: exit 0 with every
+    planned file in ComfyUI's folders, or exit 3 with the plan's plain sentence and not one byte downloaded."""
+    from h3kit.models import ensure
+
+    monkeypatch.setattr(ensure, "install_loader_pack", lambda ctx, pack, d, config=None: {"name": pack["name"]})
+    comfy = comfy_tree.make_comfyui(tmp_path / "ComfyUI")
+    theirs = {p for p in (comfy / "models").rglob("*") if p.is_file()}  # the user's own files in the tree
+    code, doc, err = _json(run_cli, "install", "--comfyui", str(comfy), "--fingerprint", str(fp), "--yes",
+                           "--skip-calibrate")
+    plan = _plan(fp)
+    weights = [p for p in (comfy / "models").rglob("*") if p.is_file() and p not in theirs]
+    if plan["fits"] and plan["blocked"] is None:
+        assert code == 0, err
+        got = {p.name for p in weights}
+        assert {f.name for f in model_files.files_for_plan(plan)} <= got
+    else:
+        assert code == 3, err
+        assert plan["blocked"] in doc["error"] and weights == []
+        assert "no weights are downloaded" in " ".join(doc["details"]["notes"])
+
+
+def test_install_yes_stops_before_any_download_when_the_plan_holds_a_file_not_known_to_load(
+        run_cli, small, tmp_path, monkeypatch, h3kit_home):
+    """preset: fast names the Turbo LoRA, which nobody reported loading in ComfyUI: the plan says so, and install
+    decides from the plan before the models step -- not one file is fetched, not even the ones that load."""
+    from h3kit.models import ensure
+
+    monkeypatch.setattr(ensure, "install_loader_pack", lambda ctx, pack, d, config=None: {"name": pack["name"]})
+    cfg = h3kit_home / "config.yaml"
+    cfg.write_text(cfg.read_text() + "overrides:\n  preset: fast\n")
+    comfy = comfy_tree.make_comfyui(tmp_path / "ComfyUI")
+    theirs = {p for p in (comfy / "models").rglob("*") if p.is_file()}
+    code, doc, err = _json(run_cli, "install", "--comfyui", str(comfy), "--fingerprint", str(FP_4090), "--yes",
+                           "--skip-calibrate")
+    assert code == 3, err
+    assert "minimax_h3_turbo_v4_step600_ema.safetensors" in doc["error"] and "no model file was downloaded" in doc["error"]
+    assert "--allow-unverified" in doc["fix"]
+    assert [p for p in (comfy / "models").rglob("*") if p.is_file() and p not in theirs] == []
+    code, doc, err = _json(run_cli, "install", "--comfyui", str(comfy), "--fingerprint", str(FP_4090), "--yes",
+                           "--skip-calibrate", "--allow-unverified")
+    assert code == 0, err
+    assert (comfy / "models" / "loras" / "minimax_h3_turbo_v4_step600_ema.safetensors").is_file()
+
+
+def test_models_plan_and_doctor_name_h3kits_gguf_loader(run_cli, tmp_path):
+    fp = FPS / "nvidia-rtx4060-8gb-16gb.json"
+    code, doc, err = _json(run_cli, "models", "plan", "--fingerprint", str(fp))
+    assert code == 0, err
+    (dit,) = [f for f in doc["files"] if f["name"].endswith(".gguf")]
+    assert dit["loader"]["node"] == "H3kitUnetLoaderGGUF" and dit["loader"]["pack"]["name"] == "ComfyUI-GGUF"
+    assert dit["comfyui_loads"] == "with_h3kit_loader"
+    assert any(w.startswith(f"{dit['name']} loads through h3kit's node H3kitUnetLoaderGGUF") for w in doc["warnings"])
+    from h3kit.models import ensure
+
+    comfy = tmp_path / "ComfyUI"
+    (comfy / "models").mkdir(parents=True)
+    found = {f["check"]: f for f in ensure.doctor_findings(_plan(fp), comfy)}
+    row = found[f"loads in ComfyUI: {dit['name']}"]
+    assert row["status"] == "ok" and "H3kitUnetLoaderGGUF" in row["message"] and row["fix"] is None
+    assert found["loader pack ComfyUI-GGUF"]["status"] == "fail"  # h3kit's node reuses the pack's ops

@@ -112,7 +112,11 @@ def test_auto_takes_the_best_preset_that_meets_target_minutes(tmp_path):
 def test_a_target_nothing_meets_opens_at_the_cheapest_option_and_says_so(tmp_path):
     plan = _plan(text="overrides:\n  target_minutes: 0.01\n", tmp_path=tmp_path)
     s = plan["settings"]
-    assert s["preset"] == "fast" and tuple(s["canvas"]) == CAT.canvas_ladder[-1] and s["frames"] == 22
+    # the fastest preset a plan picks by itself: fast's Turbo LoRA is not known to load in ComfyUI
+    assert s["preset"] == "balanced" and s["lora"] is None
+    assert tuple(s["canvas"]) == CAT.canvas_ladder[-1] and s["frames"] == 22
+    assert any(r.startswith("Preset fast is not chosen by itself: its LoRA") and "set preset: fast" in r
+               for r in plan["rationale"])
     assert not plan["estimates"]["time"]["meets_target"]
     assert any("more than target_minutes 0.01" in w for w in plan["warnings"])
 
@@ -122,7 +126,8 @@ def test_hours_per_clip_on_a_slow_cpu_is_a_plain_warning():
     fp["cpu"].update(physical_cores=1, logical_cores=1, flags=[])
     plan = make_plan(fp, CAT, PROFILES)
     (warning,) = [w for w in plan["warnings"] if w.startswith("One clip at ")]
-    assert "512x288, 22 frames takes about" in warning and " h " in warning and "on this cpu" in warning
+    assert "512x288, 22 frames takes about" in warning and "on this cpu" in warning
+    assert " h " in warning or " days " in warning
     assert plan["estimates"]["minutes_per_clip"] > 180
 
 

@@ -37,6 +37,8 @@ LOADER_FILES = {
     "UnetLoaderGGUF": ("unet_name", "diffusion_models"),
     "CLIPLoader": ("clip_name", "text_encoders"),
     "CLIPLoaderGGUF": ("clip_name", "text_encoders"),
+    "H3kitUnetLoaderGGUF": ("unet_name", "diffusion_models"),  # h3kit's own GGUF loaders (nodes/h3kit_gguf_node.py)
+    "H3kitCLIPLoaderGGUF": ("clip_name", "text_encoders"),
     "VAELoader": ("vae_name", "vae"),
 }
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from h3kit.cli.context import Context, Outcome
 from h3kit.core.units import gb, human_seconds
 from h3kit.data import config as config_mod
@@ -14,6 +17,23 @@ HELP = "choose a profile and settings for this machine, with estimates and reaso
 def add_arguments(p) -> None:
     p.add_argument("--fingerprint", metavar="FILE", help="plan for a saved fingerprint JSON instead of this machine")
     p.add_argument("--profile", metavar="NAME", help="use this profile instead of the configured one")
+    p.add_argument("--format-probe", metavar="FILE", help="plan with a saved h3kit.format_probe/1 document (which "
+                   "weight formats ran on this machine's device); its measurements beat the catalog's reports")
+
+
+def format_probe(path: str | None):
+    """The probe document FILE, typed (h3kit.data.format_evidence), or None without one; BadInput when unreadable."""
+    if not path:
+        return None
+    from h3kit.core.errors import BadInput
+    from h3kit.data import format_evidence
+
+    try:
+        return format_evidence.parse(json.loads(Path(path).read_text(encoding="utf-8")), Path(path))
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"The format probe {path} cannot be read ({exc}).",
+                       "Pass a file written by h3kit's format probe (schema h3kit.format_probe/1), or leave "
+                       "--format-probe out.") from exc
 
 
 def machine_fingerprint(path: str | None) -> dict:
@@ -63,8 +83,8 @@ def render(plan: dict) -> str:
         f"peaks     GPU {gb(e['peak_gpu_bytes'])} of {gb(b['gpu_bytes'])}, RAM {gb(e['peak_ram_bytes'])} of "
         f"{gb(b['ram_bytes'])}, disk {gb(e['disk_bytes'])} of {gb(b['disk_bytes'])}",
         f"ComfyUI   {' '.join(s['comfyui_args']) or '(no flags)'}  env {s['env'] or '{}'}",
-        "why:",
-    ] + [f"  - {r}" for r in plan["rationale"]]
+    ] + ([f"NOT READY {plan['blocked']}"] if plan.get("blocked") else []) + ["why:"] + \
+        [f"  - {r}" for r in plan["rationale"]]
     return "\n".join(lines)
 
 
@@ -75,5 +95,6 @@ def run(args, ctx: Context) -> Outcome:
     cat = catalog_mod.load()
     cfg = config_mod.load(ctx.locations, catalog=cat)
     fp = machine_fingerprint(args.fingerprint)
-    plan = make_plan(fp, cat, catalog_mod.load_profiles(cat), profile=args.profile, config=cfg)
+    plan = make_plan(fp, cat, catalog_mod.load_profiles(cat), profile=args.profile, config=cfg,
+                     evidence=format_probe(getattr(args, "format_probe", None)))
     return Outcome(plan, render(plan), 0, plan["warnings"])

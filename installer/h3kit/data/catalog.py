@@ -19,7 +19,7 @@ from typing import Any
 from h3kit.core.errors import BadInput
 from h3kit.core.paths import asset_dir
 from h3kit.core.units import gb
-from h3kit.data import figures, speed
+from h3kit.data import figures, format_support, speed
 from h3kit.data import throughput as throughput_mod
 from h3kit.data import settings as validate_settings
 from h3kit.data.figures import ComfyMemory, MemoryModel
@@ -29,7 +29,7 @@ CATALOG_SCHEMA = "h3kit.catalog/1"
 PROFILE_SCHEMA = "h3kit.profile/1"
 BACKENDS = ("cuda", "rocm", "xpu", "mps", "directml", "cpu")
 # How sure it is that ComfyUI loads a file (file.comfyui_loads), and the planner's preference tier for it.
-LOAD_TIERS = {"stock": 0, "with_loader_pack": 0, "unknown": 1, "reported_broken": 2}
+LOAD_TIERS = {"stock": 0, "with_loader_pack": 0, "with_h3kit_loader": 0, "unknown": 1, "reported_broken": 2}
 REQUIREMENT_KEYS = ("backends", "not_backends", "min_compute_capability", "min_cuda_driver", "compute_capability_major",
                     "loader_pack")
 
@@ -48,7 +48,7 @@ class Weight:
 
     @property
     def comfyui_loads(self) -> str:
-        """stock | with_loader_pack | unknown | reported_broken: does ComfyUI load this file (file.comfyui_loads)."""
+        """stock | with_loader_pack | with_h3kit_loader | unknown | reported_broken (file.comfyui_loads)."""
         return self.file.get("comfyui_loads") or "unknown"
 
     @property
@@ -81,13 +81,7 @@ class Machine:
         return cls(gpu["backend"], _version(gpu.get("compute_capability")), _version(gpu.get("cuda_driver_version")))
 
 
-def _version(text: Any) -> tuple | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        return tuple(int(p) for p in text.split(".")[:2])
-    except ValueError:
-        return None
+_version = format_support.version
 
 
 def tokens_for(rule: dict, width: int, height: int, frames: int) -> int:
@@ -153,29 +147,19 @@ class Catalog:
                 return w
         return None
 
-    def runnable(self, fmt: str, machine: Machine) -> tuple[bool, str]:
-        """Can `machine` run weights in `fmt`? (answer, the reason in words)."""
-        req = self.formats[fmt].get("requires") or {}
-        if "backends" in req and machine.backend not in req["backends"]:
-            return False, f"{fmt} needs a {'/'.join(req['backends'])} GPU, this machine runs {machine.backend}"
-        if machine.backend in req.get("not_backends", []):
-            return False, f"{fmt} is not planned on {machine.backend} ({self.formats[fmt].get('note', 'known to fail there')})"
-        if "min_compute_capability" in req:
-            need = _version(str(req["min_compute_capability"]))
-            if machine.compute_capability is None or machine.compute_capability < need:
-                have = ".".join(map(str, machine.compute_capability)) if machine.compute_capability else "unknown"
-                return False, f"{fmt} needs compute capability >= {req['min_compute_capability']} (this GPU: {have})"
-        majors = req.get("compute_capability_major")
-        if majors and (machine.compute_capability is None or machine.compute_capability[0] not in majors):
-            listed = " or ".join(f"{m}.x" for m in majors)
-            return False, f"{fmt} runs only on GPUs with compute capability {listed} ({self.formats[fmt].get('note', '')})"
-        if "min_cuda_driver" in req:
-            need = _version(str(req["min_cuda_driver"]))
-            if machine.cuda_driver is None or machine.cuda_driver < need:
-                have = ".".join(map(str, machine.cuda_driver)) if machine.cuda_driver else "unknown"
-                return False, (f"{fmt} needs a PyTorch cu130 build, which needs a driver reporting CUDA >= "
-                               f"{req['min_cuda_driver']} (this driver: {have})")
-        return True, ""
+    def evidence(self, fmt: str, machine: Machine, part: str = "dit", probe=None) -> format_support.Evidence:
+        """Does `fmt` run for `part` on `machine`: measured by `probe` (a FormatProbe) > reported here > unknown."""
+        return format_support.evidence(self.formats, self.data, fmt, part, machine.backend, probe)
+
+    def runnable(self, fmt: str, machine: Machine, part: str = "dit", probe=None) -> tuple[bool, str]:
+        """Can `machine` run weights in `fmt` for `part`? (answer, the reason in words). A format measured or
+        reported to fail there never runs; one the probe measured running runs; else the `requires` rules decide."""
+        ev = self.evidence(fmt, machine, part, probe)
+        if ev.status == "fails":
+            return False, ev.phrase()
+        if ev.kind == "measured":
+            return True, ""
+        return format_support.requirements(fmt, self.formats[fmt], machine)
 
 
 def _weights(doc: YamlDoc, problems: Problems, key: str, part: str, formats: dict) -> list[Weight]:
@@ -225,13 +209,16 @@ def _check_loads(doc: YamlDoc, problems: Problems, kp: tuple, f: dict) -> None:
     pack = f.get("loader_pack")
     if loads == "stock" and pack:
         problems.add(where, f"is 'stock' (ComfyUI's own loader) but loader_pack is {pack!r}; use with_loader_pack")
-    if loads == "with_loader_pack" and pack not in packs:
-        problems.add(where, f"is 'with_loader_pack' but loader_pack is {pack!r}; allowed: one of loader_packs "
+    if loads in ("with_loader_pack", "with_h3kit_loader") and pack not in packs:
+        problems.add(where, f"is {loads!r} but loader_pack is {pack!r}; allowed: one of loader_packs "
                             f"({', '.join(packs) or 'none listed'})")
-    if loads in ("with_loader_pack", "reported_broken") and not isinstance(f.get("comfyui_loads_source"), str):
+    if loads == "with_h3kit_loader" and not str(f.get("loader", "")).startswith("H3kit"):
+        problems.add(where, f"is 'with_h3kit_loader' but loader is {f.get('loader')!r}; name h3kit's node (H3kit...)")
+    if loads in ("with_loader_pack", "with_h3kit_loader", "reported_broken") and not isinstance(f.get("comfyui_loads_source"), str):
         problems.add(where, f"is {loads!r} but comfyui_loads_source is missing; name where it was reported (a URL)")
-    if loads == "reported_broken" and not isinstance(f.get("comfyui_compat"), str):
-        problems.add(where, "is 'reported_broken' but comfyui_compat is missing; say how loading fails")
+    if loads in ("reported_broken", "with_h3kit_loader") and not isinstance(f.get("comfyui_compat"), str):
+        problems.add(where, f"is {loads!r} but comfyui_compat is missing; say how loading fails"
+                            + (" with the stock node" if loads == "with_h3kit_loader" else ""))
     if loads == "unknown" and not (isinstance(f.get("comfyui_compat"), str) or isinstance(f.get("unverified"), str)):
         problems.add(where, "is 'unknown' but neither comfyui_compat nor unverified says why")
 
@@ -270,6 +257,7 @@ def check_catalog(doc: YamlDoc) -> Catalog:
     if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks <= 0:
         problems.add(("architecture", "blocks"), f"is {blocks!r}; allowed: a whole number > 0")
     figures.check(data, problems)
+    format_support.check(data, problems)
     dit = _weights(doc, problems, "dit", "dit", formats)
     te = _weights(doc, problems, "text_encoder", "text_encoder", formats)
     vae = _weights(doc, problems, "vae", "vae", formats)

@@ -39,7 +39,10 @@ def doctor_findings(plan: dict, comfyui_dir) -> list[dict]:
             else:
                 out.append(_finding(check, "warn", f"{st['state']} ({human_bytes(f.exact_bytes or f.bytes)})",
                                     "h3kit models fetch"))
-            if f.comfyui_compat:
+            if f.comfyui_compat and f.comfyui_loads == "with_h3kit_loader":
+                out.append(_finding(f"loads in ComfyUI: {f.name}", "ok", f"through h3kit's node {f.loader} "
+                                    f"(the stock node fails: {f.comfyui_compat})", None))
+            elif f.comfyui_compat:
                 out.append(_finding(f"loads in ComfyUI: {f.name}", "warn", f.comfyui_compat,
                                     "Prefer another format ('h3kit profile list'), or use a loader pack that supports it."))
         for pack in loader_packs(files, comfyui_dir):
@@ -58,7 +61,8 @@ def _finding(check: str, status: str, message: str, fix: str | None) -> dict:
     return {"check": check, "status": status, "message": message, "fix": fix}
 
 
-TRUSTED = ("stock", "with_loader_pack")  # file.comfyui_loads values that are reported to load in ComfyUI
+# file.comfyui_loads values that are reported to load in ComfyUI (h3kit's own loader nodes: shown by a test)
+TRUSTED = ("stock", "with_loader_pack", "with_h3kit_loader")
 
 
 def distrusted(plan: dict, files) -> dict[str, str]:

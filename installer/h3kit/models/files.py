@@ -39,6 +39,7 @@ class ModelFile:
     loader_pack: dict | None  # {name, git, folder, requirements, nodes} or None
     comfyui_compat: str | None = None
     unverified: str | None = None
+    comfyui_loads: str = "unknown"  # the catalog's file.comfyui_loads
 
     def dest(self, comfyui_dir: Path) -> Path:
         return Path(comfyui_dir) / "models" / self.folder / self.name
@@ -61,7 +62,8 @@ class ModelFile:
         return {"id": self.weight_id, "part": self.part, "name": self.name, "bytes": self.bytes,
                 "exact_bytes": self.exact_bytes, "folder": self.folder, "urls": list(self.urls),
                 "sha256": self.sha256, "loader": {"node": self.loader, "pack": pack},
-                "comfyui_compat": self.comfyui_compat, "unverified": self.unverified}
+                "comfyui_compat": self.comfyui_compat, "unverified": self.unverified,
+                "comfyui_loads": self.comfyui_loads}
 
 
 # -- from plan to files ----------------------------------------------------------
@@ -95,7 +97,8 @@ def files_for_plan(plan: dict, catalog=None) -> list[ModelFile]:
         pack = dict(packs.get(pack_name) or {}, name=pack_name) if pack_name else None
         out.append(ModelFile(w.id, w.part, f.get("name") or f"{w.id}.safetensors", w.bytes, f.get("bytes"),
                              f.get("folder", ""), list(f.get("urls") or []), f.get("sha256"),
-                             f.get("loader", ""), pack, f.get("comfyui_compat"), f.get("unverified")))
+                             f.get("loader", ""), pack, f.get("comfyui_compat"), f.get("unverified"),
+                             w.comfyui_loads))
     return out
 
 
@@ -125,7 +128,9 @@ def plan_doc(plan: dict, *, comfyui_dir: Path | None = None, catalog=None) -> di
             warnings.append(f"{', '.join(pack['needed_by'])} {verb} the custom node pack {pack['name']} "
                             f"({pack['git']}), not installed in {where}: 'h3kit models fetch --with-loaders' installs it.")
     for f in files:
-        if f.comfyui_compat:
+        if f.comfyui_compat and f.comfyui_loads == "with_h3kit_loader":
+            warnings.append(f"{f.name} loads through h3kit's node {f.loader}, not the stock one ({f.comfyui_compat}).")
+        elif f.comfyui_compat:
             warnings.append(f"{f.name}: {f.comfyui_compat}.")
         if f.unverified:
             warnings.append(f"{f.name}: {f.unverified}.")

@@ -15,7 +15,11 @@ profile name): it reads no file, so a caller loads the catalog once
 - `search`: per profile, the files and canvas that fit, best first, with their
   workflow defaults and time (`defaults`, `timing`);
 - `streaming`: whether h3kit's own loader streams the DiT, and why;
-- `rationale`: one sentence per decision, and the warnings.
+- `rationale`: one sentence per decision, and the warnings;
+- `loads`: which evidence says each chosen format runs here (the format probe
+  passed as `evidence` > the catalog's runs_on > unknown), the `blocked`
+  sentence when nothing that loads fits (what would make it work), and the
+  setup users reported working on this class of machine.
 
 Among profiles, the best plan wins (search.Candidate.rank). `fits` and the
 peaks describe the run the plan sets up: the streamed one when
@@ -33,6 +37,7 @@ from typing import Mapping
 from h3kit.core.errors import BadInput
 from h3kit.data import catalog as catalog_mod
 from h3kit.data.catalog import Catalog, Machine, Profile
+from h3kit.plan.loads import blocked_sentence, evidence_doc, evidence_rationale, reported_setup_rationale
 from h3kit.plan.rationale import rationale_for, warnings_for
 from h3kit.plan.search import Candidate, plan_profile
 
@@ -63,15 +68,15 @@ def make_plan(fingerprint: dict, catalog: Catalog, profiles: Mapping[str, Profil
     """An h3kit.plan/1 for `fingerprint`. `profile` (a name) beats config.profile; 'auto'/None lets matching decide.
 
     `catalog` and `profiles` are h3kit.data.catalog.load() and load_profiles(catalog); `config` is a
-    h3kit.data.config.Config or None (no config file); `evidence` is this machine's format probe
-    (h3kit.data.format_evidence.FormatProbe) or None; the planner's evidence order reads it."""
+    h3kit.data.config.Config or None (no config file); `evidence` the format probe measured on this machine
+    (h3kit.data.format_evidence.FormatProbe, read by the caller) or None: it beats the catalog's reports."""
     machine = Machine.from_fingerprint(fingerprint)
     wanted = profile or (config.profile if config is not None else "auto")
     if wanted != "auto" and wanted not in profiles:
         raise BadInput(f"There is no profile named {wanted!r}.",
                        f"Choose one of: auto, {', '.join(profiles)} (see 'h3kit profile list').")
     candidates, why_profile, notes = _candidates(fingerprint, machine, profiles, wanted, bool(profile))
-    plans = [plan_profile(catalog, fingerprint, machine, p, config) for p in candidates]
+    plans = [plan_profile(catalog, fingerprint, machine, p, config, evidence) for p in candidates]
     best = max(plans, key=Candidate.rank)
     if not why_profile:
         others = [p.profile.name for p in plans if p is not best]
@@ -111,9 +116,11 @@ def make_plan(fingerprint: dict, catalog: Catalog, profiles: Mapping[str, Profil
         "schema": SCHEMA,
         "model": catalog.model_id,
         "profile": best.profile.name,
-        "fits": e.fits,
+        "fits": best.fits,
         "settings": settings,
         "comfyui_loads": {w.part: w.comfyui_loads for w in (ch.dit, ch.te, ch.vae, ch.audio_vae)},
+        "evidence": evidence_doc(catalog, best),
+        "blocked": blocked_sentence(catalog, best, lora),
         "settings_source": {k: best.source.get(k, "planner") for k in settings},
         "budget": {"gpu_bytes": b.gpu_bytes, "ram_bytes": b.ram_bytes, "disk_bytes": b.disk_bytes,
                    "unified_memory": b.unified},
@@ -125,6 +132,7 @@ def make_plan(fingerprint: dict, catalog: Catalog, profiles: Mapping[str, Profil
         "candidates": [{"profile": p.profile.name, "fits": p.est.fits, "quantization": p.choice.dit.format,
                         "max_canvas": list(p.choice.canvas), "max_frames": p.choice.frames,
                         "streamed": p.est.streamed} for p in plans],
-        "rationale": rationale_for(catalog, best, why_profile) + defaults_why + stream_why,
+        "rationale": (rationale_for(catalog, best, why_profile) + defaults_why + stream_why
+                      + evidence_rationale(catalog, best) + reported_setup_rationale(catalog, best)),
         "warnings": notes + warnings_for(catalog, best, config) + defaults_warnings,
     }

@@ -62,6 +62,16 @@ def _options(cat: Catalog, settings: dict, max_canvas: tuple, max_frames: int, p
     return [(c, f) for c in canvases for f in frames]
 
 
+def _doubtful_loras(cat: Catalog, presets: dict) -> dict:
+    """preset name -> why its LoRA is not known to load in ComfyUI (a plan picks only files that load)."""
+    out = {}
+    for name, p in presets.items():
+        w = cat.weight(p.lora) if p.lora else None
+        if w is not None and (w.load_tier or w.file.get("unverified")):
+            out[name] = f"its LoRA {w.file.get('name') or w.id} is not known to load in ComfyUI ({w.load_report})"
+    return out
+
+
 def workflow_defaults(cat: Catalog, settings: dict, source: dict, max_canvas: tuple, max_frames: int,
                       timing: dict, *, pass_overhead: float = 0.0) -> tuple[dict, dict, list[str], list[str]]:
     """({canvas, frames, steps, cfg, preset, lora, lora_strength, target_minutes}, the time estimate,
@@ -72,7 +82,9 @@ def workflow_defaults(cat: Catalog, settings: dict, source: dict, max_canvas: tu
     target = float(settings.get("target_minutes") or TARGET_MINUTES)
     presets = _presets(cat)
     wanted = settings.get("preset", "auto")
-    order = [wanted] if wanted in presets else [p for p in PRESET_ORDER if p in presets]
+    doubtful = {} if wanted in presets else _doubtful_loras(cat, presets)
+    order = [wanted] if wanted in presets else \
+        ([p for p in PRESET_ORDER if p in presets and p not in doubtful] or [p for p in PRESET_ORDER if p in presets])
     cap = int(sampling.get("frames", 124))
 
     def run(p: Preset, canvas, frames) -> dict:
@@ -114,6 +126,8 @@ def workflow_defaults(cat: Catalog, settings: dict, source: dict, max_canvas: tu
     p, canvas, frames, est = chosen
     why, warnings = [], []
     took = f"{duration(est['seconds_per_clip'])} per clip ({duration(est['seconds_per_step'])} per step)"
+    why += [f"Preset {name} is not chosen by itself: {reason}; set preset: {name} to use it anyway."
+            for name, reason in doubtful.items() if name not in order]
     if wanted in presets:
         why.append(f"Preset {p.name} ({p.why}), as {_when(source, 'preset')} says.")
     elif met:

@@ -49,7 +49,7 @@ def _why_not_loadable(cat: Catalog, c: Candidate, part: str, w: Weight) -> str:
     for alt in sorted(_pool(cat, part), key=lambda a: a.bytes):
         if alt.load_tier >= w.load_tier:
             continue
-        ok, why = cat.runnable(alt.format, c.machine)
+        ok, why = cat.runnable(alt.format, c.machine, alt.part, c.probe)
         if part == "dit" and alt.format not in formats:
             if alt.format not in not_allowed:
                 not_allowed.append(alt.format)
@@ -79,7 +79,12 @@ def _loads_rationale(cat: Catalog, c: Candidate) -> list[str]:
     for part, label, w, key in _chosen_files(c):
         name = w.file.get("name") or w.id
         what = f"{label} {w.variant + ' ' if w.variant else ''}{w.format} ({name})"
-        if w.comfyui_loads == "with_loader_pack":
+        if w.comfyui_loads == "with_h3kit_loader":
+            pack = w.file.get("loader_pack")
+            out.append(f"{what} loads through h3kit's own node {w.file.get('loader')} (it reuses {pack}'s "
+                       f"dequantizing ops; the stock node fails: {w.file.get('comfyui_compat')}); shown by "
+                       f"{w.file.get('comfyui_loads_source')}. 'h3kit models fetch --with-loaders' installs {pack}.")
+        elif w.comfyui_loads == "with_loader_pack":
             pack = w.file.get("loader_pack")
             out.append(f"{what} loads with the custom node pack {pack} "
                        f"({(packs.get(pack) or {}).get('git', 'see loader_packs')}), not ComfyUI's own loader; "
@@ -232,7 +237,8 @@ def warnings_for(cat: Catalog, c: Candidate, config) -> list[str]:
         if v == "auto":
             continue
         fmt = v if k == "quantization" else (cat.weight(v).format if cat.weight(v) else None)
-        ok, why = cat.runnable(fmt, c.machine) if fmt else (True, "")
+        part = cat.weight(v).part if k != "quantization" and cat.weight(v) else "dit"
+        ok, why = cat.runnable(fmt, c.machine, part, c.probe) if fmt else (True, "")
         if not ok:
             out.append(f"{k} = {v!r} ({c.source.get(k)}): {why}; kept because you set it.")
     out += _loads_warnings(c)

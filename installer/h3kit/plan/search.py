@@ -9,10 +9,12 @@ Each option gets its workflow defaults and time (streaming slows every model
 call; plan/defaults.py), and the best wins by Candidate.rank: fits, files
 that load, a clip within target_minutes, format quality, preset, canvas,
 frames, ComfyUI's own loading before streaming. Files ComfyUI is reported to
-load (its own loader, or a loader pack) are tried first; files with no report
-come next, and files reported not to load only when nothing else fits (the
-catalog's file.comfyui_loads). Nothing fits: the plan that misses by least,
-marked as not fitting.
+load (its own loader, a loader pack, or h3kit's own loader node) in a format
+known to run here (measured by the format probe, else reported in the
+catalog's runs_on) are tried first; files or formats with no report come next.
+A format that fails here is never planned, and a file reported not to load
+only when the user names it. Nothing fits: the plan that misses by least, from
+files that load, marked as not fitting.
 """
 
 from __future__ import annotations
@@ -57,23 +59,36 @@ def _ladder(cat: Catalog, settings: dict) -> tuple[list, list]:
     return canvases, frames or [settings["min_frames"]]
 
 
+def tier(cat: Catalog, machine: Machine, w: Weight, probe=None) -> tuple[int, int]:
+    """How sure the plan is that `w` loads and runs here: (its load tier from file.comfyui_loads, its format's
+    evidence tier: known to run 0, nobody reported 1); (0, 0) is sure."""
+    return w.load_tier, cat.evidence(w.format, machine, w.part, probe).tier
+
+
+# The search widens in this order: files that load in a format known to run here, then files that load in a format
+# nobody reported on here, then files nobody reported loading; files reported not to load only when the user names them.
+LEVELS = ((0, 0), (0, 1), (1, 1))
+FORCED_LEVEL = (LOAD_TIERS["reported_broken"], 2)
+
+
 def _pick(weights: list[Weight], cat: Catalog, machine: Machine, settings: dict, key: str,
-          formats: list | None = None) -> tuple[list[Weight], list[str]]:
-    """Runnable weights -- files ComfyUI loads first (quality order among them, its own loader before a
-    loader pack), then unreported ones, then ones reported broken; smaller first at equal rank -- plus
-    reasons for those left out."""
+          formats: list | None = None, probe=None) -> tuple[list[Weight], list[str]]:
+    """Runnable weights -- files that load and are known to run first (quality order among them, ComfyUI's own
+    loader before a node pack), then ones nobody reported on, then ones reported broken; smaller first at equal
+    rank -- plus reasons for those left out (a format that fails here, by the probe or a report, is never kept)."""
     if settings.get(key, "auto") != "auto":
         return [w for w in weights if w.id == settings[key]], []
     out, skipped = [], []
     for w in weights:
         if formats is not None and w.format not in formats:
             continue
-        ok, why = cat.runnable(w.format, machine)
+        ok, why = cat.runnable(w.format, machine, w.part, probe)
         if ok:
             out.append(w)
         elif why not in skipped:
             skipped.append(why)
-    return sorted(out, key=lambda w: (w.load_tier, -w.quality, w.comfyui_loads != "stock", w.bytes)), skipped
+    return sorted(out, key=lambda w: (tier(cat, machine, w, probe), -w.quality, w.comfyui_loads != "stock",
+                                      w.bytes)), skipped
 
 
 @dataclass
@@ -89,17 +104,26 @@ class Candidate:
     searched: bool  # canvas/frames chosen by search (not fixed by the user)
     machine: Machine
     held: Estimate | None = None  # with a streamed `est`: the same choice loaded by ComfyUI itself
+    probe: object = None  # the FormatProbe the plan was made with (data/format_evidence.py), or None
     timing: dict = field(default_factory=dict)
     defaults: dict = field(default_factory=dict)  # workflow_defaults: (defaults, time, rationale, warnings)
     time: dict = field(default_factory=dict)
     defaults_why: list = field(default_factory=list)
     defaults_warnings: list = field(default_factory=list)
+    evidence_tiers: dict = field(default_factory=dict)  # weight id -> its format's evidence tier here
+    unloadable: list = field(default_factory=list)  # parts with no file that loads and runs here (then it cannot fit)
+
+    @property
+    def fits(self) -> bool:
+        """The run fits in memory and every part has a file that loads and runs here."""
+        return self.est.fits and not self.unloadable
 
     @property
     def loads(self) -> tuple:
         """The chosen files' load tiers, worst first: a smaller tuple is a plan more sure to load in ComfyUI."""
         ch = self.choice
-        return tuple(sorted((w.load_tier for w in (ch.dit, ch.te, ch.vae, ch.audio_vae)), reverse=True))
+        return tuple(sorted(((w.load_tier, self.evidence_tiers.get(w.id, 0))
+                             for w in (ch.dit, ch.te, ch.vae, ch.audio_vae)), reverse=True))
 
     def rank(self) -> tuple:
         """Fits, files that load, a clip within target_minutes, format quality, preset, the workflows' canvas and
@@ -107,7 +131,7 @@ class Candidate:
         ch, d = self.choice, self.defaults
         preset = PRESET_ORDER.index(d["preset"]) if d.get("preset") in PRESET_ORDER else len(PRESET_ORDER)
         canvas = d.get("canvas") or ch.canvas
-        return (self.est.fits, tuple(-t for t in self.loads), bool(self.time.get("meets_target")), ch.dit.quality,
+        return (self.fits, tuple((-a, -b) for a, b in self.loads), bool(self.time.get("meets_target")), ch.dit.quality,
                 -preset, canvas[0] * canvas[1], d.get("frames") or 0, not self.est.streamed,
                 ch.canvas[0] * ch.canvas[1], ch.frames, -ch.dit.bytes)
 
@@ -134,8 +158,9 @@ def _shortfall(est: Estimate) -> int:
     return sum(need - have for _, need, have, _ in est.short)
 
 
-def plan_profile(cat: Catalog, fp: dict, machine: Machine, profile: Profile, config) -> Candidate:
-    """The best plan `profile` gives this machine under `config` (see the module docstring for the order)."""
+def plan_profile(cat: Catalog, fp: dict, machine: Machine, profile: Profile, config, probe=None) -> Candidate:
+    """The best plan `profile` gives this machine under `config` and the format probe's `probe` (see the module
+    docstring for the order)."""
     settings, source, written = merge_settings(profile, config)
     budget = make_budget(cat, fp, settings, getattr(config, "comfyui_path", None),
                          cpu=profile.match.get("backend") == ["cpu"])
@@ -146,11 +171,11 @@ def plan_profile(cat: Catalog, fp: dict, machine: Machine, profile: Profile, con
     formats = settings["formats"]
     if settings.get("quantization", "auto") != "auto":
         formats = [settings["quantization"]]
-    dits, skipped = _pick(cat.dit, cat, machine, settings, "dit_weights", formats)
+    dits, skipped = _pick(cat.dit, cat, machine, settings, "dit_weights", formats, probe)
     if not dits:  # the user forced something this machine cannot run: keep it, warn later
         dits = [w for w in cat.dit if w.format in formats or w.id == settings.get("dit_weights")]
-    tes, _ = _pick(cat.text_encoder, cat, machine, settings, "text_encoder_weights")
-    vaes, _ = _pick(cat.vae, cat, machine, settings, "vae_weights")
+    tes, _ = _pick(cat.text_encoder, cat, machine, settings, "text_encoder_weights", probe=probe)
+    vaes, _ = _pick(cat.vae, cat, machine, settings, "vae_weights", probe=probe)
     tes = tes or sorted(cat.text_encoder, key=lambda w: w.bytes)
     vaes = vaes or sorted(cat.vae, key=lambda w: w.bytes)
     audio = cat.audio_vae[0]
@@ -206,16 +231,33 @@ def plan_profile(cat: Catalog, fp: dict, machine: Machine, profile: Profile, con
                 break
         return found
 
+    tiers = {w.id: tier(cat, machine, w, probe) for w in dits + tes + vaes + [audio]}
+    evidence_tiers = {w.id: cat.evidence(w.format, machine, w.part, probe).tier for w in dits + tes + vaes + [audio]}
+
     def candidate(ch, est, held, searched=True) -> Candidate:
         return _finish(Candidate(profile, settings, source, written, budget, ch, est, skipped,
-                                 searched and not (fixed_canvas and fixed_frames), machine, held), cat, fp)
+                                 searched and not (fixed_canvas and fixed_frames), machine, held, probe,
+                                 evidence_tiers=evidence_tiers), cat, fp)
 
-    # Files ComfyUI loads first; widen to unreported, then to reported-broken files only when nothing fits.
-    for level in sorted(set(LOAD_TIERS.values())):
-        allowed = [[w for w in ws if w.load_tier <= level] for ws in (dits, tes, vaes)]
+    # Files that load and run first; widen to unreported ones. A file reported not to load is planned only
+    # when the user named it (dit_weights / quantization / *_weights): a plan never picks one by itself.
+    forced = any(settings.get(k, "auto") != "auto" for k in ("quantization", "dit_weights", "text_encoder_weights",
+                                                              "vae_weights"))
+    levels = LEVELS + ((FORCED_LEVEL,) if forced else ())
+    top = levels[-1]
+
+    def within(w, level) -> bool:
+        return tiers[w.id][0] <= level[0] and tiers[w.id][1] <= level[1]
+
+    for level in levels:
+        allowed = [[w for w in ws if within(w, level)] for ws in (dits, tes, vaes)]
         if all(allowed) and (found := search(*allowed)):
             return max((candidate(*f) for f in found), key=Candidate.rank)
-    # Nothing fits: the plan that misses by least (the cheapest DiT held, or a streamable one streamed), honestly marked.
+    # Nothing fits: the plan that misses by least (the cheapest DiT held, or a streamable one streamed), honestly
+    # marked, from files that load (the plan then says what would make it work).
+    unloadable = [label for label, ws in (("DiT", dits), ("text encoder", tes), ("video VAE", vaes))
+                  if not any(within(w, top) for w in ws)]
+    dits, tes, vaes = ([w for w in ws if within(w, top)] or ws for ws in (dits, tes, vaes))
     te, vae = min(tes, key=lambda w: w.bytes), min(vaes, key=lambda w: w.bytes)
     tries = []
     for dit in sorted(dits, key=lambda w: w.bytes)[:1] + [w for w in dits if streaming.may_stream(pol, w)]:
@@ -226,4 +268,6 @@ def plan_profile(cat: Catalog, fp: dict, machine: Machine, profile: Profile, con
         else:
             tries.append(candidate(ch, held, None, False))
     tries.sort(key=Candidate.rank, reverse=True)  # at equal shortfall, the better plan
-    return min(tries, key=lambda c: _shortfall(c.est))
+    best = min(tries, key=lambda c: _shortfall(c.est))
+    best.unloadable = unloadable
+    return best

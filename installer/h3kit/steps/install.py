@@ -128,11 +128,15 @@ def _into(args, ctx: Context, config, fingerprint, plan, settings: dict, profile
     if plan is not None and not plan.get("fits", True):
         # Installed and verified, but the contract's "machine below the floor":
         # exit 3 with what is short, after everything that helps the user ran.
-        short = "; ".join(plan.get("warnings", [])[:2]) or "the plan does not fit"
+        short = plan.get("blocked") or "; ".join(plan.get("warnings", [])[:2]) or "the plan does not fit"
         raise NotReady(f"h3kit is installed in {install.node_dir}, but this machine is below what the model needs "
-                       f"even at the smallest settings: {short}.",
+                       f"even at the smallest settings. {short}",
                        "Read 'h3kit plan' for the shortfall; add RAM or use a GPU with more memory, or override "
                        "settings in config.yaml at your own risk and run 'h3kit apply'.", details=doc)
+    if (refused := _refused(args, ctx, plan)):
+        raise NotReady(f"h3kit is installed in {install.node_dir}; no model file was downloaded. {refused}",
+                       "Run 'h3kit plan' to see why; change config.yaml and run 'h3kit install' again, or pass "
+                       "--allow-unverified.", details=doc)
     closing = next_steps.lines(doc["launchers"][0] if doc["launchers"] else None, plan,
                                {"estimates": doc.get("calibration_estimates")}, cpu_only=not (fingerprint or {}).get("gpus"))
     doc["next_steps"] = closing
@@ -155,6 +159,16 @@ def _build(ctx: Context, notes: list[str], warnings: list[str]) -> Path | None:
         return None
 
 
+def _refused(args, ctx: Context, plan: dict | None) -> str | None:
+    """The plan's own sentence when it holds a file not known to load here and nobody can be asked about it (--yes,
+    no terminal): decided from the plan before the models step, so nothing is downloaded. --allow-unverified and
+    --no-models lift it; a plan that does not fit is refused on its own (above)."""
+    if plan is None or not plan.get("fits", True) or args.no_models or getattr(args, "allow_unverified", False):
+        return None
+    blocked = plan.get("blocked")
+    return blocked if blocked and not ctx.interactive else None
+
+
 def _lower_first(text: str) -> str:
     return text[:1].lower() + text[1:] if text.startswith("This ") else text
 
@@ -167,6 +181,10 @@ def _after_deploy(args, ctx: Context, plan: dict | None, install: comfyui.ComfyI
         return
     if not plan.get("fits", True):
         notes.append("models skipped: the plan does not fit this machine, so no weights are downloaded")
+        doc["report"] = _calibrate(args, ctx, install.path, notes, doc)
+        return
+    if _refused(args, ctx, plan):
+        notes.append("models skipped: the plan holds files not known to load here, so no weights are downloaded")
         doc["report"] = _calibrate(args, ctx, install.path, notes, doc)
         return
     try:

@@ -1,0 +1,195 @@
+"""Which weight formats run where: the catalog's per-backend reports and the format probe's measurements.
+
+Every format in the catalog says, per backend, whether ComfyUI's ops are
+reported to run it (`formats.<f>.runs_on.<backend>: {status, source}`), and
+the catalog's `placement:` rules say where ComfyUI puts a part's weights when
+that is not the machine's backend (on a Mac it keeps quantized text encoders on
+the CPU: their evidence is the CPU's). `evidence()` answers for one format and
+part in a fixed order -- measured on this device (the h3kit.format_probe/1
+document, data/format_evidence.py) > reported (the catalog) > unknown -- and
+returns which of them decided, so a plan's rationale can name it.
+
+The probe measures GGUF quantization types (q4_k, q6_k), the catalog lists
+files' mixes (q4_k_m); `formats.<f>.probe_as` names the types a mix is made of,
+and the mix counts as measured only when every one of them was measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from h3kit.data.yamlio import Problems, parse_size
+
+RUN_STATUSES = ("runs", "fails", "unknown")
+RUNS_ON_BACKENDS = ("cuda", "mps", "rocm", "xpu", "cpu")  # each format says all five; directml may be added
+# The planner prefers files known to run (0) over files with no report either way (1); `fails` is never planned.
+EVIDENCE_TIERS = {"runs": 0, "unknown": 1}
+PLACEMENT_KEYS = ("part", "backend", "formats", "evidence_from", "source")
+PARTS = ("dit", "text_encoder", "vae", "audio_vae", "lora")
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Does `format` run for one part here, and what says so."""
+
+    format: str
+    part: str
+    status: str  # runs | fails | unknown
+    kind: str  # measured | reported | unknown
+    source: str  # the probe's FormatProbe.source, or the catalog report's source
+    backend: str  # where the part's weights run (after placement)
+    detail: str = ""  # the probe's error line, when it failed there
+
+    @property
+    def tier(self) -> int:
+        return EVIDENCE_TIERS.get(self.status, len(EVIDENCE_TIERS))
+
+    def phrase(self) -> str:
+        """'runs on cuda (reported: SOURCE)', 'fails on mps (measured: SOURCE: ERROR)', 'unknown on cpu (...)'."""
+        verb = {"runs": "runs", "fails": "fails", "unknown": "is not known to run"}[self.status]
+        detail = f": {self.detail}" if self.detail else ""
+        kind = "no report either way" if self.kind == "unknown" else self.kind
+        return f"{self.format} {verb} on {self.backend} ({kind}: {self.source}{detail})"
+
+
+def placed_on(data: dict, part: str, fmt: str, backend: str) -> tuple[str, str]:
+    """(the backend whose evidence counts for `part` in `fmt`, the placement rule's source or "")."""
+    for rule in data.get("placement") or ():
+        if rule.get("part") == part and rule.get("backend") == backend and fmt in (rule.get("formats") or ()):
+            return str(rule["evidence_from"]), str(rule.get("source") or "")
+    return backend, ""
+
+
+def _measured(probe, backend: str, part: str, fmt: str, spec: dict):
+    """(runs?, error line) from the probe for `fmt` on `part`, or None when it did not measure every type of it."""
+    if probe is None or getattr(probe, "backend", None) != backend or part not in ("dit", "text_encoder"):
+        return None
+    names = list(spec.get("probe_as") or [fmt])
+    results = [probe.result(part, n) for n in names]
+    failed = [(n, r) for n, r in zip(names, results) if r is not None and r.status == "fails"]
+    if failed:
+        name, res = failed[0]
+        return False, (f"{name}: {res.error}" if name != fmt and res.error else res.error or "")
+    if all(r is not None for r in results):
+        return True, ""
+    return None
+
+
+def evidence(formats: dict, data: dict, fmt: str, part: str, backend: str, probe=None) -> Evidence:
+    """The evidence for `fmt` on `part` on a machine whose backend is `backend`: measured > reported > unknown."""
+    spec = formats.get(fmt) or {}
+    measured = _measured(probe, backend, part, fmt, spec)
+    where, placement = placed_on(data, part, fmt, backend)
+    if measured is not None:
+        runs, error = measured
+        return Evidence(fmt, part, "runs" if runs else "fails", "measured", probe.source, where, "" if runs else error)
+    report = (spec.get("runs_on") or {}).get(where) or {}
+    status = report.get("status", "unknown")
+    source = str(report.get("source") or "the catalog lists no report for this backend")
+    if placement:
+        source = f"{source}; {part.replace('_', ' ')} weights run on {where} there: {placement}"
+    return Evidence(fmt, part, status, "unknown" if status == "unknown" else "reported", source, where)
+
+
+def reported_setups(data: dict) -> list[dict]:
+    """The catalog's reported_setups, typed: gpu_memory as (min bytes | None, max bytes | None)."""
+    out = []
+    for setup in data.get("reported_setups") or ():
+        m = setup.get("machine") or {}
+        lo, hi = m.get("gpu_memory") or (None, None)
+        out.append(dict(setup, backend=m.get("backend"), gpu_memory=(parse_size(lo) if lo is not None else None,
+                                                                      parse_size(hi) if hi is not None else None)))
+    return out
+
+
+def version(text) -> tuple | None:
+    """'8.9' -> (8, 9); '13.0' -> (13, 0); anything else -> None."""
+    if not isinstance(text, str):
+        return None
+    try:
+        return tuple(int(p) for p in text.split(".")[:2])
+    except ValueError:
+        return None
+
+
+def requirements(fmt: str, spec: dict, machine) -> tuple[bool, str]:
+    """The format's `requires` rules against `machine` (a catalog.Machine): (met?, why not)."""
+    req = spec.get("requires") or {}
+    if "backends" in req and machine.backend not in req["backends"]:
+        return False, f"{fmt} needs a {'/'.join(req['backends'])} GPU, this machine runs {machine.backend}"
+    if machine.backend in req.get("not_backends", []):
+        return False, f"{fmt} is not planned on {machine.backend} ({spec.get('note', 'known to fail there')})"
+    if "min_compute_capability" in req:
+        need = version(str(req["min_compute_capability"]))
+        if machine.compute_capability is None or machine.compute_capability < need:
+            have = ".".join(map(str, machine.compute_capability)) if machine.compute_capability else "unknown"
+            return False, f"{fmt} needs compute capability >= {req['min_compute_capability']} (this GPU: {have})"
+    majors = req.get("compute_capability_major")
+    if majors and (machine.compute_capability is None or machine.compute_capability[0] not in majors):
+        listed = " or ".join(f"{m}.x" for m in majors)
+        return False, f"{fmt} runs only on GPUs with compute capability {listed} ({spec.get('note', '')})"
+    if "min_cuda_driver" in req:
+        need = version(str(req["min_cuda_driver"]))
+        if machine.cuda_driver is None or machine.cuda_driver < need:
+            have = ".".join(map(str, machine.cuda_driver)) if machine.cuda_driver else "unknown"
+            return False, (f"{fmt} needs a PyTorch cu130 build, which needs a driver reporting CUDA >= "
+                           f"{req['min_cuda_driver']} (this driver: {have})")
+    return True, ""
+
+
+def check(data: dict, problems: Problems) -> None:
+    """A problem for every runs_on / probe_as / placement entry that is not as the module docstring says."""
+    formats = data.get("formats") or {}
+    for name, spec in formats.items():
+        if not isinstance(spec, dict):
+            continue
+        kp = ("formats", name, "runs_on")
+        runs_on = spec.get("runs_on")
+        if not isinstance(runs_on, dict):
+            problems.add(kp, f"must map each backend ({', '.join(RUNS_ON_BACKENDS)}) to {{status, source}}")
+            continue
+        for backend in RUNS_ON_BACKENDS:
+            if backend not in runs_on:
+                problems.add(kp, f"is missing '{backend}'; write {{status: unknown, source: \"no report\"}} when nobody "
+                                 "has reported either way")
+        for backend, report in runs_on.items():
+            bkp = kp + (backend,)
+            if backend not in RUNS_ON_BACKENDS + ("directml",):
+                problems.add(bkp, f"is not a backend; allowed: {', '.join(RUNS_ON_BACKENDS + ('directml',))}")
+            elif not isinstance(report, dict) or report.get("status") not in RUN_STATUSES:
+                status = report.get("status") if isinstance(report, dict) else report
+                problems.add(bkp + ("status",), f"is {status!r}; allowed: {', '.join(RUN_STATUSES)}")
+            elif not isinstance(report.get("source"), str) or not report["source"].strip():
+                problems.add(bkp + ("source",), "must say where this was reported or measured (an issue, a PR, "
+                                                "or the format probe with its ComfyUI, torch, device and date)")
+        probe_as = spec.get("probe_as")
+        if probe_as is not None and not (isinstance(probe_as, list) and probe_as
+                                         and all(isinstance(p, str) for p in probe_as)):
+            problems.add(("formats", name, "probe_as"), "must be a list of the format probe's type names (q4_k, q6_k)")
+    ids = {w.get("id") for part in PARTS for w in (data.get(part) or []) if isinstance(w, dict)}
+    for i, setup in enumerate(data.get("reported_setups") or ()):
+        files = setup.get("files") if isinstance(setup, dict) else None
+        if not isinstance(files, dict) or not isinstance(setup.get("source"), str):
+            problems.add(("reported_setups", i), "must be a mapping with machine, files {part: weight id} and source")
+            continue
+        for part, wid in files.items():
+            if wid not in ids:
+                problems.add(("reported_setups", i, "files", part), f"is {wid!r}, which no weight entry has as its id")
+    for i, rule in enumerate(data.get("placement") or ()):
+        kp = ("placement", i)
+        if not isinstance(rule, dict):
+            problems.add(kp, f"must be a mapping with {', '.join(PLACEMENT_KEYS)}")
+            continue
+        for key in rule:
+            if key not in PLACEMENT_KEYS:
+                problems.add(kp + (key,), f"is not a placement key; allowed: {', '.join(PLACEMENT_KEYS)}")
+        if rule.get("part") not in PARTS:
+            problems.add(kp + ("part",), f"is {rule.get('part')!r}; allowed: {', '.join(PARTS)}")
+        for key in ("backend", "evidence_from"):
+            if rule.get(key) not in RUNS_ON_BACKENDS:
+                problems.add(kp + (key,), f"is {rule.get(key)!r}; allowed: {', '.join(RUNS_ON_BACKENDS)}")
+        fmts = rule.get("formats")
+        if not isinstance(fmts, list) or not all(f in formats for f in fmts):
+            problems.add(kp + ("formats",), "must list formats named under 'formats'")
+        if not isinstance(rule.get("source"), str):
+            problems.add(kp + ("source",), "must name where this placement is documented")

@@ -66,6 +66,12 @@ def cache_file(cache_dir: Path, comfyui: Path) -> Path:
     return Path(cache_dir) / FOLDER / f"{digest}.json"
 
 
+def cached(cache_dir: Path, comfyui: Path) -> FormatProbe | None:
+    """The probe install or doctor last measured for this ComfyUI folder, read as it is (no re-check, no run):
+    for commands that must plan as install did without starting ComfyUI's Python (models)."""
+    return read(cache_file(cache_dir, comfyui))
+
+
 def still_valid(doc: dict, *, comfyui_version: str | None, torch: str | None, devices: str | None,
                 gguf_pack: bool) -> str | None:
     """None when a cached probe document still describes this setup, else what changed (a phrase)."""

@@ -13,6 +13,7 @@ from h3kit.cli.context import Context, Outcome
 from h3kit.comfyui import deploy
 from h3kit.data import catalog
 from h3kit.steps.common import current_plan, exclusive, generated_files, load_config, locate
+from h3kit.steps.format_probe import probed_plan
 
 HELP = "re-apply the config and profile to the installed node pack and its launcher"
 
@@ -32,7 +33,9 @@ def run(args, ctx: Context) -> Outcome:
 
 
 def _apply(args, ctx: Context, config, install, notes: list[str]) -> Outcome:
-    _, plan = current_plan(ctx, config, getattr(args, "profile", None), notes)
+    fingerprint, plan = current_plan(ctx, config, getattr(args, "profile", None), notes)
+    # the plan install made used this ComfyUI's format probe; apply plans with the same evidence
+    plan = probed_plan(args, ctx, config, install, fingerprint, plan, notes)
     doc = deploy.apply(install, dict(plan["settings"]), plan["profile"], ctx.locations.state_dir,
                        ctx.locations.cache_dir, dry_run=ctx.dry_run, generated=generated_files(plan))
     doc["notes"] = notes + doc.get("notes", [])

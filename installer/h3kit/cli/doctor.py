@@ -11,6 +11,7 @@ matches the config. h3kit.models adds its findings when present.
 from __future__ import annotations
 
 from h3kit.calibrate import format_probe
+from h3kit.steps.format_probe import plan_with
 from h3kit.cli.context import Context, Outcome
 from h3kit.comfyui import doctor, h3_support
 from h3kit.comfyui import locate as comfyui
@@ -81,6 +82,7 @@ def _check(args, ctx: Context, config, fingerprint, plan, install, findings: lis
                                              info=info, fresh=getattr(args, "fresh_probe", False), findings=findings)
         if probe is not None:
             findings.append(format_probe.result_finding(probe))
+            plan = plan_with(probe, args, config, fingerprint, plan, notes)
     record = _record(ctx, install, findings)
     findings += doctor.pack_findings(install, record)
     if install.python is not None:

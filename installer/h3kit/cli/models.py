@@ -28,14 +28,17 @@ def _config(ctx: Context):
     return config_mod.load(ctx.locations)
 
 
-def _plan(args, ctx: Context, cfg) -> dict:
+def _plan(args, ctx: Context, cfg, comfy: Path | None = None) -> dict:
+    """The plan install made: this machine's, with the format probe cached for `comfy` as its evidence."""
+    from h3kit.calibrate.format_probe import cached
     from h3kit.cli.plan import machine_fingerprint
     from h3kit.data import catalog as catalog_mod
     from h3kit.plan import make_plan
 
     cat = catalog_mod.load()
+    evidence = cached(ctx.locations.cache_dir, comfy) if comfy is not None and not args.fingerprint else None
     return make_plan(machine_fingerprint(args.fingerprint), cat, catalog_mod.load_profiles(cat), profile=args.profile,
-                     config=cfg)
+                     config=cfg, evidence=evidence)
 
 
 def _comfyui_dir(args, ctx: Context, cfg, *, required: bool) -> Path | None:
@@ -84,14 +87,15 @@ def run(args, ctx: Context) -> Outcome:
         text += [f"  left alone: {k['path']} ({k['why']})" for k in doc["kept"]]
         return Outcome(doc, "\n".join(text))
 
-    plan = _plan(args, ctx, cfg)
     if action == "plan":
         comfy = _comfyui_dir(args, ctx, cfg, required=False)
+        plan = _plan(args, ctx, cfg, comfy)
         doc = models.plan_doc(plan, comfyui_dir=comfy)
         text = f"profile {doc['profile']}: {len(doc['files'])} files, {human_bytes(doc['total_bytes'])}\n" + _render_files(doc)
         return Outcome(doc, text, 0, doc["warnings"])
 
     comfy = _comfyui_dir(args, ctx, cfg, required=True)
+    plan = _plan(args, ctx, cfg, comfy)
     if action == "status":
         doc = models.status_doc(ctx, plan, comfy)
         text = (f"{comfy}: {human_bytes(doc['total_bytes'])} needed, {human_bytes(doc['missing_bytes'])} "

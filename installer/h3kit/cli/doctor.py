@@ -14,6 +14,7 @@ from h3kit.cli.context import Context, Outcome
 from h3kit.comfyui import doctor, h3_support
 from h3kit.comfyui import locate as comfyui
 from h3kit.comfyui import manifest as mf
+from h3kit.comfyui.setup.torch_source import taken_findings
 from h3kit.core.errors import EXIT_NOT_READY, EXIT_VERIFY_FAILED, H3kitError, NotReady
 from h3kit.data import catalog
 from h3kit.steps.common import (
@@ -73,6 +74,7 @@ def _check(args, ctx: Context, config, fingerprint, plan, install, findings: lis
     findings.append(h3_support.finding(h3_support.check(install, catalog.load(), comfyui.run_python), install,
                                        catalog.load()))
     record = _record(ctx, install, findings)
+    findings += taken_findings(record)
     findings += doctor.pack_findings(install, record)
     if install.python is not None:
         findings += doctor.launcher_findings(install, record, ctx.locations.cache_dir)

@@ -114,7 +114,7 @@ def ensure_models(ctx, plan: dict, comfyui_dir, *, skip: bool, with_loaders: boo
     for r in missing:
         why = doubtful.get(r["name"])
         if why and not (ctx.interactive and ctx.confirm(f"{r['name']} is {why}. Download it anyway?", default=False)):
-            held.append({"name": r["name"], "why": why})
+            held.append({"name": r["name"], "why": why, "path": r.get("path")})
     held_names = {h["name"] for h in held}
     wanted = [r for r in missing if r["name"] not in held_names]
     if held:
@@ -129,12 +129,25 @@ def ensure_models(ctx, plan: dict, comfyui_dir, *, skip: bool, with_loaders: boo
         cat_packs = {f.loader_pack["name"]: f.loader_pack for f in files if f.loader_pack}
         base["loader_packs"] = [install_loader_pack(ctx, cat_packs[p["name"]], comfyui_dir, config=config)
                                 for p in packs_needed]
+    cut_off = None
     if wanted:
-        base["fetched"] = fetch(ctx, plan, comfyui_dir, config=config, skip_names=held_names)
+        try:
+            base["fetched"] = fetch(ctx, plan, comfyui_dir, config=config, skip_names=held_names)
+        except NotReady as exc:
+            if "missing" not in exc.details:  # not "hosts unreachable": nothing more to say
+                raise
+            cut_off = exc
     if held:
-        raise NotReady(
-            "Not downloaded: " + "; ".join(f"{h['name']} ({h['why']})" for h in held) + ".",
-            "Pick files that load: a smaller canvas or another format ('h3kit profile list'; set it in config.yaml "
-            "and run 'h3kit apply'), or download them anyway with --allow-unverified.",
-            details=dict(base, held=held))
+        held_text = "Not downloaded: " + "; ".join(f"{h['name']} ({h['why']})" for h in held) + "."
+        held_fix = ("Pick files that load: a smaller canvas or another format ('h3kit profile list'; set it in "
+                    "config.yaml and run 'h3kit apply'), or download them anyway with --allow-unverified.")
+        if cut_off is not None:
+            paths = "".join(f"\n  {h['path']}" for h in held if h.get("path"))
+            raise NotReady(f"{cut_off.message} {held_text}",
+                           f"{cut_off.fix}\nthe files not downloaded would go to:{paths}\n  {held_fix}",
+                           details=dict(base, held=held, **cut_off.details))
+        raise NotReady(held_text, held_fix, details=dict(base, held=held))
+    if cut_off is not None:
+        cut_off.details = dict(base, **cut_off.details)
+        raise cut_off
     return dict(base, skipped=False, reason=None)

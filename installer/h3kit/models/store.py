@@ -100,6 +100,7 @@ def fetch(ctx, plan: dict, comfyui_dir: Path, *, from_dir: Path | None = None, d
     dl = downloader or Downloader(mirror=mirror_base(session_config(ctx, config)))
     downloaded = 0
     unreachable: list[tuple] = []
+    reported: set[str] = set()
     overall = tqdm(total=sum((f.exact_bytes or f.bytes) for f in todo), unit="B", unit_scale=True,
                    unit_divisor=1000, desc="all files", file=sys.stderr, disable=None if dl.progress is None else not dl.progress,
                    initial=sum(states[f.name]["bytes_on_disk"] for f in todo if states[f.name]["state"] == "partial"))
@@ -116,7 +117,11 @@ def fetch(ctx, plan: dict, comfyui_dir: Path, *, from_dir: Path | None = None, d
                     got = dl.fetch(want, overall)
                 except HostsUnreachable as dead:
                     # The other files may come from hosts that answer: get them, then name what is missing.
-                    ctx.progress(f"Skipping {f.name}: {', '.join(f'{h} cannot be reached ({w})' for h, w in dead.hosts.items())}.")
+                    for host, why in dead.hosts.items():
+                        if host not in reported:
+                            reported.add(host)
+                            ctx.progress(f"{host} cannot be reached ({why}); the files from it are skipped.")
+                    ctx.progress(f"Skipping {f.name} (from {', '.join(dead.hosts)}).")
                     unreachable.append((f, dead))
                     continue
             _record(man, got)

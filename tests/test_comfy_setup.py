@@ -262,14 +262,11 @@ def test_offline_new_comfyui_is_one_sentence_naming_comfyui_source(tmp_path, run
 
 
 def test_an_unreachable_comfyui_repository_is_reported_at_once_naming_comfyui_source(tmp_path):
-    import socket
     import time
 
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    source = f"http://127.0.0.1:{port}/Comfy-Org/ComfyUI.git"
+    from model_server import closed_port
+
+    source = f"http://127.0.0.1:{closed_port()}/Comfy-Org/ComfyUI.git"
     start = time.monotonic()
     with pytest.raises(NotReady) as err:
         comfy_setup.new_comfyui(ctx(), tmp_path / "ComfyUI", source, load_file(FP_4090))

@@ -282,17 +282,13 @@ def test_connection_refused_is_transient_then_reported(tmp_path):
 
 
 def test_a_host_that_refuses_the_probe_is_reported_at_once_without_retries(tmp_path):
-    import socket
     import time
 
     from h3kit.core import net
     from h3kit.models.download import HostsUnreachable
+    from model_server import closed_port
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    net.forget()
+    port = closed_port()
     slept = []
     want = Want("w", tmp_path / "w", [f"http://127.0.0.1:{port}/w"], 10)
     start = time.monotonic()

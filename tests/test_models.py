@@ -29,7 +29,7 @@ from h3kit.fingerprint.schema import load_file
 from h3kit.models import download, store
 from h3kit.models import files as model_files
 from h3kit.plan import make_plan
-from model_server import ModelServer
+from model_server import ModelServer, closed_port
 
 FPS = Path(__file__).parent / "fixtures" / "fingerprints"
 FP_4090 = FPS / "nvidia-rtx4090-24gb-64gb.json"
@@ -403,16 +403,6 @@ def test_a_preset_without_a_lora_fetches_none(run_cli, h3kit_home):
 
 # -- hosts that cannot be reached ------------------------------------------------------------
 
-def _closed_port() -> int:
-    import socket
-
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def test_weights_unreachable_names_each_missing_file_its_path_and_the_way_to_finish(small, comfy, h3kit_home):
     """The mirror is a closed port: every trusted file is skipped after one probe, the held ones are named
     too, and the error lists full paths and the two commands that finish the job, within seconds."""
@@ -420,7 +410,7 @@ def test_weights_unreachable_names_each_missing_file_its_path_and_the_way_to_fin
 
     from h3kit.cli.context import Context
 
-    (h3kit_home / "config.yaml").write_text(f"profile: auto\nmodels:\n  mirror: http://127.0.0.1:{_closed_port()}\n")
+    (h3kit_home / "config.yaml").write_text(f"profile: auto\nmodels:\n  mirror: http://127.0.0.1:{closed_port()}\n")
     plan = json.loads((FIXTURES_PLANS / "cpu-only-16gb.json").read_text(encoding="utf-8"))
     start = time.monotonic()
     with pytest.raises(NotReady) as exc:
@@ -439,7 +429,7 @@ def test_weights_unreachable_names_each_missing_file_its_path_and_the_way_to_fin
 
 
 def test_models_fetch_with_no_reachable_host_exits_3(run_cli, small, comfy, h3kit_home):
-    (h3kit_home / "config.yaml").write_text(f"profile: auto\nmodels:\n  mirror: http://127.0.0.1:{_closed_port()}\n")
+    (h3kit_home / "config.yaml").write_text(f"profile: auto\nmodels:\n  mirror: http://127.0.0.1:{closed_port()}\n")
     code, doc, err = _json(run_cli, "models", "fetch", "--fingerprint", str(FP_4090), "--comfyui", str(comfy))
     assert code == 3 and "could not be downloaded" in doc["error"] and "--from DIR" in doc["fix"]
     assert "Traceback" not in err
@@ -450,7 +440,7 @@ def test_loader_pack_from_a_local_zip_or_folder_when_github_is_unreachable(small
     import time
 
     pack_src, pack = _pack_repo(tmp_path)
-    pack["git"] = f"http://127.0.0.1:{_closed_port()}/city96/ComfyUI-GGUF"
+    pack["git"] = f"http://127.0.0.1:{closed_port()}/city96/ComfyUI-GGUF"
     start = time.monotonic()
     with pytest.raises(NotReady) as exc:
         models.install_loader_pack(Context(), pack, comfy)

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from h3kit.comfyui.setup import torch_source
+from model_server import closed_port
 from h3kit.core import net
 from h3kit.core.errors import NotReady
 from h3kit.core.session import Session
@@ -29,20 +30,12 @@ from tests.conftest import FIXTURES
 RECORDED = FIXTURES / "torchsel" / "recorded"
 
 
-def _closed_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def _fp(name: str) -> dict:
     return load_file(FIXTURES / "torchsel" / f"{name}.json")
 
 
 def test_a_closed_port_is_unreachable_at_once_and_asked_once():
-    url = f"http://127.0.0.1:{_closed_port()}/whl/cpu"
+    url = f"http://127.0.0.1:{closed_port()}/whl/cpu"
     start = time.monotonic()
     assert net.unreachable(url) == "the connection was refused"
     assert time.monotonic() - start < 1.0
@@ -126,7 +119,7 @@ def pypi_like(tmp_path, monkeypatch):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)  # no pip.conf: only the folder below
     monkeypatch.setenv("PIP_INDEX_URL", empty.as_uri())
-    monkeypatch.setenv("H3KIT_TORCH_INDEX_URL", f"http://127.0.0.1:{_closed_port()}/whl")
+    monkeypatch.setenv("H3KIT_TORCH_INDEX_URL", f"http://127.0.0.1:{closed_port()}/whl")
     return PipOptions(find_links=[str(wheels)])
 
 
@@ -160,7 +153,7 @@ def test_a_gpu_box_the_pypi_wheel_drives_takes_it(pypi_like):
 
 
 def test_a_mirror_that_replaces_every_index_is_not_second_guessed(monkeypatch):
-    monkeypatch.setenv("H3KIT_TORCH_INDEX_URL", f"http://127.0.0.1:{_closed_port()}/whl")
+    monkeypatch.setenv("H3KIT_TORCH_INDEX_URL", f"http://127.0.0.1:{closed_port()}/whl")
     choice = torchsel.choose(_fp("linux-cpu-only"))
     got, taken = torch_source.reachable_choice(Session(), sys.executable, choice, _fp("linux-cpu-only"),
                                                PipOptions(index_url="https://mirror.example/simple"), timeout=5)

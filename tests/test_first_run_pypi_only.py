@@ -90,7 +90,8 @@ def test_a_new_user_on_a_pypi_only_machine(tmp_path):
     _say("torch in the new ComfyUI:", probe.stdout.strip())
 
     h3kit = h3home / "state" / "venv" / "bin" / "h3kit"
-    (h3home / "config.yaml").write_text(comfy_h3.TINY_CONFIG, encoding="utf-8")
+    config = h3home / "config.yaml"  # keeps the comfyui_path the first run wrote; the tier's files take the plan
+    config.write_text(config.read_text(encoding="utf-8") + "\n" + comfy_h3.TINY_CONFIG, encoding="utf-8")
     code, out, err, _ = _run([str(h3kit), "plan", "--json"], env, clone, 600)
     assert code == 0, err
     plan = json.loads(out)

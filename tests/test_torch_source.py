@@ -140,7 +140,7 @@ def test_a_gpu_box_whose_driver_cannot_run_that_wheel_stops_naming_the_index(pyp
     fp = _fp("linux-rtx4090-driver570-nocuda")
     with pytest.raises(NotReady) as exc:
         torch_source.reachable_choice(Session(), sys.executable, torchsel.choose(fp), fp, pypi_like, timeout=120)
-    assert "cu126 index http://127.0.0.1:" in exc.value.message and "cannot be reached" in exc.value.message
+    assert "cu126 index http://127.0.0.1:" in exc.value.message and "/whl/cu126 cannot be reached" in exc.value.message
     assert "cu130" in exc.value.message
     assert "H3KIT_TORCH_INDEX_URL" in exc.value.fix and "H3KIT_PIP_FIND_LINKS" in exc.value.fix
 
@@ -158,6 +158,15 @@ def test_a_mirror_that_replaces_every_index_is_not_second_guessed(monkeypatch):
     got, taken = torch_source.reachable_choice(Session(), sys.executable, choice, _fp("linux-cpu-only"),
                                                PipOptions(index_url="https://mirror.example/simple"), timeout=5)
     assert got is choice and taken is None
+
+
+def test_the_torch_mirror_gets_the_builds_folder():
+    choice = torchsel.choose(_fp("linux-cpu-only"))
+    assert torch_source.planned_index(choice, {"H3KIT_TORCH_INDEX_URL": "https://mirror.example/pytorch/whl/"}) \
+        == "https://mirror.example/pytorch/whl/cpu"
+    assert torch_source.planned_index(choice, {}) == "https://download.pytorch.org/whl/cpu"
+    apple = torchsel.choose(_fp("darwin-m3max-128"))
+    assert torch_source.planned_index(apple, {"H3KIT_TORCH_INDEX_URL": "https://mirror.example/whl"}) is None
 
 
 def test_doctor_names_the_torch_that_was_taken():

@@ -40,11 +40,14 @@ _RANK = {"global": 0, "user": 1, "site": 2, ":env:": 3}  # pip's own order: a la
 
 
 def planned_index(choice: dict, environ=None) -> str | None:
-    """The index the choice names, or the user's mirror of PyTorch's index ($H3KIT_TORCH_INDEX_URL)."""
+    """The index the choice names; with $H3KIT_TORCH_INDEX_URL (a mirror of download.pytorch.org/whl) the
+    same build's folder on that mirror (.../whl/cpu -> MIRROR/cpu)."""
     env = os.environ if environ is None else environ
-    if choice.get("index_url") and env.get(TORCH_INDEX_ENV):
-        return env[TORCH_INDEX_ENV]
-    return choice.get("index_url")
+    index, mirror = choice.get("index_url"), env.get(TORCH_INDEX_ENV)
+    base = torchsel.builds_table()["index_base"].rstrip("/")
+    if index and mirror and index.startswith(base + "/"):
+        return mirror.rstrip("/") + index[len(base):]
+    return index
 
 
 def parse_pip_config(text: str) -> dict:

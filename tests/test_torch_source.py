@@ -181,3 +181,13 @@ def test_doctor_names_the_torch_that_was_taken():
     assert finding["message"].startswith("Took torch 2.14.1 (cu130 build) from pypi.org")
     assert "its name does not resolve" in finding["message"]
     assert torch_source.taken_findings(None) == []
+
+
+def test_git_urls_of_every_kind_name_their_host_and_port(monkeypatch):
+    for var in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    assert net.host_of("git@github.com:city96/ComfyUI-GGUF.git") == "github.com"
+    assert net._endpoint("git@github.com:city96/ComfyUI-GGUF.git") == ("github.com", 22)
+    assert net._endpoint("ssh://git@example.org/x.git") == ("example.org", 22)
+    assert net._endpoint("git://example.org/x.git") == ("example.org", 9418)
+    assert net._endpoint("https://example.org:8443/x") == ("example.org", 8443)

@@ -16,6 +16,7 @@ A reachable host can still refuse a request; that is the caller's to read.
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 import urllib.request
@@ -27,19 +28,27 @@ _answers: dict[tuple[str, int], str | None] = {}
 _lock = threading.Lock()
 
 
-def host_of(url: str) -> str:
-    """'https://download.pytorch.org/whl/cpu' -> 'download.pytorch.org' (the text people recognise)."""
-    return urlsplit(url).hostname or url
-
-
 def is_local(url: str) -> bool:
     """A path or file:// URL: no network involved."""
     parts = urlsplit(url)
     return parts.scheme in ("", "file") or (len(parts.scheme) == 1 and url[1:2] == ":")  # C:\wheels
 
 
+DEFAULT_PORTS = {"https": 443, "http": 80, "ssh": 22, "git": 9418}
+_SCP_LIKE = re.compile(r"^[\w.-]+@([\w.-]+):(?!//)")  # git's user@host:path
+
+
+def host_of(url: str) -> str:
+    """'https://download.pytorch.org/whl/cpu' -> 'download.pytorch.org' (the text people recognise)."""
+    scp = _SCP_LIKE.match(url)
+    return scp.group(1) if scp else (urlsplit(url).hostname or url)
+
+
 def _endpoint(url: str) -> tuple[str, int] | None:
     """Where a connection for `url` goes: the proxy the environment names for it, else its own host and port."""
+    scp = _SCP_LIKE.match(url)
+    if scp:
+        return scp.group(1), 22
     parts = urlsplit(url)
     host = parts.hostname
     if not host:
@@ -50,7 +59,7 @@ def _endpoint(url: str) -> tuple[str, int] | None:
         p = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
         if p.hostname:
             return p.hostname, p.port or (443 if p.scheme == "https" else 80)
-    return host, parts.port or (443 if parts.scheme in ("https", "git+https") else 80)
+    return host, parts.port or DEFAULT_PORTS.get(parts.scheme.split("+")[-1], 80)
 
 
 def _connect(host: str, port: int, timeout: float, out: list) -> None:

@@ -10,6 +10,7 @@ fetch refuses to overwrite it.
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -159,8 +160,11 @@ def missing_files_error(comfyui_dir: Path, unreachable: list[tuple], results: li
 
 
 def shell_word(text: str) -> str:
-    """A path as one word to paste into a shell (double quotes when it has a space or quote-worthy character)."""
-    return f'"{text}"' if any(c in text for c in " '&()$;!") else text
+    """A path as one word to paste into a shell: bare when safe, in double quotes for spaces and the like,
+    in POSIX single quotes when double ones would still let the shell expand something ($, `, !)."""
+    if any(c in text for c in '$`"\\!'):
+        return shlex.quote(text)
+    return f'"{text}"' if any(c in text for c in " '&();<>|*?") else text
 
 
 def _same_disk(src: Path | None, comfyui_dir: Path) -> bool:

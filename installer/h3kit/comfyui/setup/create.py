@@ -216,6 +216,8 @@ def new_comfyui(ctx, target_dir, source: str | None, fingerprint: dict, *, opts:
         for line in choice["rationale"]:
             ctx.progress(f"    {line}")
         choice, taken = reachable_choice(ctx, python, choice, fingerprint, opts, timeout=timeouts["pip"])
+        if taken and taken["backend"] in table["min_free_bytes"]:  # a CUDA build taken for a CPU box is GBs larger
+            _check_disk(target, int(table["min_free_bytes"][taken["backend"]]))
         install_choice(ctx, python, choice, opts, force=False, timeout=timeouts["pip"])
         if taken:
             man.extra["comfyui_setup"]["torch_taken"] = taken  # doctor says which torch this is and why

@@ -460,3 +460,20 @@ def test_loader_pack_from_a_local_zip_or_folder_when_github_is_unreachable(small
     monkeypatch.setenv("H3KIT_LOADER_SOURCES", str(plain))
     assert models.install_loader_pack(Context(), pack, second)["installed"]
     assert (second / "custom_nodes" / "ComfyUI-GGUF" / "__init__.py").is_file()
+
+
+def test_an_unreachable_loader_pack_does_not_stop_the_weights(small, comfy, monkeypatch):
+    """GitHub blocked: the pack's failure is named at the end, after every weight file has been fetched."""
+    from h3kit.cli.context import Context
+    from h3kit.models import ensure
+
+    real = ensure.install_loader_pack
+    dead = f"http://127.0.0.1:{closed_port()}/city96/ComfyUI-GGUF"
+    monkeypatch.setattr(ensure, "install_loader_pack",
+                        lambda ctx, pack, comfyui_dir, config=None: real(ctx, dict(pack, git=dead), comfyui_dir,
+                                                                         config=config))
+    plan = json.loads((FIXTURES_PLANS / "cpu-only-16gb.json").read_text(encoding="utf-8"))
+    with pytest.raises(NotReady) as exc:
+        models.ensure_models(Context(yes=True), plan, comfy, skip=False, with_loaders=True, allow_unverified=True)
+    assert "ComfyUI-GGUF cannot be installed" in exc.value.message and "H3KIT_LOADER_SOURCES" in exc.value.fix
+    assert all(f.dest(comfy).is_file() for f in models.files_for_plan(plan))

@@ -376,6 +376,11 @@ def main(argv: list[str] | None = None) -> int:
             log.say(f"Your config file: {config_file()}  (edit it, then run scripts/apply to take effect)")
         if proc.returncode not in (0,):
             log.say(f"h3kit {command[0]} ended with exit code {proc.returncode}. Log files: {log.path.parent}")
+            if not shutil.which("h3kit"):
+                # The fix lines above name 'h3kit ...' commands; without it on PATH they need the private env's.
+                word = " ".join(f'"{a}"' if " " in str(a) else str(a) for a in env.h3kit_argv())
+                log.say(f"'h3kit' in the lines above is {word} (not on your PATH; "
+                        "'install.sh --setup-only --add-to-path' puts it there).")
         return proc.returncode
     except BootstrapError as exc:
         log.say(f"error: {exc.message}\nfix: {exc.fix}\nlog: {log.path}")

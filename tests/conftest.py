@@ -28,6 +28,16 @@ def _native_build_once(tmp_path_factory) -> Path | None:
 
 
 @pytest.fixture(autouse=True)
+def _fresh_host_probes():
+    """h3kit.core.net remembers each host's answer for the process; a test's closed port may be another's server."""
+    from h3kit.core import net
+
+    net.forget()
+    yield
+    net.forget()
+
+
+@pytest.fixture(autouse=True)
 def h3kit_home(tmp_path_factory, monkeypatch, request) -> Path:
     """A fresh H3KIT_HOME per test, holding a copy of the session's native build.
 

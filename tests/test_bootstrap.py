@@ -150,6 +150,13 @@ def test_offline_install_odd_path_then_fast_rerun(wheelhouse, odd_checkout, tmp_
     assert shim.returncode == 0, shim.stderr
     assert "usage: h3kit apply" in shim.stdout
 
+    # A failed install's fix lines name 'h3kit ...' commands: without h3kit on PATH, the last line says what it is.
+    path = os.pathsep.join(d for d in env["PATH"].split(os.pathsep) if not (Path(d) / "h3kit").exists())
+    failed = _run(["bash", odd_checkout / "install.sh", "--wheelhouse", wheelhouse, "--offline", "--no-path", "--",
+                   "--comfyui", tmp_path / "no ComfyUI here", "--skip-calibrate"], env=dict(env, PATH=path))
+    assert failed.returncode in (2, 3), failed.stderr
+    assert failed.stderr.strip().splitlines()[-1].startswith(f"'h3kit' in the lines above is \"{python}\" -m h3kit")
+
 
 def test_changed_source_upgrades_in_place(wheelhouse, odd_checkout, tmp_path):
     env = _env(tmp_path / "home")

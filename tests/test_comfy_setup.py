@@ -259,3 +259,17 @@ def test_offline_new_comfyui_is_one_sentence_naming_comfyui_source(tmp_path, run
                              "--comfyui-source", "https://127.0.0.1:9/nothing-here/ComfyUI.git")
     assert code == 3, err
     assert "--comfyui-source" in err and "Traceback" not in err
+
+
+def test_an_unreachable_comfyui_repository_is_reported_at_once_naming_comfyui_source(tmp_path):
+    import time
+
+    from model_server import closed_port
+
+    source = f"http://127.0.0.1:{closed_port()}/Comfy-Org/ComfyUI.git"
+    start = time.monotonic()
+    with pytest.raises(NotReady) as err:
+        comfy_setup.new_comfyui(ctx(), tmp_path / "ComfyUI", source, load_file(FP_4090))
+    assert time.monotonic() - start < 5
+    assert source in err.value.message and "cannot be reached" in err.value.message
+    assert "--comfyui-source" in err.value.fix and not (tmp_path / "ComfyUI").exists()

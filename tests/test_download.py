@@ -277,8 +277,27 @@ def test_connection_refused_is_transient_then_reported(tmp_path):
     sock.close()  # nothing listens there now
     want = Want("w", tmp_path / "w", [f"http://127.0.0.1:{port}/w"], 10)
     with pytest.raises(NotReady) as exc:
-        _dl(retries=1).fetch(want)
+        _dl(retries=1, probe=None).fetch(want)  # no connect probe: the retry loop itself meets the refusal
     assert "cannot connect" in exc.value.message and "HTTPS_PROXY" in exc.value.fix
+
+
+def test_a_host_that_refuses_the_probe_is_reported_at_once_without_retries(tmp_path):
+    import time
+
+    from h3kit.core import net
+    from h3kit.models.download import HostsUnreachable
+    from model_server import closed_port
+
+    port = closed_port()
+    slept = []
+    want = Want("w", tmp_path / "w", [f"http://127.0.0.1:{port}/w"], 10)
+    start = time.monotonic()
+    with pytest.raises(HostsUnreachable) as exc:
+        _dl(sleep=slept.append).fetch(want)
+    assert time.monotonic() - start < net.PROBE_SECONDS and slept == []  # no backoff on a dead host
+    assert exc.value.hosts == {"127.0.0.1": "the connection was refused"}
+    assert "models.mirror" in exc.value.fix and "--from DIR" in exc.value.fix
+    assert not want.part.exists()
 
 
 def test_requests_is_the_http_client():

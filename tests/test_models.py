@@ -30,7 +30,7 @@ from h3kit.fingerprint.schema import load_file
 from h3kit.models import download, store
 from h3kit.models import files as model_files
 from h3kit.plan import make_plan
-from model_server import ModelServer
+from model_server import ModelServer, closed_port
 
 FPS = Path(__file__).parent / "fixtures" / "fingerprints"
 FP_4090 = FPS / "nvidia-rtx4090-24gb-64gb.json"
@@ -505,3 +505,81 @@ def test_models_plan_and_doctor_name_h3kits_gguf_loader(run_cli, tmp_path):
     row = found[f"loads in ComfyUI: {dit['name']}"]
     assert row["status"] == "ok" and "H3kitUnetLoaderGGUF" in row["message"] and row["fix"] is None
     assert found["loader pack ComfyUI-GGUF"]["status"] == "fail"  # h3kit's node reuses the pack's ops
+
+
+# -- hosts that cannot be reached ------------------------------------------------------------
+
+def test_weights_unreachable_names_each_missing_file_its_path_and_the_way_to_finish(small, comfy, h3kit_home):
+    """The mirror is a closed port: every trusted file is skipped after one probe, the held ones are named
+    too, and the error lists full paths and the two commands that finish the job, within seconds."""
+    import time
+
+    from h3kit.cli.context import Context
+
+    (h3kit_home / "config.yaml").write_text(f"profile: auto\nmodels:\n  mirror: http://127.0.0.1:{closed_port()}\n")
+    plan = json.loads((FIXTURES_PLANS / "cpu-only-16gb.json").read_text(encoding="utf-8"))
+    start = time.monotonic()
+    with pytest.raises(NotReady) as exc:
+        models.ensure_models(Context(yes=True), plan, comfy, skip=False, with_loaders=False)
+    assert time.monotonic() - start < 10
+    err = exc.value
+    held = set(models.ensure.distrusted(plan, models.files_for_plan(plan)))
+    missing = [m for m in err.details["missing"]]
+    assert missing and err.details["hosts"] == {"127.0.0.1": "the connection was refused"}
+    for m in missing:
+        assert m["name"] in err.message and m["path"] in err.fix and m["path"].startswith(str(comfy))
+        assert not Path(m["path"]).exists() and not Path(m["path"] + ".part").exists()
+    assert {m["name"] for m in missing} | held == {f.name for f in models.files_for_plan(plan)}
+    assert f"h3kit models fetch --comfyui {comfy} --from DIR" in err.fix and "models.mirror" in err.fix
+    assert all(name in err.message for name in held) and "--allow-unverified" in err.fix
+
+
+def test_models_fetch_with_no_reachable_host_exits_3(run_cli, small, comfy, h3kit_home):
+    (h3kit_home / "config.yaml").write_text(f"profile: auto\nmodels:\n  mirror: http://127.0.0.1:{closed_port()}\n")
+    code, doc, err = _json(run_cli, "models", "fetch", "--fingerprint", str(FP_4090), "--comfyui", str(comfy))
+    assert code == 3 and "could not be downloaded" in doc["error"] and "--from DIR" in doc["fix"]
+    assert "Traceback" not in err
+
+
+def test_loader_pack_from_a_local_zip_or_folder_when_github_is_unreachable(small, comfy, tmp_path, monkeypatch):
+    import shutil as sh
+    import time
+
+    pack_src, pack = _pack_repo(tmp_path)
+    pack["git"] = f"http://127.0.0.1:{closed_port()}/city96/ComfyUI-GGUF"
+    start = time.monotonic()
+    with pytest.raises(NotReady) as exc:
+        models.install_loader_pack(Context(), pack, comfy)
+    assert time.monotonic() - start < 5 and "H3KIT_LOADER_SOURCES" in exc.value.fix
+    assert "cannot be reached" in exc.value.message and not (comfy / "custom_nodes" / "ComfyUI-GGUF").exists()
+    archive = sh.make_archive(str(tmp_path / "offline" / "ComfyUI-GGUF-main"), "zip", tmp_path, "pack-src")
+    monkeypatch.setenv("H3KIT_LOADER_SOURCES", str(Path(archive).parent))  # a folder holding ComfyUI-GGUF-main.zip
+    got = models.install_loader_pack(Context(), pack, comfy)
+    assert got["installed"] and (comfy / "custom_nodes" / "ComfyUI-GGUF" / "__init__.py").is_file()
+    plain = tmp_path / "checkouts" / "ComfyUI-GGUF"
+    sh.copytree(pack_src, plain, ignore=sh.ignore_patterns(".git"))
+    from h3kit.models.loader_pack import local_source
+
+    assert local_source(pack, {"H3KIT_LOADER_SOURCES": str(plain)}) == plain  # the checkout itself
+    second = tmp_path / "ComfyUI2"
+    (second / "custom_nodes").mkdir(parents=True)
+    monkeypatch.setenv("H3KIT_LOADER_SOURCES", str(plain))
+    assert models.install_loader_pack(Context(), pack, second)["installed"]
+    assert (second / "custom_nodes" / "ComfyUI-GGUF" / "__init__.py").is_file()
+
+
+def test_an_unreachable_loader_pack_does_not_stop_the_weights(small, comfy, monkeypatch):
+    """GitHub blocked: the pack's failure is named at the end, after every weight file has been fetched."""
+    from h3kit.cli.context import Context
+    from h3kit.models import ensure
+
+    real = ensure.install_loader_pack
+    dead = f"http://127.0.0.1:{closed_port()}/city96/ComfyUI-GGUF"
+    monkeypatch.setattr(ensure, "install_loader_pack",
+                        lambda ctx, pack, comfyui_dir, config=None: real(ctx, dict(pack, git=dead), comfyui_dir,
+                                                                         config=config))
+    plan = json.loads((FIXTURES_PLANS / "cpu-only-16gb.json").read_text(encoding="utf-8"))
+    with pytest.raises(NotReady) as exc:
+        models.ensure_models(Context(yes=True), plan, comfy, skip=False, with_loaders=True, allow_unverified=True)
+    assert "ComfyUI-GGUF cannot be installed" in exc.value.message and "H3KIT_LOADER_SOURCES" in exc.value.fix
+    assert all(f.dest(comfy).is_file() for f in models.files_for_plan(plan))

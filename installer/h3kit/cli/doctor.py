@@ -16,6 +16,7 @@ from h3kit.cli.context import Context, Outcome
 from h3kit.comfyui import doctor, h3_support
 from h3kit.comfyui import locate as comfyui
 from h3kit.comfyui import manifest as mf
+from h3kit.comfyui.setup.torch_source import taken_findings
 from h3kit.core.errors import EXIT_NOT_READY, EXIT_VERIFY_FAILED, H3kitError, NotReady
 from h3kit.data import catalog
 from h3kit.steps.common import (
@@ -84,6 +85,7 @@ def _check(args, ctx: Context, config, fingerprint, plan, install, findings: lis
             findings.append(format_probe.result_finding(probe))
             plan = plan_with(probe, args, config, fingerprint, plan, notes)
     record = _record(ctx, install, findings)
+    findings += taken_findings(record)
     findings += doctor.pack_findings(install, record)
     if install.python is not None:
         findings += doctor.launcher_findings(install, record, ctx.locations.cache_dir)

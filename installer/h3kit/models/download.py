@@ -47,6 +47,7 @@ import requests
 from tqdm import tqdm
 
 from h3kit.core import files as core_files
+from h3kit.core import net
 from h3kit.core.errors import NotReady, VerificationFailed
 from h3kit.core.files import sha256_file
 from h3kit.core.units import human_bytes
@@ -108,6 +109,20 @@ class _Transient(Exception):
     """A try failed in a way worth retrying (connection cut, 5xx, short stream)."""
 
 
+class HostsUnreachable(NotReady):
+    """No host that serves a file answered the connect probe; `hosts` maps each host to why (h3kit.core.net)."""
+
+    def __init__(self, want: "Want", hosts: dict[str, str]):
+        listed = "; ".join(f"{h}: {why}" for h, why in hosts.items())
+        super().__init__(f"{want.name} cannot be downloaded: no host that serves it can be reached ({listed}).",
+                         "Check the network (and HTTPS_PROXY if you need a proxy), set models.mirror in config.yaml "
+                         "(or HF_ENDPOINT) to a reachable mirror, or copy the file from another machine and use "
+                         "'h3kit models fetch --from DIR'.",
+                         details={"name": want.name, "dest": str(want.dest), "hosts": hosts})
+        self.want = want
+        self.hosts = hosts
+
+
 class _Refused(Exception):
     def __init__(self, status: int, url: str):
         super().__init__(f"HTTP {status}")
@@ -164,8 +179,9 @@ class Downloader:
     def __init__(self, *, session: requests.Session | None = None, token: str | None = None,
                  mirror: str | None = None, retries: int = 5, backoff: float = 1.0,
                  sleep: Callable[[float], None] = time.sleep, timeout: tuple[float, float] = (15.0, 60.0),
-                 progress: bool | None = None):
+                 progress: bool | None = None, probe: Callable[[str], str | None] | None = net.unreachable):
         self.session = session or make_session()
+        self.probe = probe  # None: no connect probe (a test's fake session)
         self.token = token if token is not None else hf_token()
         self.mirror = mirror
         self.retries = retries
@@ -198,6 +214,11 @@ class Downloader:
         if not urls:
             raise NotReady(f"The catalog lists no download address for {want.name}.",
                            "Download it yourself and use 'h3kit models fetch --from DIR'.")
+        dead = {net.host_of(u): why for u in urls if self.probe and (why := self.probe(u))}
+        urls = [u for u in urls if net.host_of(u) not in dead]
+        if not urls:
+            # Every host failed a connect probe of a few seconds: say so now instead of retrying with backoff.
+            raise HostsUnreachable(want, dead)
         want.dest.parent.mkdir(parents=True, exist_ok=True)
         refusals: list[_Refused] = []
         transient_failures: list[str] = []

@@ -118,7 +118,7 @@ def ensure_models(ctx, plan: dict, comfyui_dir, *, skip: bool, with_loaders: boo
     for r in missing:
         why = doubtful.get(r["name"])
         if why and not (ctx.interactive and ctx.confirm(f"{r['name']} is {why}. Download it anyway?", default=False)):
-            held.append({"name": r["name"], "why": why})
+            held.append({"name": r["name"], "why": why, "path": r.get("path")})
     held_names = {h["name"] for h in held}
     wanted = [r for r in missing if r["name"] not in held_names]
     if held:
@@ -129,16 +129,38 @@ def ensure_models(ctx, plan: dict, comfyui_dir, *, skip: bool, with_loaders: boo
         return dict(base, skipped=True, reason="declined")
     # A file that loads only with its loader pack gets the pack too, or it would not load.
     need_packs = with_loaders or any(f.loader_pack for f in files if f.name in {r["name"] for r in wanted})
+    pack_failures: list[NotReady] = []
     if need_packs:
         cat_packs = {f.loader_pack["name"]: f.loader_pack for f in files if f.loader_pack}
-        base["loader_packs"] = [install_loader_pack(ctx, cat_packs[p["name"]], comfyui_dir, config=config)
-                                for p in packs_needed]
+        base["loader_packs"] = []
+        for p in packs_needed:
+            try:
+                base["loader_packs"].append(install_loader_pack(ctx, cat_packs[p["name"]], comfyui_dir, config=config))
+            except NotReady as exc:  # GitHub unreachable: the weights may still come, and both are named at the end
+                ctx.progress(f"{exc.message} The model files are fetched anyway.")
+                pack_failures.append(exc)
+    cut_off = None
     if wanted:
-        base["fetched"] = fetch(ctx, plan, comfyui_dir, config=config, skip_names=held_names)
+        try:
+            base["fetched"] = fetch(ctx, plan, comfyui_dir, config=config, skip_names=held_names)
+        except NotReady as exc:
+            if "missing" not in exc.details:  # not "hosts unreachable": nothing more to say
+                raise
+            cut_off = exc
+    # One error at the end, files last: what a loader pack lacks, what no host could send, what was held back.
+    parts = [(e.message, e.fix or "") for e in pack_failures]
+    details = dict(base)
+    if cut_off is not None:
+        parts.append((cut_off.message, cut_off.fix or ""))
+        details.update(cut_off.details)
     if held:
-        raise NotReady(
-            "Not downloaded: " + "; ".join(f"{h['name']} ({h['why']})" for h in held) + ".",
-            "Pick files that load: a smaller canvas or another format ('h3kit profile list'; set it in config.yaml "
-            "and run 'h3kit apply'), or download them anyway with --allow-unverified.",
-            details=dict(base, held=held))
+        held_fix = ("Pick files that load: a smaller canvas or another format ('h3kit profile list'; set it in "
+                    "config.yaml and run 'h3kit apply'), or download them anyway with --allow-unverified.")
+        if cut_off is not None:
+            paths = "".join(f"\n  {h['path']}" for h in held if h.get("path"))
+            held_fix = f"the files not downloaded would go to:{paths}\n  {held_fix}"
+        parts.append(("Not downloaded: " + "; ".join(f"{h['name']} ({h['why']})" for h in held) + ".", held_fix))
+        details["held"] = held
+    if parts:
+        raise NotReady(" ".join(m for m, _ in parts), "\n".join(f for _, f in parts if f), details=details)
     return dict(base, skipped=False, reason=None)

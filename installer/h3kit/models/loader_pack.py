@@ -5,21 +5,47 @@ requirements with ComfyUI's own Python, both through h3kit.core.tools (so
 the offline and mirror options of pip hold, and git never waits at a login
 prompt), and records every file it wrote (role "loader-pack") so that
 `h3kit uninstall` removes exactly the pack.
+
+Without GitHub: `H3KIT_LOADER_SOURCES` names local copies (a checkout, a git
+repository, a folder or a .zip/.tar.gz, e.g. GitHub's "Download ZIP"), or
+folders that hold them under the pack's name; the first match is used
+instead of the clone. A git host that does not answer a connect probe of a
+few seconds (h3kit.core.net) is reported at once, naming that variable.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 from h3kit.comfyui import locate
-from h3kit.core import files
+from h3kit.comfyui.setup.source import ARCHIVE, source_kind, unpack
+from h3kit.core import files, net
 from h3kit.core.errors import NotReady
 from h3kit.core.tools import PipOptions, run_git, run_pip
 from h3kit.models.files import PACK_ROLE, manifest_for, session_config
 
+SOURCES_ENV = "H3KIT_LOADER_SOURCES"  # local checkouts or archives of the packs, for machines without GitHub
 CLONE_TIMEOUT = 600.0
 PIP_TIMEOUT = 1800.0
+
+
+def local_source(pack: dict, environ=None) -> Path | None:
+    """The pack from $H3KIT_LOADER_SOURCES (paths separated like PATH): an entry that is the pack itself
+    (a checkout, folder or archive named after the pack's folder), or a folder that holds one under that name."""
+    env = os.environ if environ is None else environ
+    name = pack["folder"].lower()
+    for entry in [Path(p).expanduser() for p in env.get(SOURCES_ENV, "").split(os.pathsep) if p]:
+        stem = ARCHIVE.sub("", entry.name).lower()
+        if entry.exists() and (stem == name or stem.startswith(name + "-")):  # ComfyUI-GGUF-main.zip
+            return entry
+        if entry.is_dir():
+            for child in sorted(entry.iterdir()):
+                stem = ARCHIVE.sub("", child.name).lower()
+                if stem == name or stem.startswith(name + "-"):
+                    return child
+    return None
 
 
 def comfy_python(comfyui_dir: Path, config=None) -> Path | None:
@@ -40,7 +66,13 @@ def install_loader_pack(ctx, pack: dict, comfyui_dir: Path, *, git_url: str | No
     interrupted = entry is not None and entry.pending and dest.is_dir() and not dest.is_symlink()
     if dest.exists() and not interrupted:
         return {"name": pack["name"], "path": str(dest), "installed": False, "why": "already there"}
-    source = git_url or pack["git"]
+    local = local_source(pack)
+    source = git_url or (str(local) if local else pack["git"])
+    why = None if local or net.is_local(source) else net.unreachable(source)
+    if why:
+        raise NotReady(f"{pack['name']} cannot be installed: {net.host_of(source)} cannot be reached ({why}).",
+                       f"Set {SOURCES_ENV} to a local checkout or .zip of {pack['name']} ({pack['git']}), "
+                       "copied from a machine that reaches it, and run the same command again.")
     if ctx.dry_run:
         return {"name": pack["name"], "path": str(dest), "installed": False,
                 "why": "dry run" + (" (an interrupted clone would be redone)" if interrupted else "")}
@@ -53,8 +85,13 @@ def install_loader_pack(ctx, pack: dict, comfyui_dir: Path, *, git_url: str | No
     man.intend_dir(dest, PACK_ROLE)
     man.save()
     ctx.progress(f"Installing {pack['name']} from {source} into {dest} ...")
-    run_git(ctx, ["clone", "--depth", "1", source, str(dest)], f"Cloning {pack['name']} from {source}",
-            timeout=CLONE_TIMEOUT, alternative=f"or clone {source} into {dest} yourself and run again")
+    if local is not None and source_kind(str(local)) == "archive":
+        unpack(local, dest)
+    elif local is not None and source_kind(str(local)) == "folder":
+        shutil.copytree(local, dest, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    else:
+        run_git(ctx, ["clone", "--depth", "1", source, str(dest)], f"Cloning {pack['name']} from {source}",
+                timeout=CLONE_TIMEOUT, alternative=f"or set {SOURCES_ENV} to a local checkout or .zip of it")
     man.confirm(dest)
     for root, dirs, names in os.walk(dest):
         for d in dirs:

@@ -10,6 +10,7 @@ fetch refuses to overwrite it.
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from h3kit.core.errors import BadInput, NotReady, VerificationFailed
 from h3kit.core import files as core_files
 from h3kit.core.files import nearest_existing, sha256_file
 from h3kit.core.units import human_bytes
-from h3kit.models.download import ROUNDED_SIZE_TOLERANCE, Downloader, Fetched, check_free_space
+from h3kit.models.download import ROUNDED_SIZE_TOLERANCE, Downloader, Fetched, HostsUnreachable, check_free_space
 from h3kit.models.files import (
     ROLE,
     SCHEMA,
@@ -118,6 +119,8 @@ def fetch(ctx, plan: dict, comfyui_dir: Path, *, from_dir: Path | None = None, d
 
     dl = downloader or Downloader(mirror=mirror_base(session_config(ctx, config)))
     downloaded = 0
+    unreachable: list[tuple] = []
+    reported: set[str] = set()
     overall = tqdm(total=sum((f.exact_bytes or f.bytes) for f in todo), unit="B", unit_scale=True,
                    unit_divisor=1000, desc="all files", file=sys.stderr, disable=None if dl.progress is None else not dl.progress,
                    initial=sum(states[f.name]["bytes_on_disk"] for f in todo if states[f.name]["state"] == "partial"))
@@ -130,7 +133,17 @@ def fetch(ctx, plan: dict, comfyui_dir: Path, *, from_dir: Path | None = None, d
                 got = place_from_local(want, sources[f.name], progress=dl.progress)
                 overall.update(got.bytes)
             else:
-                got = dl.fetch(want, overall)
+                try:
+                    got = dl.fetch(want, overall)
+                except HostsUnreachable as dead:
+                    # The other files may come from hosts that answer: get them, then name what is missing.
+                    for host, why in dead.hosts.items():
+                        if host not in reported:
+                            reported.add(host)
+                            ctx.progress(f"{host} cannot be reached ({why}); the files from it are skipped.")
+                    ctx.progress(f"Skipping {f.name} (from {', '.join(dead.hosts)}).")
+                    unreachable.append((f, dead))
+                    continue
             _record(man, got)
             downloaded += got.bytes
             ctx.log.info("fetched %s (%s, verified by %s)", got.path, got.method, got.verified_by)
@@ -138,8 +151,39 @@ def fetch(ctx, plan: dict, comfyui_dir: Path, *, from_dir: Path | None = None, d
                             "bytes": got.bytes, "sha256": got.sha256, "verified_by": got.verified_by})
     finally:
         overall.close()
+    if unreachable:
+        raise missing_files_error(comfyui_dir, unreachable, results)
     return {"schema": SCHEMA, "action": "fetch", "comfyui": str(comfyui_dir), "files": results,
             "downloaded_bytes": downloaded, "total_bytes": sum(f.bytes for f in files)}
+
+
+def missing_files_error(comfyui_dir: Path, unreachable: list[tuple], results: list[dict]) -> NotReady:
+    """One error for every file no host could send: which, where each goes, and the commands that finish the job."""
+    hosts: dict[str, str] = {}
+    for _f, dead in unreachable:
+        hosts.update(dead.hosts)
+    names = ", ".join(f.name for f, _ in unreachable)
+    where = "\n".join(f"  {dead.want.dest}  ({human_bytes(f.exact_bytes or f.bytes)}, from {f.urls[0] if f.urls else '?'})"
+                      for f, dead in unreachable)
+    comfy = shell_word(str(comfyui_dir))
+    return NotReady(
+        f"{len(unreachable)} model file(s) could not be downloaded because "
+        + "; ".join(f"{h} cannot be reached ({w})" for h, w in hosts.items()) + f": {names}.",
+        f"put them where they go:\n{where}\n"
+        f"  either copy them from a machine that has them into a folder DIR and run: "
+        f"h3kit models fetch --comfyui {comfy} --from DIR\n"
+        f"  or set models.mirror in config.yaml (or HF_ENDPOINT) to a reachable mirror and run: h3kit install",
+        details={"missing": [{"name": f.name, "path": str(dead.want.dest), "bytes": f.exact_bytes or f.bytes,
+                              "urls": f.urls} for f, dead in unreachable],
+                 "hosts": hosts, "files": results})
+
+
+def shell_word(text: str) -> str:
+    """A path as one word to paste into a shell: bare when safe, in double quotes for spaces and the like,
+    in POSIX single quotes when double ones would still let the shell expand something ($, `, !)."""
+    if any(c in text for c in '$`"\\!'):
+        return shlex.quote(text)
+    return f'"{text}"' if any(c in text for c in " '&();<>|*?") else text
 
 
 def _same_disk(src: Path | None, comfyui_dir: Path) -> bool:

@@ -28,8 +28,9 @@ from h3kit.comfyui.setup.pip import (
     write_constraints,
 )
 from h3kit.comfyui.setup.source import fetch_source, source_kind
+from h3kit.comfyui.setup.torch_source import reachable_choice
 from h3kit.comfyui.setup.upgrade import release_for_source, source_below_h3
-from h3kit.core import subproc
+from h3kit.core import net, subproc
 from h3kit.core.errors import BadInput, NotReady, VerificationFailed
 from h3kit.core.files import atomic_write, free_bytes, nearest_existing
 from h3kit.core.paths import new_comfyui_dir
@@ -129,6 +130,11 @@ def _fetch_h3_release(ctx, source: str, target: Path, timeout: float, catalog) -
         from h3kit.data import catalog as catalog_mod
 
         catalog = catalog_mod.load()
+    why = net.unreachable(source) if source_kind(source) == "git-url" else None
+    if why:
+        raise NotReady(f"ComfyUI's repository {source} cannot be reached ({net.host_of(source)}: {why}).",
+                       "Pass a local ComfyUI folder, git repository or downloaded .zip with --comfyui-source "
+                       "(ComfyUI 0.31.0 or newer), and run the same command again.")
     tag = release_for_source(ctx, source, catalog) if source_kind(source) in ("git-url", "git-local") else None
     fetched = fetch_source(ctx, source, target, timeout, ref=tag)
     refusal = source_below_h3(source, target, catalog)
@@ -235,8 +241,14 @@ def new_comfyui(ctx, target_dir, source: str | None, fingerprint: dict, *, opts:
     if step(3, "torch", f"Installing PyTorch {choice['build']} ({', '.join(torchsel.requirements(choice))})"):
         for line in choice["rationale"]:
             ctx.progress(f"    {line}")
+        choice, taken = reachable_choice(ctx, python, choice, fingerprint, opts, timeout=timeouts["pip"])
+        if taken and taken["backend"] in table["min_free_bytes"]:  # a CUDA build taken for a CPU box is GBs larger
+            _check_disk(target, int(table["min_free_bytes"][taken["backend"]]))
         install_choice(ctx, python, choice, opts, force=False, timeout=timeouts["pip"])
-        finish("torch", build=choice["build"], requirements=torchsel.requirements(choice, local=True))
+        if taken:
+            man.extra["comfyui_setup"]["torch_taken"] = taken  # doctor says which torch this is and why
+            man.save()
+        finish("torch", build=choice["build"], requirements=torchsel.requirements(choice, local=True), taken=taken)
     constraints = target / CONSTRAINTS_FILE
     if step(4, "requirements", "Installing ComfyUI's requirements (torch pinned)"):
         pins = write_constraints(constraints, probe_torch(python))

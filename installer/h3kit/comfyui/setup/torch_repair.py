@@ -15,6 +15,7 @@ from pathlib import Path
 
 from h3kit.comfyui import manifest as manifest_mod
 from h3kit.comfyui.setup.pip import install_choice, probe_torch, setup_table
+from h3kit.comfyui.setup.torch_source import reachable_choice
 from h3kit.core.errors import BadInput, NotReady, VerificationFailed
 from h3kit.core.tools import PipOptions, run_pip
 from h3kit.core.venv import venv_python
@@ -84,7 +85,11 @@ def fix_torch(ctx, python: str | os.PathLike, fingerprint: dict, manifest, opts:
         return result
     manifest.extra.setdefault("torch_before", record_before(python, before))
     manifest.save()
-    install_choice(ctx, python, choice, opts, force=True, timeout=setup_table()["timeouts_s"]["pip"])
+    timeout = setup_table()["timeouts_s"]["pip"]
+    choice, taken = reachable_choice(ctx, python, choice, fingerprint, opts, timeout=timeout)
+    install_choice(ctx, python, choice, opts, force=True, timeout=timeout)
+    if taken:
+        result["taken"] = taken
     after = probe_torch(python)
     left = [m for m in torchsel.check(fingerprint, after) if m["status"] == "fail"]
     result.update(after=after.get("packages"), changed=True)

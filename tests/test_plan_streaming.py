@@ -99,6 +99,21 @@ def test_a_gguf_dit_is_streamed_and_a_comfyui_quantized_one_names_the_file_that_
     assert "int8_convrot" in line and "GGUF" in line and "dit_weights: h3-dit-full-q8_0" in line
 
 
+def test_a_streamed_gguf_block_is_counted_dequantized_not_at_its_file_size():
+    """h3kit's loader dequantizes each GGUF block into the compute dtype (bf16 on a Mac): a Q8_0 block of
+    file bytes B holds B x 16 / 8.5 in memory, and the plan's sample phase counts that, not B."""
+    plan = _plan(_fp("apple-m2pro-32gb"), dit_weights="h3-dit-full-q8_0")
+    machine = Machine.from_fingerprint(_fp("apple-m2pro-32gb"))
+    c = plan_profile(CAT, _fp("apple-m2pro-32gb"), machine, PROFILES[plan["profile"]],
+                     Config(overrides={"dit_weights": "h3-dit-full-q8_0"}))
+    assert c.est.streamed
+    block = CAT.block_bytes(c.choice.dit)
+    assert c.est.block_held == int(block * 2 * 8 / 8.5)
+    bf16 = plan_profile(CAT, _fp("apple-m2pro-32gb"), machine, PROFILES[plan["profile"]],
+                        Config(overrides={"dit_weights": "h3-dit-pruned-bf16"}))
+    assert bf16.est.block_held == CAT.block_bytes(bf16.choice.dit)  # bf16 on MPS: computed as it is stored
+
+
 # -- CPU only ----------------------------------------------------------------------------------
 
 

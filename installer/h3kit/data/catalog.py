@@ -22,7 +22,7 @@ from h3kit.core.units import gb
 from h3kit.data import figures, format_support, speed
 from h3kit.data import throughput as throughput_mod
 from h3kit.data import settings as validate_settings
-from h3kit.data.figures import ComfyMemory, MemoryModel
+from h3kit.data.figures import DTYPE_BYTES, ComfyMemory, MemoryModel
 from h3kit.data.yamlio import Problems, YamlDoc, is_one_of, load_yaml, parse_size
 
 CATALOG_SCHEMA = "h3kit.catalog/1"
@@ -141,6 +141,14 @@ class Catalog:
     def block_bytes(self, weight: Weight) -> int:
         return -(-weight.bytes // self.blocks)
 
+    def streamed_block_factor(self, weight: Weight, backend: str) -> float:
+        """Bytes in memory per byte of file for one block h3kit's streamed loader computes with: a GGUF block is
+        dequantized into the compute dtype (formats.<f>.bits_per_weight), other files are cast as ComfyUI casts."""
+        bits = self.formats.get(weight.format, {}).get("bits_per_weight")
+        if isinstance(bits, (int, float)) and bits > 0:
+            return DTYPE_BYTES[self.comfyui.dtype_on(backend)] * 8 / bits
+        return self.comfyui.held_factor(weight.part, weight.format, backend)
+
     def weight(self, weight_id: str) -> Weight | None:
         for w in self.dit + self.text_encoder + self.vae + self.audio_vae + self.lora:
             if w.id == weight_id:
@@ -153,11 +161,12 @@ class Catalog:
 
     def runnable(self, fmt: str, machine: Machine, part: str = "dit", probe=None) -> tuple[bool, str]:
         """Can `machine` run weights in `fmt` for `part`? (answer, the reason in words). A format measured or
-        reported to fail there never runs; one the probe measured running runs; else the `requires` rules decide."""
+        reported to fail there never runs; one the probe measured running runs, and so does one reported running
+        off CUDA (the `requires` rules describe CUDA builds: drivers, compute capabilities); else they decide."""
         ev = self.evidence(fmt, machine, part, probe)
         if ev.status == "fails":
             return False, ev.phrase()
-        if ev.kind == "measured":
+        if ev.kind == "measured" or (ev.status == "runs" and ev.backend != "cuda"):
             return True, ""
         return format_support.requirements(fmt, self.formats[fmt], machine)
 

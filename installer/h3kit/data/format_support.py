@@ -166,6 +166,9 @@ def check(data: dict, problems: Problems) -> None:
         if probe_as is not None and not (isinstance(probe_as, list) and probe_as
                                          and all(isinstance(p, str) for p in probe_as)):
             problems.add(("formats", name, "probe_as"), "must be a list of the format probe's type names (q4_k, q6_k)")
+        bits = spec.get("bits_per_weight")
+        if bits is not None and (isinstance(bits, bool) or not isinstance(bits, (int, float)) or not 0 < bits <= 32):
+            problems.add(("formats", name, "bits_per_weight"), f"is {bits!r}; allowed: bits per weight, e.g. 4.5")
     ids = {w.get("id") for part in PARTS for w in (data.get(part) or []) if isinstance(w, dict)}
     for i, setup in enumerate(data.get("reported_setups") or ()):
         files = setup.get("files") if isinstance(setup, dict) else None

@@ -221,7 +221,8 @@ def estimate(cat: Catalog, budget: Budget, settings: dict, choice: Choice, strea
     dit, block = choice.dit.bytes, cat.block_bytes(choice.dit)
     dit_held, cast = held_bytes(cat, choice.dit, budget.backend), cat.comfyui.held_factor("dit", choice.dit.format,
                                                                                           budget.backend)
-    per_block = int(block * cast)
+    # a computing (or resident) block of h3kit's loader: dequantized GGUF, or cast as ComfyUI casts
+    per_block = int(block * (cat.streamed_block_factor(choice.dit, budget.backend) if stream is not None else cast))
     from_disk = settings["stream_from"] == "disk" or stream is not None
     gpu = budget.gpu_bytes
     enc_gpu, enc_ram = _encode_phase(cat, budget, choice, process)

@@ -87,8 +87,10 @@ def _pick(weights: list[Weight], cat: Catalog, machine: Machine, settings: dict,
             out.append(w)
         elif why not in skipped:
             skipped.append(why)
-    return sorted(out, key=lambda w: (tier(cat, machine, w, probe), -w.quality, w.comfyui_loads != "stock",
-                                      w.bytes)), skipped
+    # ComfyUI's own loaders (and loader packs) before h3kit's GGUF nodes at any quality: they are the widely used
+    # path and, on CUDA, the faster one (int8/fp8 kernels; h3kit's nodes dequantize GGUF per layer)
+    return sorted(out, key=lambda w: (tier(cat, machine, w, probe), w.comfyui_loads == "with_h3kit_loader",
+                                      -w.quality, w.comfyui_loads != "stock", w.bytes)), skipped
 
 
 @dataclass
@@ -126,12 +128,15 @@ class Candidate:
                              for w in (ch.dit, ch.te, ch.vae, ch.audio_vae)), reverse=True))
 
     def rank(self) -> tuple:
-        """Fits, files that load, a clip within target_minutes, format quality, preset, the workflows' canvas and
-        frames, ComfyUI's own loading before h3kit's streamer (it is faster), then the memory limits."""
+        """Fits, files that load, a clip within target_minutes, ComfyUI's own loaders before h3kit's GGUF nodes, format
+        quality, preset, the workflows' canvas and frames, ComfyUI's own loading before h3kit's streamer (it is
+        faster), then the memory limits."""
         ch, d = self.choice, self.defaults
         preset = PRESET_ORDER.index(d["preset"]) if d.get("preset") in PRESET_ORDER else len(PRESET_ORDER)
         canvas = d.get("canvas") or ch.canvas
-        return (self.fits, tuple((-a, -b) for a, b in self.loads), bool(self.time.get("meets_target")), ch.dit.quality,
+        ours = sum(w.comfyui_loads == "with_h3kit_loader" for w in (ch.dit, ch.te, ch.vae, ch.audio_vae))
+        return (self.fits, tuple((-a, -b) for a, b in self.loads), bool(self.time.get("meets_target")), -ours,
+                ch.dit.quality,
                 -preset, canvas[0] * canvas[1], d.get("frames") or 0, not self.est.streamed,
                 ch.canvas[0] * ch.canvas[1], ch.frames, -ch.dit.bytes)
 

@@ -35,6 +35,7 @@ from model_server import ModelServer, closed_port
 FPS = Path(__file__).parent / "fixtures" / "fingerprints"
 FP_4090 = FPS / "nvidia-rtx4090-24gb-64gb.json"
 FP_M2MAX = FPS / "apple-m2max-64gb.json"
+FP_AMD = FPS / "amd-rx7900xtx-24gb-64gb.json"  # its plan holds a GGUF text encoder (h3kit's loader over ComfyUI-GGUF)
 
 
 @pytest.fixture
@@ -102,7 +103,7 @@ def test_models_plan_adds_up_to_the_plans_disk_bytes(run_cli, fp):
 
 
 def test_models_plan_names_a_missing_loader_pack(run_cli):
-    code, doc, _ = _json(run_cli, "models", "plan", "--fingerprint", str(FP_M2MAX))
+    code, doc, _ = _json(run_cli, "models", "plan", "--fingerprint", str(FP_AMD))
     gguf = [f for f in doc["files"] if f["name"].endswith(".gguf")]
     assert gguf and gguf[0]["loader"]["pack"]["git"] == "https://github.com/city96/ComfyUI-GGUF"
     assert any("ComfyUI-GGUF" in w and "--with-loaders" in w for w in doc["warnings"])
@@ -206,7 +207,7 @@ def test_a_users_different_file_is_never_overwritten(run_cli, small, comfy):
 
 
 def test_doctor_findings_report_missing_files_and_loader_pack(comfy):
-    findings = models.doctor_findings(_plan(FP_M2MAX), comfy)
+    findings = models.doctor_findings(_plan(FP_AMD), comfy)
     assert all(set(f) == {"check", "status", "message", "fix"} for f in findings)
     pack = [f for f in findings if f["check"] == "loader pack ComfyUI-GGUF"]
     assert pack and pack[0]["status"] == "fail" and "--with-loaders" in pack[0]["fix"]

@@ -98,9 +98,12 @@ def test_loadable_files_beat_a_higher_quality_file_reported_broken():
     assert plan["settings"]["quantization"] == "int8_convrot" and plan["fits"]
     assert set(plan["comfyui_loads"].values()) == {"stock"} and plan["warnings"] == []
     assert plan["settings"]["max_canvas"] == [1024, 576] and plan["settings"]["max_frames"] == 243
-    # with h3kit's loader node the Q8_0 file loads, and quality decides
+    # with h3kit's loader node the Q8_0 file loads too, but ComfyUI's own loader comes first where it fits
     plan = make_plan(FPS["nvidia-rtx3060-12gb-32gb"])
-    assert plan["settings"]["dit_weights"] == "h3-dit-pruned-q8_0" and plan["comfyui_loads"]["dit"] == "with_h3kit_loader"
+    assert plan["settings"]["dit_weights"] == "h3-dit-pruned-int8_convrot" and plan["comfyui_loads"]["dit"] == "stock"
+    # where no stock file fits (8 GB, a driver too old for int8_convrot), h3kit's loader runs the GGUF
+    plan = make_plan(FPS["nvidia-rtx4060-8gb-16gb"])
+    assert plan["settings"]["dit_weights"] == "h3-dit-pruned-q4_k_m" and plan["comfyui_loads"]["dit"] == "with_h3kit_loader"
     line = next(r for r in plan["rationale"] if "H3kitUnetLoaderGGUF" in r)
     assert "tests/test_gguf_loaders_real_comfyui.py" in line and "Unknown model architecture" in line
 
@@ -244,10 +247,14 @@ def test_a_measured_run_beats_a_report_and_a_gguf_mix_counts_only_when_all_its_t
     both = _probe("mps", {"text_encoder": {"q4_k": "runs", "q6_k": "runs"}})
     ev = CAT.evidence("q4_k_m", mac, "text_encoder", both)
     assert (ev.status, ev.kind) == ("runs", "measured") and ev.source == both.source
-    half = _probe("mps", {"text_encoder": {"q4_k": "runs"}})
-    assert CAT.evidence("q4_k_m", mac, "text_encoder", half).kind == "unknown"
+    half = _probe("mps", {"text_encoder": {"q4_k": "runs"}})  # half a mix measured: the catalog's report decides
+    ev = CAT.evidence("q4_k_m", mac, "text_encoder", half)
+    assert (ev.kind, ev.status, ev.backend) == ("reported", "runs", "cpu") and "h3kit format probe" in ev.source
     other = _probe("cuda", {"text_encoder": {"q4_k": "fails", "q6_k": "fails"}})  # another machine's probe
-    assert CAT.evidence("q4_k_m", mac, "text_encoder", other).status == "unknown"
+    assert CAT.evidence("q4_k_m", mac, "text_encoder", other).kind == "reported"
+    # the stock text encoders measured failing here: the measured GGUF is planned
+    both = _probe("mps", {"text_encoder": {"q4_k": "runs", "q6_k": "runs", "int8_convrot": "fails",
+                                           "nvfp4": "fails", "nvfp4_awq": "fails"}})
     plan = make_plan(FPS["apple-m2max-64gb"], evidence=both)
     assert plan["evidence"]["text_encoder"]["kind"] == "measured"
     line = next(r for r in plan["rationale"] if r.startswith("Evidence that the formats run here"))

@@ -276,7 +276,7 @@ def profile_defaults(settings: dict) -> dict:
 
 
 def stats_document(file: str, blocks: int, counters: dict, plan: dict, read_mode: str | None = None) -> dict:
-    """The shape interfaces.md C fixes, plus the figures behind it.
+    """The stats document's shape (docs/streaming.md), plus the figures behind it.
 
     `wait_s` is the time the model stood still waiting for a block's weights (read and converted: with
     `read_mode` "direct" that is all the reading, done on every core while the compute waits);

@@ -8,7 +8,7 @@ Run after a deliberate change to the catalog, a profile or the planner:
 The plans are made with no config file (H3KIT_HOME points at an empty
 folder), exactly as tests/test_plan_golden.py compares them.
 
-`--streaming-table` writes nothing and prints the README's streaming table
+`--streaming-table` writes nothing and prints docs/plan.md's streaming table
 (section "Streaming"): synthetic machines with their RAM changed, as
 tests/test_plan_streaming.py plans them.
 """

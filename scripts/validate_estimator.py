@@ -24,9 +24,9 @@ of the ComfyUI in --comfyui / H3KIT_COMFYUI_DIR (never written to):
 The text rows of the sequence are the prompt's real token count (read with
 ComfyUI's H3 tokenizer) in both, so the check is the estimator's, not the
 catalog's prompt-length assumption. Prints a table (or --json) and exits 1
-when any difference is above 25%. The README's "Estimate vs measured" table
+when any difference is above 25%. The "Estimate vs measured" table in docs/calibrate.md
 is this script's output. `--reports` keeps the older check of the planner's
-memory figures against published user reports (README section plan).
+memory figures against published user reports (docs/plan.md).
 """
 
 from __future__ import annotations

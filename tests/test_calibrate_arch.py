@@ -1,4 +1,4 @@
-"""The DiT's width and depth read from the file's header, as ComfyUI's detection reads them (FINDINGS.md 3.1)."""
+"""The DiT's width and depth read from the file's header, as ComfyUI's detection reads them (comfy/model_detection.py)."""
 
 from __future__ import annotations
 

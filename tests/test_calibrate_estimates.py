@@ -34,7 +34,7 @@ def cpu_case(catobj):
 
 
 def h3_model(a=2e-4, b=1e-8, fixed=3.0, baseline=1.5 * GB, per_block=2.4 * GB, act=2e5) -> dict:
-    """A runner `h3_model` block (interfaces.md D) as ComfyUI's H3 measured on some CPU."""
+    """A runner `h3_model` block (docs/calibrate.md) as ComfyUI's H3 measured on some CPU."""
     return {"status": "measured", "device": "cpu", "dtype": "float32",
             "arch": {"hidden": 5376, "heads": 56, "head_dim": 128, "ffn": 14336, "blocks_built": 2,
                      "blocks_total": 50, "from": "catalog"},

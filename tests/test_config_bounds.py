@@ -89,7 +89,9 @@ def test_a_config_within_the_bounds_still_reads_with_an_alias(run_cli, h3kit_hom
 
 
 def test_readme_and_code_agree_that_an_unknown_top_level_key_is_refused(run_cli, h3kit_home):
-    readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8").split())
+    repo = Path(__file__).resolve().parent.parent
+    readme = " ".join(" ".join(p.read_text(encoding="utf-8") for p in [repo / "README.md", *(repo / "docs").glob("*.md")])
+                      .split())
     assert "keys are kept and noted" not in readme
     promise = "did you mean 'profile'?"
     assert promise in readme and "a misspelt key is refused" in readme

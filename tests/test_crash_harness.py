@@ -31,7 +31,7 @@ record save, at its `replace` step; and the first and last operation of each
 bulk phase (the staged copy, a re-install's per-file replaces). SIGINT then a
 rerun at two of those. `H3KIT_CRASH_ALL=1` runs every point three ways:
 SIGKILL then a rerun, SIGINT then a rerun, SIGKILL then an uninstall at once
-(README, "Crashes, full disks, two installs at once", has the counts and
+(docs/deploy.md, "Crashes, full disks, two installs at once", has the counts and
 times).
 With H3KIT_COMFYUI_DIR set, `test_kill_points_in_a_real_comfyui` kills an
 install into a hard-linked copy of that ComfyUI at a few points.

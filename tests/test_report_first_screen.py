@@ -1,7 +1,7 @@
 """The report's first screen: what this machine makes and how long a clip takes, in Markdown, HTML and Chromium.
 
 The documents are tests/fixtures/report (SOURCES.md there): a real calibration in ComfyUI 0.33 on the
-2-core CPU, a full calibration with every field of interfaces.md E (RTX 4090, --with-model), a table
+2-core CPU, a full calibration with every field of the calibration document (RTX 4090, --with-model), a table
 estimate without ComfyUI (the recorded 2-core run plus the table's clip time), the recorded run as it is
 (before those fields), and a Mac that streams the DiT from disk. Each expected sentence is written out here by hand from the fixture's
 numbers, so a change in how the report reads them shows up as a failing test.

@@ -1,5 +1,5 @@
 """scripts/validate_estimator.py: its graph, file dims and verdict (the full comparison needs a real ComfyUI and
-minutes of CPU; run it by hand as README "Estimate vs measured" says)."""
+minutes of CPU; run it by hand as docs/calibrate.md "Estimate vs measured" says)."""
 
 from __future__ import annotations
 

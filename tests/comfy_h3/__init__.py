@@ -49,7 +49,7 @@ def h3_comfyui() -> tuple[Path | None, Path | None, str]:
     """(ComfyUI folder, its Python, why not): a ComfyUI >= 0.31 from H3KIT_COMFYUI_DIR with its own venv."""
     raw = os.environ.get("H3KIT_COMFYUI_DIR")
     if not raw:
-        return None, None, "set H3KIT_COMFYUI_DIR to a ComfyUI >= 0.31 checkout with a venv (README: Development)"
+        return None, None, "set H3KIT_COMFYUI_DIR to a ComfyUI >= 0.31 checkout with a venv (docs/development.md)"
     comfy = Path(raw).expanduser().resolve()
     if not (comfy / "comfy_extras" / "nodes_minimax_h3.py").is_file():
         return None, None, f"{comfy} has no H3 support (ComfyUI >= 0.31 needed for these tests)"

@@ -3,7 +3,7 @@
 Calibration builds ComfyUI's own H3 transformer at the width of the file the
 user will run, so the width has to be the one ComfyUI will build from that
 file. ComfyUI sizes the model from tensor shapes (comfy/model_detection.py,
-the MiniMax H3 branch: FINDINGS.md 3.1), so this module reads the same shapes
+the MiniMax H3 branch of comfy/model_detection.py), so this module reads the same shapes
 from the file's header, with the standard library only and without loading
 a single weight:
 
@@ -140,7 +140,7 @@ def _count(keys, prefix: str) -> int:
 
 
 def detect(shapes: dict, meta: dict | None = None) -> dict:
-    """H3's dims from tensor shapes, read as ComfyUI's detection reads them (FINDINGS.md 3.1)."""
+    """H3's dims from tensor shapes, read as ComfyUI's detection reads them (comfy/model_detection.py)."""
     anchor = next((k for k in shapes if k.endswith("video_patch_proj.weight")), None)
     if anchor is None:
         raise HeaderError("no video_patch_proj.weight: not a MiniMax H3 DiT")

@@ -233,7 +233,7 @@ def measure_disk(folder: Path, nbytes: int, scratch: Path | None = None, *, crea
 
 def streaming_block(disk: dict, block_bytes: int, compute_s_per_block: float | None, *,
                     max_blocks: int = 8) -> dict | None:
-    """The calibration document's `streaming` block (interfaces.md E) from a measured disk and the
+    """The calibration document's `streaming` block (docs/calibrate.md) from a measured disk and the
     measured seconds one DiT block computes: {enabled, disk_bytes_per_s, cache_dropped, compute_s_per_block,
     read_s_per_block, io_wait_fraction, prefetch_blocks, disk_bound, resident_blocks}; None when either
     figure is missing (nothing to decide from)."""

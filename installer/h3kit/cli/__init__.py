@@ -23,7 +23,7 @@ from h3kit.core.oserrors import environment_errors
 from h3kit.core.paths import locations
 from h3kit.core.subproc import Terminated, interrupt_on_signals
 
-# Order is the order of --help. Names and meanings are fixed by CONTRACTS.md.
+# Order is the order of --help. Names and meanings are promises to users and scripts (docs/commands.md): extend, never rename.
 COMMANDS = (
     "fingerprint",
     "plan",

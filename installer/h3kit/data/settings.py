@@ -61,7 +61,7 @@ DESCRIPTIONS = {
 KEYS = tuple(DESCRIPTIONS)
 SIZE_KEYS = ("shard_size_bytes", "preload_bytes", "os_ram_headroom")
 PRESETS = ("fast", "balanced", "quality")
-# The `timing` mapping (interfaces.md A): required rates, optional ones, and the devices it may name.
+# The `timing` mapping (docs/plan.md, "How long a clip takes"): required rates, optional ones, and the devices it may name.
 TIMING_REQUIRED = ("block_s_per_token", "block_s_per_token2", "step_fixed_s")
 TIMING_OPTIONAL = ("step_fixed_s_per_token", "text_encode_s", "decode_s_per_pixel_frame")
 TIMING_TEXT = ("source", "device", "dtype")

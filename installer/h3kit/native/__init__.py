@@ -4,7 +4,7 @@
 - `build`: compile every SIMD variant of `payload/` (its C units) into the cache and self-test it.
 - the kernels (`quantize`, `dequantize`, `matvec`, ...) are the ctypes bridge in
   `h3kit.bundled.h3k_native`, re-exported here so `h3kit.native.quantize` keeps
-  the name CONTRACTS.md promises. The bridge itself is stdlib-only because the
+  the name docs/native.md documents. The bridge itself is stdlib-only because the
   node pack carries a copy of it into ComfyUI's interpreter.
 """
 

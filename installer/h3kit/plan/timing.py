@@ -1,4 +1,4 @@
-"""How long one clip takes: the one formula the plan and the calibration share (interfaces.md A).
+"""How long one clip takes: the one formula the plan and the calibration share (docs/plan.md, "How long a clip takes").
 
 One model call (one DiT forward) costs, per block, a part linear in the
 sequence length T (the qkv/out projections and the SwiGLU MLP) and a part in

@@ -1,7 +1,7 @@
 """ComfyUI's own H3 transformer, at the file's full width and reduced depth, timed in ComfyUI's Python.
 
 `measure_h3_model(job, comfyui, quick, progress)` returns the runner's
-`h3_model` block (interfaces.md section D): it imports ComfyUI from the
+`h3_model` block (its fields: docs/calibrate.md): it imports ComfyUI from the
 `--comfyui` folder with the plan's memory flags (`comfy_env`), builds
 `model_base.MiniMaxH3` (the class `load_diffusion_model` builds, with the
 operations `comfy.ops.pick_operations` chooses and the dtype

@@ -10,7 +10,7 @@ depth:
   decodes a tile with: 36 layers, 32 heads x 64) plus its `post_quant_conv`,
   on one tile as the VAE cuts it itself (256 px, 7 latent frames: 5 per
   17-frame clip plus 2 of overlap; the VAE ignores VAEDecodeTiled's tile
-  arguments, FINDINGS.md 3.4), in `model_management.vae_dtype`. The
+  arguments: ComfyUI 0.33 comfy/sd.py VAE.decode_tiled), in `model_management.vae_dtype`. The
   number of tiles and temporal chunks at the plan's canvas comes from the
   VAE's own `split_tiles` / `_decode_temporal_chunks`;
 - text encoder: `comfy.text_encoders.llama.Llama2_` with
@@ -154,7 +154,7 @@ def measure_vae(env, job, canvas, quick, dit_fit=None, dit_arch=None) -> dict:
                   f"x {plan['calls']} tile-chunks for the canvas{scaled}"}
     if planned and int(planned) != VAE_TILE:
         out["note"] = (f"the plan's vae_tile_size {planned} does not reach MiniMaxH3VideoVAE, which always "
-                       f"decodes {VAE_TILE}px tiles (FINDINGS.md 3.4)")
+                       f"decodes {VAE_TILE}px tiles (ComfyUI's MiniMaxH3VideoVAE tiles itself)")
     del dec, post, z
     return out
 

@@ -50,7 +50,7 @@ def h3_model(a=2e-4, b=1e-8, fixed=3.0, baseline=1.5 * GB, per_block=2.4 * GB, a
 def test_measured_rates_go_through_the_plans_formula(catobj, cpu_case):
     fp, plan = cpu_case
     arch = calibrate.arch.from_catalog(catobj.data, catobj.weight(plan["settings"]["dit_weights"]))
-    est = est_mod.estimate(catobj, plan, fp, h3_model(), arch, day="2026-12-01", device="cpu")
+    est = est_mod.clip_estimate(catobj, plan, fp, h3_model(), arch, day="2026-12-01", device="cpu")
     s = plan["settings"]
     streaming = s.get("streaming") or {}
     overhead = streaming.get("pass_overhead", 0.0) if streaming.get("enabled") else 0.0
@@ -77,8 +77,8 @@ def test_measured_rates_go_through_the_plans_formula(catobj, cpu_case):
 def test_twice_the_block_rate_roughly_doubles_the_step(catobj, cpu_case):
     fp, plan = cpu_case
     arch = calibrate.arch.from_catalog(catobj.data)
-    slow = est_mod.estimate(catobj, plan, fp, h3_model(a=4e-4, b=2e-8, fixed=0.0), arch, day="d", device="cpu")
-    fast = est_mod.estimate(catobj, plan, fp, h3_model(a=2e-4, b=1e-8, fixed=0.0), arch, day="d", device="cpu")
+    slow = est_mod.clip_estimate(catobj, plan, fp, h3_model(a=4e-4, b=2e-8, fixed=0.0), arch, day="d", device="cpu")
+    fast = est_mod.clip_estimate(catobj, plan, fp, h3_model(a=2e-4, b=1e-8, fixed=0.0), arch, day="d", device="cpu")
     ratio = slow["time"]["seconds_per_step"] / fast["time"]["seconds_per_step"]
     assert ratio == pytest.approx(2.0, rel=0.01)  # only the small per-token fixed part does not double
 
@@ -86,7 +86,7 @@ def test_twice_the_block_rate_roughly_doubles_the_step(catobj, cpu_case):
 def test_without_a_measurement_it_is_a_table_estimate_and_says_so(catobj, cpu_case):
     fp, plan = cpu_case
     arch = calibrate.arch.from_catalog(catobj.data)
-    est = est_mod.estimate(catobj, plan, fp, {"status": "skipped", "reason": "no ComfyUI folder was given"}, arch,
+    est = est_mod.clip_estimate(catobj, plan, fp, {"status": "skipped", "reason": "no ComfyUI folder was given"}, arch,
                            day="d", device="cpu")
     table = timing.rates_from_table(fp, catobj, "float32")
     assert est["kind"] == "table" and "table estimate" in est["note"] and "no ComfyUI folder" in est["note"]
@@ -133,14 +133,14 @@ def test_a_measured_streaming_overhead_replaces_the_plans_share_in_the_clip_time
     st = plan["settings"]["streaming"]
     assert st["enabled"] and st["pass_overhead"] > 0.5  # the 16 GB CPU box streams, at h3.c's +84% prior
     arch = calibrate.arch.from_catalog(catobj.data, catobj.weight(plan["settings"]["dit_weights"]))
-    planned = est_mod.estimate(catobj, plan, fp, h3_model(), arch, day="d", device="cpu")
+    planned = est_mod.clip_estimate(catobj, plan, fp, h3_model(), arch, day="d", device="cpu")
     disk = {"status": "measured", "gb_per_s": 3.0, "cache_dropped": True, "direct_read_bytes_per_s": 8e9}
     fig = prefetch_figures(plan, planned, disk, cpu=True)
     assert fig["copy_s_per_block"] == pytest.approx(st["block_bytes"] / 8e9)
     share = (st["blocks"] - st["resident_blocks"]) / st["blocks"]
     assert fig["pass_overhead"] == measured_pass_overhead(fig, share, fig["copy_s_per_block"])
     assert fig["pass_overhead_planned"] == st["pass_overhead"]
-    measured = est_mod.estimate(catobj, plan, fp, h3_model(), arch, day="d", device="cpu",
+    measured = est_mod.clip_estimate(catobj, plan, fp, h3_model(), arch, day="d", device="cpu",
                                 pass_overhead=fig["pass_overhead"])
     assert measured["time"]["pass_overhead"] == fig["pass_overhead"]
     assert measured["time"]["pass_overhead_from"].startswith("measured")
@@ -154,7 +154,7 @@ def test_a_measured_streaming_overhead_replaces_the_plans_share_in_the_clip_time
     gpu = prefetch_figures(plan, planned, disk, cpu=False)
     assert "copy_s_per_block" not in gpu and gpu["pass_overhead"] < fig["pass_overhead"]
     # a plan that ComfyUI holds has nothing to replace
-    held = est_mod.estimate(catobj, _held(plan), fp, h3_model(), arch, day="d", device="cpu", pass_overhead=0.5)
+    held = est_mod.clip_estimate(catobj, _held(plan), fp, h3_model(), arch, day="d", device="cpu", pass_overhead=0.5)
     assert held["time"]["pass_overhead"] == 0 and held["time"]["pass_overhead_from"] is None
 
 
@@ -185,7 +185,7 @@ def test_alternatives_are_faster_and_carry_their_minutes(catobj):
     plan = make_plan(fp, catobj, catalog_mod.load_profiles(catobj))
     arch = calibrate.arch.from_catalog(catobj.data)
     gpu = {**h3_model(a=2e-6, b=1e-10, fixed=0.3), "device": "cuda", "dtype": "bfloat16"}
-    est = est_mod.estimate(catobj, plan, fp, gpu, arch, day="d", device="cuda")
+    est = est_mod.clip_estimate(catobj, plan, fp, gpu, arch, day="d", device="cuda")
     assert est["alternatives"]
     head = est["time"]["minutes_per_clip"]
     for alt in est["alternatives"]:
@@ -198,8 +198,8 @@ def test_alternatives_are_faster_and_carry_their_minutes(catobj):
 
 def test_the_native_kernel_figure_is_only_an_appendix(catobj, cpu_case):
     fp, plan = cpu_case
-    appendix = calibrate.estimate(catobj.data, plan, {"native_gflops": 50.0}, 20 * GB)
-    est = est_mod.estimate(catobj, plan, fp, h3_model(), calibrate.arch.from_catalog(catobj.data), day="d",
+    appendix = calibrate.native_appendix(catobj.data, plan, {"native_gflops": 50.0}, 20 * GB)
+    est = est_mod.clip_estimate(catobj, plan, fp, h3_model(), calibrate.arch.from_catalog(catobj.data), day="d",
                            device="cpu", native_appendix=appendix)
     assert est["native_appendix"]["label"].startswith("native-kernel")
     assert est["seconds_per_step"] != appendix["seconds_per_step"]
@@ -223,8 +223,8 @@ def test_tokens_follow_the_catalog_rule(cat):
 
 
 def test_native_appendix_scales_with_the_measured_rate_and_is_labelled(cat):
-    slow = calibrate.estimate(cat, _plan(), {"native_gflops": 10.0}, 20 * GB)
-    fast = calibrate.estimate(cat, _plan(), {"native_gflops": 20.0}, 20 * GB)
+    slow = calibrate.native_appendix(cat, _plan(), {"native_gflops": 10.0}, 20 * GB)
+    fast = calibrate.native_appendix(cat, _plan(), {"native_gflops": 20.0}, 20 * GB)
     assert slow["label"] == "native-kernel estimate (appendix)"
     assert slow["compute_seconds_per_step"] == pytest.approx(2 * fast["compute_seconds_per_step"])
     assert slow["flops_per_pass"] == calibrate.flops_per_pass(cat["architecture"]["blocks"], cat["architecture"]["hidden"],
@@ -235,23 +235,23 @@ def test_native_appendix_scales_with_the_measured_rate_and_is_labelled(cat):
 
 
 def test_streaming_uses_the_plan_blocks_and_the_measured_link(cat):
-    est = calibrate.estimate(cat, _plan(), {"device_tflops": 100.0, "h2d_gbps": 20.0}, 20 * GB)
+    est = calibrate.native_appendix(cat, _plan(), {"device_tflops": 100.0, "h2d_gbps": 20.0}, 20 * GB)
     assert est["stream_seconds_per_step"] == pytest.approx(40 * 400 * 10**6 / 20e9)
     assert est["seconds_per_step"] == pytest.approx(est["compute_seconds_per_step"] + est["stream_seconds_per_step"])
-    overlapped = calibrate.estimate(cat, _plan(preload_bytes=GB), {"device_tflops": 100.0, "h2d_gbps": 20.0}, 20 * GB)
+    overlapped = calibrate.native_appendix(cat, _plan(preload_bytes=GB), {"device_tflops": 100.0, "h2d_gbps": 20.0}, 20 * GB)
     assert overlapped["seconds_per_step"] == pytest.approx(max(overlapped["compute_seconds_per_step"],
                                                                overlapped["stream_seconds_per_step"]))
-    from_disk = calibrate.estimate(cat, _plan(stream_from="disk"), {"native_gflops": 10.0, "disk_gbps": 2.0}, 20 * GB)
+    from_disk = calibrate.native_appendix(cat, _plan(stream_from="disk"), {"native_gflops": 10.0, "disk_gbps": 2.0}, 20 * GB)
     assert from_disk["stream_seconds_per_step"] == pytest.approx(40 * 400 * 10**6 / 2e9)
-    resident = calibrate.estimate(cat, _plan(streaming={"resident": True}), {"device_tflops": 100.0, "h2d_gbps": 20.0}, 20 * GB)
+    resident = calibrate.native_appendix(cat, _plan(streaming={"resident": True}), {"device_tflops": 100.0, "h2d_gbps": 20.0}, 20 * GB)
     assert resident["stream_seconds_per_step"] == 0
 
 
 def test_peak_ram_moves_with_the_measured_memory_growth(cat):
     plan = _plan(preload_bytes=GB)
     moving = 2 * GB + 278 * 10**6 + GB
-    same = calibrate.estimate(cat, plan, {"native_gflops": 10.0, "memory_growth_ratio": 1.0}, 20 * GB)
-    more = calibrate.estimate(cat, plan, {"native_gflops": 10.0, "memory_growth_ratio": 1.5}, 20 * GB)
+    same = calibrate.native_appendix(cat, plan, {"native_gflops": 10.0, "memory_growth_ratio": 1.0}, 20 * GB)
+    more = calibrate.native_appendix(cat, plan, {"native_gflops": 10.0, "memory_growth_ratio": 1.5}, 20 * GB)
     assert same["peak_ram_bytes"] == 30 * GB
     assert more["peak_ram_bytes"] == 30 * GB + moving // 2
 

@@ -21,7 +21,7 @@ from h3kit.core.errors import NotReady
 from h3kit.core.paths import locations
 from h3kit.core.venv import venv_python
 from h3kit.fingerprint.schema import load_file
-from h3kit.plan import torch_build as torchsel
+from h3kit.plan import torch_build
 from tests.conftest import FIXTURES
 
 
@@ -143,7 +143,7 @@ def test_fix_then_undo_in_a_throwaway_venv(tmp_path, wheelhouse, offline_pip, ve
     fp = load_file(FP_4090)
     before = comfy_setup.probe_torch(python)
     assert before["torch_version"] == "2.13.0+cpu" and before["torch_build"] == "cpu"
-    findings = torchsel.doctor_findings(fp, before)
+    findings = torch_build.doctor_findings(fp, before)
     assert findings[0]["status"] == "fail" and "cu130" in findings[0]["fix"]
 
     man = manifest.load_or_new(locations().state_dir, tmp_path / "ComfyUI")
@@ -152,7 +152,7 @@ def test_fix_then_undo_in_a_throwaway_venv(tmp_path, wheelhouse, offline_pip, ve
     after = comfy_setup.probe_torch(python, import_torch=True)
     assert after["packages"] == {"torch": "2.14.1+cu130", "torchvision": "0.29.1+cu130", "torchaudio": "2.11.0+cu130"}
     assert after["torch_cuda"] == "13.0"
-    assert torchsel.check(fp, after) == []
+    assert torch_build.check(fp, after) == []
     saved = json.loads(Path(man.path).read_text())["extra"]["torch_before"]
     assert saved["packages"] == {"torch": "2.13.0+cpu", "torchvision": "0.28.0+cpu", "torchaudio": None}
     assert saved["index_urls"]["torch"] == "https://download.pytorch.org/whl/cpu"

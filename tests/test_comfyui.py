@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from h3kit.comfyui import inspect as comfy_inspect
-from h3kit.comfyui import locate as comfyui
+from h3kit.comfyui import locate as comfyui_locate
 from h3kit.cli.context import Context
 from h3kit.core.errors import BadInput, NotReady
 
@@ -41,10 +41,10 @@ def test_search_order_explicit_env_config(tmp_path, home):
     a, b, c = (comfy_tree.make_comfyui(tmp_path / n) for n in "abc")
     env = {"COMFYUI_PATH": str(b)}
     kw = dict(cwd=tmp_path, home=home, system="linux")
-    assert comfyui.search(str(a), str(c), environ=env, **kw).source == "--comfyui"
-    r = comfyui.search(None, str(c), environ=env, **kw)
+    assert comfyui_locate.search(str(a), str(c), environ=env, **kw).source == "--comfyui"
+    r = comfyui_locate.search(None, str(c), environ=env, **kw)
     assert (r.chosen, r.source) == (b, "COMFYUI_PATH")
-    r = comfyui.search(None, str(c), environ=NO_ENV, **kw)
+    r = comfyui_locate.search(None, str(c), environ=NO_ENV, **kw)
     assert (r.chosen, r.source) == (c, "config comfyui_path")
 
 
@@ -54,23 +54,23 @@ def test_comfy_cli_workspace_then_cwd(tmp_path, home):
     cfg.parent.mkdir(parents=True)
     cfg.write_text(f"[DEFAULT]\nrecent_workspace = {ws}\n", encoding="utf-8")
     here = comfy_tree.make_comfyui(tmp_path / "here")
-    r = comfyui.search(None, None, environ=NO_ENV, cwd=here / "custom_nodes", home=home, system="linux")
+    r = comfyui_locate.search(None, None, environ=NO_ENV, cwd=here / "custom_nodes", home=home, system="linux")
     assert (r.chosen, r.source) == (ws, "comfy-cli workspace")
     cfg.unlink()
-    r = comfyui.search(None, None, environ=NO_ENV, cwd=here / "custom_nodes", home=home, system="linux")
+    r = comfyui_locate.search(None, None, environ=NO_ENV, cwd=here / "custom_nodes", home=home, system="linux")
     assert (r.chosen, r.source) == (here, "current directory")
 
 
 def test_parse_comfy_cli_config_recorded():
     text = (FIXTURES / "comfy-cli-config.ini").read_text(encoding="utf-8")
-    assert comfyui.parse_comfy_cli_config(text) == ["/home/user/ComfyUI-recent", "/home/user/comfy/ComfyUI"]
-    assert comfyui.parse_comfy_cli_config("not an ini [[[") == []
+    assert comfyui_locate.parse_comfy_cli_config(text) == ["/home/user/ComfyUI-recent", "/home/user/comfy/ComfyUI"]
+    assert comfyui_locate.parse_comfy_cli_config("not an ini [[[") == []
 
 
 def test_usual_folders_portable_and_desktop(tmp_path, home):
     portable_root = home / "Desktop"
     comfy = comfy_tree.make_comfyui(portable_root, layout="portable")
-    r = comfyui.search(None, None, environ=NO_ENV, cwd=tmp_path, home=home, system="windows")
+    r = comfyui_locate.search(None, None, environ=NO_ENV, cwd=tmp_path, home=home, system="windows")
     assert (r.chosen, r.source) == (comfy, "usual folder")
     base = home / "Documents" / "ComfyDesktop"
     (base / "custom_nodes").mkdir(parents=True)
@@ -78,9 +78,9 @@ def test_usual_folders_portable_and_desktop(tmp_path, home):
     cfgdir = home / "AppData" / "Roaming" / "ComfyUI"
     cfgdir.mkdir(parents=True)
     (cfgdir / "config.json").write_text('{"basePath": "%s"}' % base.as_posix(), encoding="utf-8")
-    r = comfyui.search(None, None, environ=NO_ENV, cwd=tmp_path, home=home, system="windows")
+    r = comfyui_locate.search(None, None, environ=NO_ENV, cwd=tmp_path, home=home, system="windows")
     assert r.chosen is None and set(r.candidates) == {comfy, base}
-    assert comfyui.detect_layout(comfy) == "portable" and comfyui.detect_layout(base) == "desktop"
+    assert comfyui_locate.detect_layout(comfy) == "portable" and comfyui_locate.detect_layout(base) == "desktop"
 
 
 def test_several_found_yes_takes_most_recent(tmp_path, home, capsys):
@@ -90,16 +90,16 @@ def test_several_found_yes_takes_most_recent(tmp_path, home, capsys):
     for p in (old, old / "user", old / "output", old / "custom_nodes"):
         os.utime(p, (past, past))
     kw = dict(environ=NO_ENV, cwd=tmp_path, home=home, system="linux")
-    found = comfyui.find(None, None, Context(yes=True), **kw)
+    found = comfyui_locate.find(None, None, Context(yes=True), **kw)
     assert found.path == new
     assert "most recently used" in capsys.readouterr().err
     with pytest.raises(BadInput, match="Several ComfyUI folders"):
-        comfyui.find(None, None, Context(yes=False, json=True), **kw)
+        comfyui_locate.find(None, None, Context(yes=False, json=True), **kw)
 
 
 def test_none_found_names_the_flag(tmp_path, home):
     with pytest.raises(NotReady) as exc:
-        comfyui.find(None, None, Context(yes=True), environ=NO_ENV, cwd=tmp_path, home=home, system="linux")
+        comfyui_locate.find(None, None, Context(yes=True), environ=NO_ENV, cwd=tmp_path, home=home, system="linux")
     assert "--comfyui" in exc.value.fix
 
 
@@ -107,16 +107,16 @@ def test_bad_paths_each_one_sentence(tmp_path):
     f = tmp_path / "file.txt"
     f.write_text("x")
     with pytest.raises(BadInput, match="does not exist"):
-        comfyui.check_dir(tmp_path / "nope", need_write=True)
+        comfyui_locate.check_dir(tmp_path / "nope", need_write=True)
     with pytest.raises(BadInput, match="is a file"):
-        comfyui.check_dir(f, need_write=True)
+        comfyui_locate.check_dir(f, need_write=True)
     with pytest.raises(BadInput, match="does not look like ComfyUI"):
-        comfyui.check_dir(tmp_path, need_write=True)
+        comfyui_locate.check_dir(tmp_path, need_write=True)
     comfy = comfy_tree.make_comfyui(tmp_path / "c")
     (comfy / "custom_nodes" / "websocket_image_save.py").unlink()
     (comfy / "custom_nodes").rmdir()
     with pytest.raises(BadInput, match="no custom_nodes folder"):
-        comfyui.check_dir(comfy, need_write=True)
+        comfyui_locate.check_dir(comfy, need_write=True)
 
 
 @pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="permission bits do not bind root")
@@ -125,28 +125,28 @@ def test_read_only_and_unreadable(tmp_path):
     (comfy / "custom_nodes").chmod(0o555)
     try:
         with pytest.raises(BadInput, match="read-only"):
-            comfyui.check_dir(comfy, need_write=True)
-        comfyui.check_dir(comfy, need_write=False)
+            comfyui_locate.check_dir(comfy, need_write=True)
+        comfyui_locate.check_dir(comfy, need_write=False)
     finally:
         (comfy / "custom_nodes").chmod(0o755)
     comfy.chmod(0o000)
     try:
         with pytest.raises(BadInput, match="not readable"):
-            comfyui.check_dir(comfy, need_write=False)
+            comfyui_locate.check_dir(comfy, need_write=False)
     finally:
         comfy.chmod(0o755)
 
 
 def test_find_python_order(tmp_path):
     portable = comfy_tree.make_comfyui(tmp_path / "p", layout="portable")
-    inst = comfyui.ComfyInstall(portable, "test", "portable")
-    assert comfyui.find_python(inst)[1] == "portable python_embeded"
+    inst = comfyui_locate.ComfyInstall(portable, "test", "portable")
+    assert comfyui_locate.find_python(inst)[1] == "portable python_embeded"
     plain = comfy_tree.make_comfyui(tmp_path / "q")
-    inst = comfyui.ComfyInstall(plain, "test")
-    assert comfyui.find_python(inst) == (plain / "venv" / "bin" / "python", "venv inside ComfyUI")
+    inst = comfyui_locate.ComfyInstall(plain, "test")
+    assert comfyui_locate.find_python(inst) == (plain / "venv" / "bin" / "python", "venv inside ComfyUI")
     (plain / "venv" / "bin" / "python").unlink()
-    assert comfyui.find_python(inst, Cfg(comfyui_python="/opt/py/bin/python3"))[1] == "config comfyui_python"
-    assert comfyui.find_python(inst) == (None, "")
+    assert comfyui_locate.find_python(inst, Cfg(comfyui_python="/opt/py/bin/python3"))[1] == "config comfyui_python"
+    assert comfyui_locate.find_python(inst) == (None, "")
 
 
 def test_comfyui_python_from_the_config_file(tmp_path, h3kit_home):
@@ -157,7 +157,7 @@ def test_comfyui_python_from_the_config_file(tmp_path, h3kit_home):
     (comfy / "venv" / "bin" / "python").unlink()
     loc = locations()
     loc.config_file.write_text(f"profile: auto\ncomfyui_path: {comfy}\ncomfyui_python: /opt/py ü/bin/python3\n", encoding="utf-8")
-    found = comfyui.find(None, load(loc), Context(yes=True))
+    found = comfyui_locate.find(None, load(loc), Context(yes=True))
     assert (found.path, found.source) == (comfy, "config comfyui_path")
     assert (str(found.python), found.python_source) == ("/opt/py ü/bin/python3", "config comfyui_python")
 
@@ -173,8 +173,8 @@ def test_parse_inspect_recorded():
 
 def test_inspect_runs_the_trees_python(tmp_path):
     comfy = comfy_tree.make_comfyui(tmp_path / "with space ü")
-    inst = comfyui.find(str(comfy), None, Context(yes=True))
-    info = comfyui.inspect(inst)
+    inst = comfyui_locate.find(str(comfy), None, Context(yes=True))
+    info = comfyui_locate.inspect(inst)
     assert info["torch"] == "2.5.1+cpu" and info["torch_build"] == "cpu" and isinstance(info["packages"], dict)
     assert info["comfyui_version"] == "0.33.0"
     assert info["python_version"] == ".".join(map(str, sys.version_info[:3]))
@@ -183,9 +183,9 @@ def test_inspect_runs_the_trees_python(tmp_path):
 def test_python_that_does_not_start(tmp_path):
     comfy = comfy_tree.make_comfyui(tmp_path / "c")
     comfy_tree.broken_python(comfy)
-    inst = comfyui.find(str(comfy), None, Context(yes=True))
+    inst = comfyui_locate.find(str(comfy), None, Context(yes=True))
     with pytest.raises(NotReady, match="does not start"):
-        comfyui.inspect(inst)
+        comfyui_locate.inspect(inst)
 
 
 NVIDIA_FP = {"gpus": [{"vendor": "nvidia", "name": "RTX 3060", "cuda_driver_version": "12.4"}], "rosetta": False}

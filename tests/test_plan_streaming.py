@@ -385,7 +385,7 @@ def test_nvidia_with_dynamic_vram_never_uses_h3kits_streamer(name, scale):
 def test_cpu_holds_bf16_at_twice_its_file_size():
     """ComfyUI casts 16-bit float files to float32 on a CPU (FACTS.md: 2.65 GB bf16 -> 5.0 GB): the held
     estimate counts the DiT (and the fp16 video VAE) at 2x, a GGUF at its file size; a GPU holds bf16 as is."""
-    from h3kit.plan.budget import Choice, estimate, make_budget
+    from h3kit.plan.budget import Choice, memory_estimate, make_budget
 
     fp = _fp("cpu-only-16gb", 128)
     settings = dict(PROFILES["cpu-only"].settings)
@@ -393,15 +393,15 @@ def test_cpu_holds_bf16_at_twice_its_file_size():
     bf16, q8 = CAT.weight("h3-dit-pruned-bf16"), CAT.weight("h3-dit-pruned-q8_0")
     te, vae16, vae8, audio = CAT.weight("h3-te-qwen3vl32b-q2_k_m"), CAT.weight("h3-vae-video-fp16"), \
         CAT.weight("h3-vae-video-int8"), CAT.audio_vae[0]
-    held = estimate(CAT, budget, settings, Choice(bf16, te, vae8, audio, (512, 288), 22))
-    packed = estimate(CAT, budget, settings, Choice(q8, te, vae8, audio, (512, 288), 22))
+    held = memory_estimate(CAT, budget, settings, Choice(bf16, te, vae8, audio, (512, 288), 22))
+    packed = memory_estimate(CAT, budget, settings, Choice(q8, te, vae8, audio, (512, 288), 22))
     assert held.dit_held == 2 * bf16.bytes and packed.dit_held == q8.bytes
     assert held.phases["sample"]["ram_bytes"] - packed.phases["sample"]["ram_bytes"] == 2 * bf16.bytes - q8.bytes
-    fp16_vae = estimate(CAT, budget, settings, Choice(q8, te, vae16, audio, (512, 288), 22))
+    fp16_vae = memory_estimate(CAT, budget, settings, Choice(q8, te, vae16, audio, (512, 288), 22))
     assert fp16_vae.phases["decode"]["ram_bytes"] - packed.phases["decode"]["ram_bytes"] == 2 * vae16.bytes - vae8.bytes
     gpu_fp = _fp("apple-m3ultra-192gb")
     gpu_budget = make_budget(CAT, gpu_fp, dict(PROFILES["apple-unified-128-plus"].settings))
-    assert estimate(CAT, gpu_budget, dict(PROFILES["apple-unified-128-plus"].settings),
+    assert memory_estimate(CAT, gpu_budget, dict(PROFILES["apple-unified-128-plus"].settings),
                     Choice(bf16, te, vae8, audio, (512, 288), 22)).dit_held == bf16.bytes
 
 

@@ -23,7 +23,7 @@ from h3kit.core import net
 from h3kit.core.errors import NotReady
 from h3kit.core.session import Session
 from h3kit.core.tools import PipOptions
-from h3kit.plan import torch_build as torchsel
+from h3kit.plan import torch_build
 from h3kit.fingerprint.schema import load_file
 from tests.conftest import FIXTURES
 
@@ -79,16 +79,16 @@ def test_the_recorded_pypi_report_is_a_cuda_13_build_that_runs_on_a_cpu_box_only
     info = torch_source.read_report(json.loads((RECORDED / "pip-report-torch-2.14.1-pypi.json").read_text()), "linux")
     assert (info["torch_version"], info["torch_build"], info["build"]) == ("2.14.1", "cuda", "cu130")
     assert info["packages"]["torchvision"] == "0.29.1"
-    assert torchsel.check(_fp("linux-cpu-only"), info) == []
-    assert torchsel.check(_fp("linux-rtx4090-driver580"), info) == []
-    [problem] = torchsel.check(_fp("linux-rtx4090-driver570-nocuda"), info)
+    assert torch_build.check(_fp("linux-cpu-only"), info) == []
+    assert torch_build.check(_fp("linux-rtx4090-driver580"), info) == []
+    [problem] = torch_build.check(_fp("linux-rtx4090-driver570-nocuda"), info)
     assert problem["kind"] == "cuda-too-new"
 
 
 def test_the_line_says_what_was_taken_its_size_and_that_the_cpu_wheel_is_smaller():
     taken = {"planned_build": "cpu", "planned_index": "https://download.pytorch.org/whl/cpu", "torch": "2.14.1",
              "build": "cu130", "backend": "cuda", "from": "pypi.org", "download_bytes": 2_900_000_000}
-    line = torch_source.taken_line(taken, torchsel.builds_table())
+    line = torch_source.taken_line(taken, torch_build.builds_table())
     assert "torch 2.14.1 (cu130 build, 2.9 GB" in line and "download.pytorch.org could not be reached" in line
     assert "also runs on the CPU" in line and "0.2 GB" in line
 
@@ -125,13 +125,13 @@ def pypi_like(tmp_path, monkeypatch):
 
 def test_a_cpu_box_takes_the_pypi_wheel_when_pytorchs_index_is_unreachable(pypi_like):
     ctx = Session()
-    choice = torchsel.choose(_fp("linux-cpu-only"))
+    choice = torch_build.choose(_fp("linux-cpu-only"))
     start = time.monotonic()
     got, taken = torch_source.reachable_choice(ctx, sys.executable, choice, _fp("linux-cpu-only"), pypi_like,
                                                timeout=120)
     assert time.monotonic() - start < 60
     assert got["index_url"] is None and got["local_tag"] is None
-    assert torchsel.requirements(got, local=True) == ["torch==2.14.1", "torchvision==0.29.1", "torchaudio>=2.11"]
+    assert torch_build.requirements(got, local=True) == ["torch==2.14.1", "torchvision==0.29.1", "torchaudio>=2.11"]
     assert (taken["torch"], taken["build"], taken["planned_build"]) == ("2.14.1", "cu130", "cpu")
     assert taken["unreachable"] == "the connection was refused" and taken["download_bytes"] > 0
 
@@ -139,7 +139,7 @@ def test_a_cpu_box_takes_the_pypi_wheel_when_pytorchs_index_is_unreachable(pypi_
 def test_a_gpu_box_whose_driver_cannot_run_that_wheel_stops_naming_the_index(pypi_like):
     fp = _fp("linux-rtx4090-driver570-nocuda")
     with pytest.raises(NotReady) as exc:
-        torch_source.reachable_choice(Session(), sys.executable, torchsel.choose(fp), fp, pypi_like, timeout=120)
+        torch_source.reachable_choice(Session(), sys.executable, torch_build.choose(fp), fp, pypi_like, timeout=120)
     assert "cu126 index http://127.0.0.1:" in exc.value.message and "/whl/cu126 cannot be reached" in exc.value.message
     assert "cu130" in exc.value.message
     assert "H3KIT_TORCH_INDEX_URL" in exc.value.fix and "H3KIT_PIP_FIND_LINKS" in exc.value.fix
@@ -147,25 +147,25 @@ def test_a_gpu_box_whose_driver_cannot_run_that_wheel_stops_naming_the_index(pyp
 
 def test_a_gpu_box_the_pypi_wheel_drives_takes_it(pypi_like):
     fp = _fp("linux-rtx4090-driver580")
-    got, taken = torch_source.reachable_choice(Session(), sys.executable, torchsel.choose(fp), fp, pypi_like,
+    got, taken = torch_source.reachable_choice(Session(), sys.executable, torch_build.choose(fp), fp, pypi_like,
                                                timeout=120)
     assert got["index_url"] is None and taken["build"] == "cu130"
 
 
 def test_a_mirror_that_replaces_every_index_is_not_second_guessed(monkeypatch):
     monkeypatch.setenv("H3KIT_TORCH_INDEX_URL", f"http://127.0.0.1:{closed_port()}/whl")
-    choice = torchsel.choose(_fp("linux-cpu-only"))
+    choice = torch_build.choose(_fp("linux-cpu-only"))
     got, taken = torch_source.reachable_choice(Session(), sys.executable, choice, _fp("linux-cpu-only"),
                                                PipOptions(index_url="https://mirror.example/simple"), timeout=5)
     assert got is choice and taken is None
 
 
 def test_the_torch_mirror_gets_the_builds_folder():
-    choice = torchsel.choose(_fp("linux-cpu-only"))
+    choice = torch_build.choose(_fp("linux-cpu-only"))
     assert torch_source.planned_index(choice, {"H3KIT_TORCH_INDEX_URL": "https://mirror.example/pytorch/whl/"}) \
         == "https://mirror.example/pytorch/whl/cpu"
     assert torch_source.planned_index(choice, {}) == "https://download.pytorch.org/whl/cpu"
-    apple = torchsel.choose(_fp("darwin-m3max-128"))
+    apple = torch_build.choose(_fp("darwin-m3max-128"))
     assert torch_source.planned_index(apple, {"H3KIT_TORCH_INDEX_URL": "https://mirror.example/whl"}) is None
 
 

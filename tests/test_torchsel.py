@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from h3kit.plan import torch_build as torchsel
+from h3kit.plan import torch_build
 from h3kit.fingerprint.schema import load_file, validate
 from tests.conftest import FIXTURES
 
@@ -51,7 +51,7 @@ def test_every_fixture_is_a_valid_fingerprint_and_in_the_table():
 @pytest.mark.parametrize("name", sorted(GOLDEN))
 def test_golden_choice(name):
     status, build, backend, index = GOLDEN[name]
-    choice = torchsel.choose(fp(name))
+    choice = torch_build.choose(fp(name))
     assert (choice["status"], choice["build"], choice["backend"], choice["index_url"]) == (status, build, backend, index)
     assert choice["schema"] == "h3kit.torch_choice/1"
     assert choice["rationale"], "every choice explains itself"
@@ -63,23 +63,23 @@ def test_golden_choice(name):
 
 
 def test_rationale_carries_the_numbers():
-    choice = torchsel.choose(fp("linux-rtx4090-driver580"))
+    choice = torch_build.choose(fp("linux-rtx4090-driver580"))
     text = " ".join(choice["rationale"])
     assert "RTX 4090" in text and "24 GiB" in text and "8.9" in text and "CUDA 13.0" in text
-    assert torchsel.requirements(choice) == ["torch==2.14.1", "torchvision==0.29.1", "torchaudio>=2.11"]
+    assert torch_build.requirements(choice) == ["torch==2.14.1", "torchvision==0.29.1", "torchaudio>=2.11"]
 
 
 def test_driver_too_old_for_any_wheel_names_the_minimum_driver():
-    linux = torchsel.choose(fp("linux-rtx3090-driver535"))
+    linux = torch_build.choose(fp("linux-rtx3090-driver535"))
     assert "535.183.01" in linux["rationale"][0] and "560.28.03" in linux["rationale"][0]
     assert "560.28.03" in linux["fix"] and "nvidia.com" in linux["fix"]
     # Blackwell has no cu126 kernels: the driver must reach the CUDA 13 line.
-    blackwell = torchsel.choose(fp("windows-rtx5090-driver566"))
+    blackwell = torch_build.choose(fp("windows-rtx5090-driver566"))
     assert "580.88" in blackwell["fix"]
 
 
 def test_older_driver_without_cuda_version_uses_the_driver_table():
-    choice = torchsel.choose(fp("linux-rtx4090-driver570-nocuda"))
+    choice = torch_build.choose(fp("linux-rtx4090-driver570-nocuda"))
     text = " ".join(choice["rationale"])
     assert "570.86.10" in text and "560.28.03" in text
     assert "580.65.06" in text  # what updating the driver would unlock
@@ -87,32 +87,32 @@ def test_older_driver_without_cuda_version_uses_the_driver_table():
 
 
 def test_gpu_too_old_for_cuda13_gets_the_legacy_tag_and_too_old_for_all_gets_cpu():
-    pascal = torchsel.choose(fp("windows-gtx1080ti-driver580"))
+    pascal = torch_build.choose(fp("windows-gtx1080ti-driver580"))
     assert pascal["build"] == "cu126"
-    kepler = torchsel.choose(fp("linux-teslak80-driver470"))
+    kepler = torch_build.choose(fp("linux-teslak80-driver470"))
     assert kepler["build"] == "cpu" and "3.7" in kepler["rationale"][0] and "5.0" in kepler["rationale"][0]
     assert kepler["warnings"]
 
 
 def test_rosetta_refuses_with_the_exact_fix():
-    choice = torchsel.choose(fp("darwin-m1-rosetta"))
+    choice = torch_build.choose(fp("darwin-m1-rosetta"))
     assert "Rosetta" in choice["rationale"][0]
     assert "arch -arm64" in choice["fix"]
 
 
 def test_amd_gfx_target_from_the_name_when_the_fingerprint_lacks_it():
-    choice = torchsel.choose(fp("windows-rx7900xtx"))
+    choice = torch_build.choose(fp("windows-rx7900xtx"))
     assert choice["packages"] == {"torch[device-gfx1100]": "", "torchvision[device-gfx1100]": ""}
-    directml = torchsel.choose(fp("windows-rx6700xt"))
-    assert torchsel.requirements(directml) == ["torch-directml"]
+    directml = torch_build.choose(fp("windows-rx6700xt"))
+    assert torch_build.requirements(directml) == ["torch-directml"]
     assert "--directml" in directml["rationale"][0]
 
 
 def test_choice_is_data_driven(tmp_path):
-    table = json.loads(json.dumps(torchsel.builds_table()))
+    table = json.loads(json.dumps(torch_build.builds_table()))
     table["release"]["torch"] = "==9.9.9"
     table["cuda_tags"] = [r for r in table["cuda_tags"] if r["tag"] != "cu132"]
-    choice = torchsel.choose(fp("linux-rtx4090-driver595"), table)
+    choice = torch_build.choose(fp("linux-rtx4090-driver595"), table)
     assert choice["build"] == "cu130" and choice["packages"]["torch"] == "==9.9.9"
 
 
@@ -120,7 +120,7 @@ def test_choice_is_data_driven(tmp_path):
                          ids=lambda p: p.stem)
 def test_shared_fingerprints_get_a_sound_choice(path):
     """The planner's synthetic machines: every one gets a build or a refusal with a fix."""
-    choice = torchsel.choose(load_file(path))
+    choice = torch_build.choose(load_file(path))
     assert choice["status"] in ("ok", "refuse") and choice["rationale"]
     assert (choice["fix"] is not None) == (choice["status"] == "refuse")
     gpus = {g["vendor"] for g in load_file(path)["gpus"]}
@@ -131,10 +131,10 @@ def test_shared_fingerprints_get_a_sound_choice(path):
 # -- check() and doctor findings ---------------------------------------------------
 
 def test_describe_installed_reads_local_tags_and_inspect_shapes():
-    assert torchsel.describe_installed({"torch_version": "2.13.0+cu130"})["cuda"] == "13.0"
-    assert torchsel.describe_installed({"torch": {"version": "2.14.1", "build": "cuda", "cuda": "13.0"}})["build"] == "cu130"
-    assert torchsel.describe_installed({"torch_version": "2.14.1+rocm7.2"})["backend"] == "rocm"
-    assert torchsel.describe_installed({})["installed"] is False
+    assert torch_build.describe_installed({"torch_version": "2.13.0+cu130"})["cuda"] == "13.0"
+    assert torch_build.describe_installed({"torch": {"version": "2.14.1", "build": "cuda", "cuda": "13.0"}})["build"] == "cu130"
+    assert torch_build.describe_installed({"torch_version": "2.14.1+rocm7.2"})["backend"] == "rocm"
+    assert torch_build.describe_installed({})["installed"] is False
 
 
 @pytest.mark.parametrize("machine,installed,kinds", [
@@ -150,12 +150,12 @@ def test_describe_installed_reads_local_tags_and_inspect_shapes():
     ("linux-rx7900xtx", {"torch_version": "2.14.1+cpu"}, ["backend"]),
 ])
 def test_check(machine, installed, kinds):
-    assert [m["kind"] for m in torchsel.check(fp(machine), installed)] == kinds
+    assert [m["kind"] for m in torch_build.check(fp(machine), installed)] == kinds
 
 
 def test_doctor_findings_for_cpu_torch_on_a_4090_name_index_and_versions():
     python = "/opt/My ComfyUI/venv/bin/python"
-    findings = torchsel.doctor_findings(fp("linux-rtx4090-driver580"),
+    findings = torch_build.doctor_findings(fp("linux-rtx4090-driver580"),
                                         {"python": python, "torch_version": "2.13.0+cpu"})
     assert len(findings) == 1
     f = findings[0]
@@ -168,9 +168,9 @@ def test_doctor_findings_for_cpu_torch_on_a_4090_name_index_and_versions():
 
 
 def test_doctor_findings_ok_and_refusal():
-    ok = torchsel.doctor_findings(fp("linux-rtx4090-driver580"), {"python": "p", "torch_version": "2.14.1+cu130"})
+    ok = torch_build.doctor_findings(fp("linux-rtx4090-driver580"), {"python": "p", "torch_version": "2.14.1+cu130"})
     assert [f["status"] for f in ok] == ["ok"] and ok[0]["fix"] is None
-    refused = torchsel.doctor_findings(fp("linux-rtx3090-driver535"), {"python": "p", "torch_version": "2.14.1+cu130"})
+    refused = torch_build.doctor_findings(fp("linux-rtx3090-driver535"), {"python": "p", "torch_version": "2.14.1+cu130"})
     assert refused[0]["status"] == "fail" and re.search(r"560\.28\.03", refused[0]["fix"])
 
 
@@ -178,11 +178,11 @@ def test_build_from_recorded_pypi_metadata():
     """torch 2.14.1 from PyPI on Linux has no local tag; its cuda-toolkit==13.0.3 requirement says cu130."""
     lines = (FP_DIR / "recorded" / "torch-2.14.1-pypi-linux-METADATA.txt").read_text().splitlines()
     requires = [line.split(":", 1)[1].strip() for line in lines if line.startswith("Requires-Dist:")]
-    linux = torchsel.build_from_metadata("2.14.1", requires, "linux")
+    linux = torch_build.build_from_metadata("2.14.1", requires, "linux")
     assert (linux["backend"], linux["build"], linux["cuda"]) == ("cuda", "cu130", "13.0")
-    assert torchsel.build_from_metadata("2.14.1", [], "darwin")["backend"] == "mps"
-    assert torchsel.build_from_metadata("2.14.1", [], "windows")["backend"] == "cpu"
-    assert torchsel.build_from_metadata("2.13.0+cpu", requires, "linux")["backend"] == "cpu"
+    assert torch_build.build_from_metadata("2.14.1", [], "darwin")["backend"] == "mps"
+    assert torch_build.build_from_metadata("2.14.1", [], "windows")["backend"] == "cpu"
+    assert torch_build.build_from_metadata("2.13.0+cpu", requires, "linux")["backend"] == "cpu"
 
 
 def test_doctor_findings_read_the_deploy_inspect_output():
@@ -190,20 +190,20 @@ def test_doctor_findings_read_the_deploy_inspect_output():
     from h3kit.comfyui.inspect import parse_inspect_output
 
     info = parse_inspect_output((FIXTURES / "comfyui" / "inspect-linux-cu130.txt").read_text())
-    assert [f["status"] for f in torchsel.doctor_findings(fp("linux-rtx4090-driver580"), info)] == ["ok"]
-    old_driver = torchsel.doctor_findings(fp("windows-rtx3060-driver566"), info)
+    assert [f["status"] for f in torch_build.doctor_findings(fp("linux-rtx4090-driver580"), info)] == ["ok"]
+    old_driver = torch_build.doctor_findings(fp("windows-rtx3060-driver566"), info)
     assert old_driver[0]["status"] == "fail" and old_driver[0]["kind"] == "cuda-too-new"
     assert old_driver[0]["fix"].endswith("--index-url https://download.pytorch.org/whl/cu126")
-    assert torchsel.doctor_findings(None, info)[0]["status"] == "warn"
-    broken = torchsel.doctor_findings(fp("linux-rtx4090-driver580"), {"torch": None, "torch_error": "ImportError: libcudnn"})
+    assert torch_build.doctor_findings(None, info)[0]["status"] == "warn"
+    broken = torch_build.doctor_findings(fp("linux-rtx4090-driver580"), {"torch": None, "torch_error": "ImportError: libcudnn"})
     assert "libcudnn" in broken[0]["message"]
 
 
 def test_mixed_builds_of_torch_and_its_companions_are_a_failure():
     info = {"torch_version": "2.14.1+cpu",
             "packages": {"torch": "2.14.1+cpu", "torchvision": "0.29.1+cpu", "torchaudio": "2.11.0+cu130"}}
-    assert torchsel.companion_mismatches(info) == ["torchaudio 2.11.0+cu130"]
-    mixed = torchsel.check(fp("linux-cpu-only"), info)
+    assert torch_build.companion_mismatches(info) == ["torchaudio 2.11.0+cu130"]
+    mixed = torch_build.check(fp("linux-cpu-only"), info)
     assert [m["kind"] for m in mixed] == ["companions"] and "torchaudio 2.11.0+cu130" in mixed[0]["message"]
     info["packages"]["torchaudio"] = "2.11.0"  # from PyPI: no label to compare
-    assert torchsel.check(fp("linux-cpu-only"), info) == []
+    assert torch_build.check(fp("linux-cpu-only"), info) == []

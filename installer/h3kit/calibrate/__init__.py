@@ -46,13 +46,13 @@ from h3kit.calibrate.decisions import (
     preload_memory,
 )
 from h3kit.calibrate.disk import measure_disk
-from h3kit.calibrate.estimates import estimate as clip_estimate
+from h3kit.calibrate.estimates import clip_estimate
 from h3kit.calibrate.native_estimate import (
     CALIBRATION_CANVAS,
     block_params,
     check_scaled,
-    estimate,
     flops_per_pass,
+    native_appendix,
     native_kind,
     scaled_dit_config,
     streamed_per_step,
@@ -71,7 +71,7 @@ __all__ = [
     "BRIDGE", "CALIBRATION_CANVAS", "RUNNER", "SUMMARY_FILE", "SUMMARY_SCHEMA",
     "arch_for", "arch_from_file", "clip_estimate", "decide_prefetch", "decide_timing", "decide_workload",
     "block_params", "calibrated_values", "check_scaled", "decide", "decide_preload", "decide_shard",
-    "decide_threads", "decide_tile", "decision", "estimate", "flops_per_pass", "measure_disk", "native_kind",
+    "decide_threads", "decide_tile", "decision", "native_appendix", "flops_per_pass", "measure_disk", "native_kind",
     "native_library", "preload_memory", "run", "run_runner", "run_with_model", "scaled_dit_config",
     "streamed_per_step", "summary_document", "tokens_for", "write_pack_summary",
 ]

@@ -28,9 +28,9 @@ from h3kit.calibrate.native_estimate import (  # noqa: F401  (the appendix's nam
     NATIVE_KINDS,
     block_params,
     check_scaled,
-    estimate as native_estimate,
     flops_per_pass,
     measured_rates,
+    native_appendix,
     native_kind,
     scaled_dit_config,
     streamed_per_step,
@@ -308,7 +308,7 @@ def _quantization_alternative(arch, timing, work, h3_model, plan, cat, fingerpri
              "peak_rss_bytes": m["peak_rss_bytes"]}]
 
 
-def estimate(cat, plan: dict, fingerprint: dict, h3_model: dict | None, arch: dict, *, day: str,
+def clip_estimate(cat, plan: dict, fingerprint: dict, h3_model: dict | None, arch: dict, *, day: str,
              device: str, tm=None, native_appendix: dict | None = None, pass_overhead: float | None = None) -> dict:
     """doc["estimates"]: the clip's time and memory at the plan's workload, alternatives, the timing used.
 

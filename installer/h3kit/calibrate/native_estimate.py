@@ -92,7 +92,7 @@ def _g(x) -> str:
     return "-" if x is None else f"{x:.3g}"
 
 
-def estimate(catalog: dict, plan: dict, measured: dict, dit_bytes: int | None) -> dict:
+def native_appendix(catalog: dict, plan: dict, measured: dict, dit_bytes: int | None) -> dict:
     """Seconds per sampling step and peak memory of the real model at the plan's settings.
 
     `measured` holds the rates the run found (`measured_rates`): native

@@ -28,15 +28,15 @@ from h3kit.calibrate.format_probe import format_evidence
 from h3kit.calibrate.native_estimate import (
     NATIVE_KINDS,
     check_scaled,
-    estimate,
     measured_rates,
+    native_appendix,
     scaled_dit_config,
 )
 from h3kit.calibrate.pack_summary import write_pack_summary
 from h3kit.calibrate.runner_client import BRIDGE, h3_job, not_measured, run_runner
 from h3kit.calibrate.workdir import remove_stale, work_folder
 from h3kit.comfyui import deploy, workflows
-from h3kit.comfyui import locate as comfyui
+from h3kit.comfyui import locate as comfyui_locate
 from h3kit.core.errors import NotReady
 from h3kit.core.session import Session
 from h3kit.data import catalog as catalog_mod
@@ -78,8 +78,8 @@ def _comfyui(ctx: Session, explicit: str | None, cfg) -> tuple[object | None, di
     """(install, inspect info, why none) for the ComfyUI to run in, or Nones for this Python."""
     if not explicit and not cfg.comfyui_path:
         return None, None, "no ComfyUI is known (pass --comfyui PATH or set comfyui_path in the config)"
-    install = comfyui.find(str(explicit) if explicit else None, cfg, ctx, need_write=False)  # NotReady names the fix
-    return install, comfyui.inspect(install), None
+    install = comfyui_locate.find(str(explicit) if explicit else None, cfg, ctx, need_write=False)  # NotReady names the fix
+    return install, comfyui_locate.inspect(install), None
 
 
 def run_with_model(wanted: bool, install, cat, *, plan: dict | None = None, fingerprint: dict | None = None,
@@ -121,11 +121,11 @@ def _estimates(cat, plan: dict, fingerprint: dict, measured: dict, arch: dict, d
     measured nothing; when the plan streams and the disk was measured, the time counts what streaming
     costs as measured (waiting for the disk, and on a CPU the in-place read) instead of the plan's share."""
     day = datetime.now(timezone.utc).date().isoformat()
-    est = clip.estimate(cat, plan, fingerprint, measured.get("h3_model"), arch, day=day, device=device,
+    est = clip.clip_estimate(cat, plan, fingerprint, measured.get("h3_model"), arch, day=day, device=device,
                         native_appendix=appendix)
     streaming = prefetch_figures(plan, est, disk, cpu=device == "cpu")
     if streaming is not None and streaming.get("pass_overhead") is not None:
-        est = clip.estimate(cat, plan, fingerprint, measured.get("h3_model"), arch, day=day, device=device,
+        est = clip.clip_estimate(cat, plan, fingerprint, measured.get("h3_model"), arch, day=day, device=device,
                             native_appendix=appendix, pass_overhead=streaming["pass_overhead"])
     return est, streaming
 
@@ -229,7 +229,7 @@ def run(ctx: Session, *, comfyui_dir: str | None = None, quick: bool = True, wit
     inference = measured.get("inference") or {}
     device_rates = measured.get("device") or {}
     rates = measured_rates(native, device_rates, disk, inference, dit["quantization"])
-    appendix = estimate(cat.data, plan, rates, dit_weight.bytes if dit_weight else None)
+    appendix = native_appendix(cat.data, plan, rates, dit_weight.bytes if dit_weight else None)
     appendix["check"] = check_scaled(dit, inference, rates["native_gflops"])
     runner_failed = measured.get("reason") if measured.get("status") == "error" else None
     h3_model = measured.get("h3_model") or {"status": "error" if runner_failed else "skipped",

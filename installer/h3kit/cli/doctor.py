@@ -14,7 +14,7 @@ from h3kit.calibrate import format_probe
 from h3kit.steps.format_probe import plan_with
 from h3kit.cli.context import Context, Outcome
 from h3kit.comfyui import doctor, h3_support
-from h3kit.comfyui import locate as comfyui
+from h3kit.comfyui import locate as comfyui_locate
 from h3kit.comfyui import manifest as mf
 from h3kit.comfyui.setup.torch_source import taken_findings
 from h3kit.core.errors import EXIT_NOT_READY, EXIT_VERIFY_FAILED, H3kitError, NotReady
@@ -69,13 +69,13 @@ def run(args, ctx: Context) -> Outcome:
 def _check(args, ctx: Context, config, fingerprint, plan, install, findings: list[dict], notes: list[str]) -> Outcome:
     info = None
     try:
-        info = comfyui.inspect(install)
+        info = comfyui_locate.inspect(install)
         findings.append(doctor.finding("comfyui.python", "ok",
                                        f"Python {info.get('python_version')} at {install.python} starts."))
         findings += torch_findings(fingerprint, info)
     except NotReady as exc:
         findings.append(doctor.finding("comfyui.python", "fail", exc.message, exc.fix))
-    findings.append(h3_support.finding(h3_support.check(install, catalog.load(), comfyui.run_python), install,
+    findings.append(h3_support.finding(h3_support.check(install, catalog.load(), comfyui_locate.run_python), install,
                                        catalog.load()))
     probe = None
     if info is not None:
@@ -181,7 +181,7 @@ def _fix_comfyui(ctx, install, findings, notes) -> None:
     to = result["to"]
     notes.append(f"ComfyUI moved from {result['version']} to {to['tag']} ({to['version']}); packages: "
                  f"{'; '.join(result['packages']) or 'unchanged'}; 'h3kit doctor --undo' goes back")
-    after = h3_support.finding(h3_support.check(install, cat, comfyui.run_python), install, cat)
+    after = h3_support.finding(h3_support.check(install, cat, comfyui_locate.run_python), install, cat)
     h3.update(after, message=f"fixed: {after['message']}" if after["status"] == "ok" else after["message"])
     for f in findings:  # another version accepts other flags: let apply (next) write the launcher again
         if f["check"] == "launcher.flags" and f["status"] == "ok":

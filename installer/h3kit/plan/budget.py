@@ -7,7 +7,7 @@ Phases (peaks are the max over them):
   sample  DiT + activations, which grow with tokens = (w/32)*(h/32)*latent_frames.
   decode  video + audio VAE and one decode tile.
 
-How the DiT is held is one of two runs (`estimate(..., stream=)`):
+How the DiT is held is one of two runs (`memory_estimate(..., stream=)`):
   ComfyUI's own loading. On a CPU the whole DiT sits in RAM through the
           decode, and on Apple the whole DiT sits in the one pool (ComfyUI has
           no dynamic VRAM on either). On a discrete card `preload_bytes` of
@@ -205,7 +205,7 @@ def _streamed_resident(cat: Catalog, budget: Budget, settings: dict, block: int,
     return max(0, min(cat.blocks - 1, room // per_block))
 
 
-def estimate(cat: Catalog, budget: Budget, settings: dict, choice: Choice, stream: int | None = None) -> Estimate:
+def memory_estimate(cat: Catalog, budget: Budget, settings: dict, choice: Choice, stream: int | None = None) -> Estimate:
     """Per-phase GPU and RAM needs of `choice` under `settings`, and what is short of `budget`.
 
     `stream` None: ComfyUI loads the DiT its own way (whole in RAM on a CPU and in unified memory on

@@ -15,7 +15,7 @@ from __future__ import annotations
 from h3kit.core.units import gb
 from h3kit.data.catalog import Catalog, Weight
 from h3kit.data import format_support
-from h3kit.plan.budget import Choice, estimate
+from h3kit.plan.budget import Choice, memory_estimate
 from h3kit.plan.search import Candidate
 
 PARTS = (("dit", "DiT"), ("te", "text encoder"), ("vae", "video VAE"), ("audio_vae", "audio VAE"))
@@ -120,7 +120,7 @@ def _setup_shortfall(cat: Catalog, c: Candidate, setup: dict) -> str:
     parts = [cat.weight(files.get(k, "")) or default for k, default in
              (("dit", c.choice.dit), ("text_encoder", c.choice.te), ("vae", c.choice.vae))]
     canvas = tuple(c.settings.get("min_canvas") or cat.canvas_ladder[-1])
-    est = estimate(cat, c.budget, c.settings, Choice(*parts, c.choice.audio_vae, canvas, c.settings["min_frames"]))
+    est = memory_estimate(cat, c.budget, c.settings, Choice(*parts, c.choice.audio_vae, canvas, c.settings["min_frames"]))
     if not est.short:
         return "h3kit's memory model fits it only at a smaller canvas than this plan's"
     what, need, have, phase = max(est.short, key=lambda s: s[1] - s[2])

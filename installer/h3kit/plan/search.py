@@ -25,7 +25,7 @@ from h3kit.data.catalog import LOAD_TIERS, Catalog, Machine, Profile, Weight
 from h3kit.data.speed import PRESET_ORDER
 from h3kit.plan import streaming
 from h3kit.plan import timing as timing_mod
-from h3kit.plan.budget import Budget, Choice, Estimate, estimate, make_budget
+from h3kit.plan.budget import Budget, Choice, Estimate, memory_estimate, make_budget
 from h3kit.plan.defaults import workflow_defaults
 
 
@@ -197,7 +197,7 @@ def plan_profile(cat: Catalog, fp: dict, machine: Machine, profile: Profile, con
         for te in tes:
             for vae in vaes:
                 ch = Choice(dit, te, vae, audio, canvas, nframes)
-                est = estimate(cat, budget, settings if stream is not None else hs, ch, stream)
+                est = memory_estimate(cat, budget, settings if stream is not None else hs, ch, stream)
                 if est.fits:
                     return ch, est
         return None
@@ -226,11 +226,11 @@ def plan_profile(cat: Catalog, fp: dict, machine: Machine, profile: Profile, con
         for dit in dits:
             held = grow(dit, tes, vaes, None)
             if streaming.may_stream(pol, dit):
-                probe = held[1] if held else estimate(cat, budget, hs, Choice(dit, tes[0], vaes[0], audio, *small))
+                probe = held[1] if held else memory_estimate(cat, budget, hs, Choice(dit, tes[0], vaes[0], audio, *small))
                 if streaming.wants_stream(pol, probe, budget):
                     held = None  # ComfyUI's own loading falls short here (or stream_dit is on)
                     if (streamed := grow(dit, tes, vaes, pol["depth"])):
-                        found.append((*streamed, estimate(cat, budget, hs, streamed[0])))
+                        found.append((*streamed, memory_estimate(cat, budget, hs, streamed[0])))
             if held:
                 found.append((*held, None))
                 break
@@ -267,9 +267,9 @@ def plan_profile(cat: Catalog, fp: dict, machine: Machine, profile: Profile, con
     tries = []
     for dit in sorted(dits, key=lambda w: w.bytes)[:1] + [w for w in dits if streaming.may_stream(pol, w)]:
         ch = Choice(dit, te, vae, audio, *small)
-        held = estimate(cat, budget, hs, ch)
+        held = memory_estimate(cat, budget, hs, ch)
         if streaming.may_stream(pol, dit) and streaming.wants_stream(pol, held, budget):
-            tries.append(candidate(ch, estimate(cat, budget, settings, ch, pol["depth"]), held, False))
+            tries.append(candidate(ch, memory_estimate(cat, budget, settings, ch, pol["depth"]), held, False))
         else:
             tries.append(candidate(ch, held, None, False))
     tries.sort(key=Candidate.rank, reverse=True)  # at equal shortfall, the better plan

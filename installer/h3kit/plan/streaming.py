@@ -13,7 +13,7 @@ profile's headroom to spare.
 
 The memory search asks the same questions per DiT file (`policy`,
 `may_stream`, `wants_stream`), so the format is chosen knowing the streamed
-figures (plan/budget.py `estimate(..., stream=depth)`), and the time estimate
+figures (plan/budget.py `memory_estimate(..., stream=depth)`), and the time estimate
 counts the streamer (`pass_overhead`, from profiles/throughput.yaml).
 `decide_streaming` then explains the chosen plan's run and fills in the
 node's inputs.
@@ -334,7 +334,7 @@ def decide_streaming(fingerprint: dict, machine, settings: dict, est, catalog, *
     interface: "assumed", "streamable", and with streaming on "preload_bytes" (the node's input),
     "peak_ram_bytes", "peak_gpu_bytes", "fits" (the streamed run), "held_peak_ram_bytes", "held_fits"
     and "pass_overhead" (the share added to each model call)."""
-    from h3kit.plan.budget import estimate, make_budget
+    from h3kit.plan.budget import memory_estimate, make_budget
 
     if budget is None:
         budget = make_budget(catalog, fingerprint, settings, cpu=machine.backend == "cpu")
@@ -346,7 +346,7 @@ def decide_streaming(fingerprint: dict, machine, settings: dict, est, catalog, *
     if est.streamed and held is None:
         if choice is None:
             raise ValueError("decide_streaming needs choice= (or held=) when est is the streamed run")
-        held = estimate(catalog, budget, settings, choice)
+        held = memory_estimate(catalog, budget, settings, choice)
     held = held if est.streamed else est
     fmt = str(getattr(dit_weight, "format", "") or "")
     can = dit_weight is not None and streamable(dit_weight)
@@ -373,7 +373,7 @@ def decide_streaming(fingerprint: dict, machine, settings: dict, est, catalog, *
             sentence += (f" ComfyUI will hold the whole DiT; with dit_weights: {alt[0].id} (overrides) h3kit "
                          "can stream it instead.")
         return result, [sentence]
-    streamed = est if est.streamed else estimate(catalog, budget, settings, choice, depth) if choice is not None else None
+    streamed = est if est.streamed else memory_estimate(catalog, budget, settings, choice, depth) if choice is not None else None
     if streamed is None:
         raise ValueError("decide_streaming needs choice= to size the streamed run")
     resident = streamed.resident_blocks

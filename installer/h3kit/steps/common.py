@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager, nullcontext
 
-from h3kit.comfyui import locate as comfyui
+from h3kit.comfyui import locate as comfyui_locate
 from h3kit.comfyui import manifest as mf
 from h3kit.core import lock
 from h3kit.comfyui.inspect import torch_fit_findings
@@ -60,8 +60,8 @@ def generated_files(plan: dict | None) -> dict[str, bytes]:
     return workflows.pack_files(plan, catalog.load(), plan["profile"])
 
 
-def locate(args, ctx: Context, config, *, need_write: bool) -> comfyui.ComfyInstall:
-    install = comfyui.find(getattr(args, "comfyui", None), config, ctx, need_write=need_write,
+def locate(args, ctx: Context, config, *, need_write: bool) -> comfyui_locate.ComfyInstall:
+    install = comfyui_locate.find(getattr(args, "comfyui", None), config, ctx, need_write=need_write,
                            python=getattr(args, "comfyui_python", None))
     for note in install.notes:
         ctx.progress(note)
@@ -69,7 +69,7 @@ def locate(args, ctx: Context, config, *, need_write: bool) -> comfyui.ComfyInst
 
 
 @contextmanager
-def exclusive(ctx: Context, install: comfyui.ComfyInstall, command: str):
+def exclusive(ctx: Context, install: comfyui_locate.ComfyInstall, command: str):
     """Hold this ComfyUI's lock and the h3kit home's for the with-block (h3kit.core.lock); a dry run takes none.
 
     Another h3kit holding either: NotReady (exit 3), "another h3kit is installing into this ComfyUI (pid N)".
@@ -100,7 +100,7 @@ def exclusive_home(ctx: Context, command: str):
         yield
 
 
-def remember_comfyui(ctx: Context, config, install: comfyui.ComfyInstall, notes: list[str]) -> None:
+def remember_comfyui(ctx: Context, config, install: comfyui_locate.ComfyInstall, notes: list[str]) -> None:
     """After a successful install: save the ComfyUI as `comfyui_path` in config.yaml (comments kept), so apply,
     uninstall, doctor and the scripts/ shims find it without --comfyui. A comfyui_path the user set to another
     ComfyUI that still exists is left as it is, and noted."""
@@ -115,7 +115,7 @@ def remember_comfyui(ctx: Context, config, install: comfyui.ComfyInstall, notes:
         other = Path(named).expanduser()
         if mf.canonical(other) == mf.canonical(install.path):
             return
-        if comfyui.looks_like_comfyui(other) or comfyui.looks_like_desktop_base(other):
+        if comfyui_locate.looks_like_comfyui(other) or comfyui_locate.looks_like_desktop_base(other):
             notes.append(f"{where} names another ComfyUI ({other}) in comfyui_path, left as it is: commands "
                          f'without --comfyui use that one (pass --comfyui "{install.path}" for this one)')
             return

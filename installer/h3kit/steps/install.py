@@ -12,7 +12,7 @@ from pathlib import Path
 
 from h3kit.calibrate import run as calibrate
 from h3kit.comfyui import deploy, h3_support
-from h3kit.comfyui import locate as comfyui
+from h3kit.comfyui import locate as comfyui_locate
 from h3kit.comfyui.setup import new_comfyui, offer_new_comfyui
 from h3kit.core.errors import H3kitError, NotReady, VerificationFailed
 from h3kit.core.session import Outcome
@@ -58,7 +58,7 @@ def run(args, ctx: Context) -> Outcome:
     except NotReady as missing:
         offer = not args.comfyui and not getattr(args, "no_new_comfyui", False)
         with exclusive_home(ctx, "install"):
-            created = offer_new_comfyui(ctx, fingerprint, args.comfyui_source, searched=comfyui.searched_places(),
+            created = offer_new_comfyui(ctx, fingerprint, args.comfyui_source, searched=comfyui_locate.searched_places(),
                                         min_version=h3_support.requirements(catalog.load())[0]) if offer else None
             if created is None:
                 _build(ctx, notes, warnings)
@@ -79,7 +79,7 @@ def run(args, ctx: Context) -> Outcome:
 def _into(args, ctx: Context, config, fingerprint, plan, settings: dict, profile: str, library, install,
           notes: list[str], warnings: list[str]) -> Outcome:
     """Everything from inspecting the found ComfyUI on, under its lock (h3kit.steps.common.exclusive)."""
-    info = comfyui.inspect(install)
+    info = comfyui_locate.inspect(install)
     ctx.progress(f"ComfyUI {info.get('comfyui_version') or '?'} at {install.path}; Python {info.get('python_version')}, "
                  f"torch {info.get('torch') or 'missing'} ({info.get('torch_build') or '-'})")
     for line in loud(torch_findings(fingerprint, info)):
@@ -116,7 +116,7 @@ def _into(args, ctx: Context, config, fingerprint, plan, settings: dict, profile
         raise
     remember_comfyui(ctx, config, install, notes)
     ctx.progress("Checking that this ComfyUI can run MiniMax H3...")
-    support = h3_support.check(install, catalog.load(), comfyui.run_python)
+    support = h3_support.check(install, catalog.load(), comfyui_locate.run_python)
     doc["h3"] = support.to_json()
     _after_deploy(args, ctx, plan, install, doc, notes, support)
     if not support.ready:
@@ -173,7 +173,7 @@ def _lower_first(text: str) -> str:
     return text[:1].lower() + text[1:] if text.startswith("This ") else text
 
 
-def _after_deploy(args, ctx: Context, plan: dict | None, install: comfyui.ComfyInstall, doc: dict, notes: list[str],
+def _after_deploy(args, ctx: Context, plan: dict | None, install: comfyui_locate.ComfyInstall, doc: dict, notes: list[str],
                   support: h3_support.H3Support) -> None:
     if not support.ready:
         notes.append("models skipped: this ComfyUI cannot load MiniMax H3 yet, so no weights are downloaded")

@@ -37,7 +37,7 @@ from h3kit.core.paths import new_comfyui_dir
 from h3kit.core.tools import PipOptions, ticking
 from h3kit.core.units import gb
 from h3kit.core.venv import venv_python
-from h3kit.plan import torch_build as torchsel
+from h3kit.plan import torch_build
 
 ROLE = "comfyui"
 STATE_SCHEMA = "h3kit.comfy_setup_state/1"
@@ -167,7 +167,7 @@ def new_comfyui(ctx, target_dir, source: str | None, fingerprint: dict, *, opts:
     opts = opts or PipOptions.from_env()
     target = Path(target_dir).expanduser().absolute()
     source = source or table["source_url"]
-    choice = torchsel.choose(fingerprint)
+    choice = torch_build.choose(fingerprint)
     if choice["status"] == "refuse":
         raise NotReady(choice["rationale"][-1], choice["fix"])
     state_file = state_path(ctx, target)
@@ -238,7 +238,7 @@ def new_comfyui(ctx, target_dir, source: str | None, fingerprint: dict, *, opts:
         raise NotReady(f"The venv {venv} of the new ComfyUI has no Python.",
                        f"Remove {venv} and run the same command again; the venv is made anew.")
     python = str(found)
-    if step(3, "torch", f"Installing PyTorch {choice['build']} ({', '.join(torchsel.requirements(choice))})"):
+    if step(3, "torch", f"Installing PyTorch {choice['build']} ({', '.join(torch_build.requirements(choice))})"):
         for line in choice["rationale"]:
             ctx.progress(f"    {line}")
         choice, taken = reachable_choice(ctx, python, choice, fingerprint, opts, timeout=timeouts["pip"])
@@ -248,7 +248,7 @@ def new_comfyui(ctx, target_dir, source: str | None, fingerprint: dict, *, opts:
         if taken:
             man.extra["comfyui_setup"]["torch_taken"] = taken  # doctor says which torch this is and why
             man.save()
-        finish("torch", build=choice["build"], requirements=torchsel.requirements(choice, local=True), taken=taken)
+        finish("torch", build=choice["build"], requirements=torch_build.requirements(choice, local=True), taken=taken)
     constraints = target / CONSTRAINTS_FILE
     if step(4, "requirements", "Installing ComfyUI's requirements (torch pinned)"):
         pins = write_constraints(constraints, probe_torch(python))
@@ -260,7 +260,7 @@ def new_comfyui(ctx, target_dir, source: str | None, fingerprint: dict, *, opts:
         finish("requirements", pins=pins)
     if step(5, "verify", "Checking the new environment"):
         info = probe_torch(python, import_torch=True, timeout=timeouts["verify"])
-        problems = [m for m in torchsel.check(fingerprint, info) if m["status"] == "fail"]
+        problems = [m for m in torch_build.check(fingerprint, info) if m["status"] == "fail"]
         if info.get("import_error") or problems:
             raise VerificationFailed(
                 f"The new ComfyUI's torch does not work: {info.get('import_error') or problems[0]['message']}",

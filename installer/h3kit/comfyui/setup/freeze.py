@@ -21,7 +21,7 @@ from h3kit.comfyui.setup.pip import setup_table
 from h3kit.comfyui.setup.torch_repair import _index_for_version
 from h3kit.core.errors import VerificationFailed
 from h3kit.core.tools import PipOptions, run_pip
-from h3kit.plan import torch_build as torchsel
+from h3kit.plan import torch_build
 
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(==|@)\s*(.+?)\s*$")
 
@@ -68,7 +68,7 @@ def freeze(ctx, python: str, opts: PipOptions | None = None) -> list[str]:
 
 def _index(name: str, line: str) -> str | None:
     """The PyTorch index a torch-family line came from (its build label names it); None: the usual index."""
-    if name not in torchsel.PACKAGES or "==" not in line:
+    if name not in torch_build.PACKAGES or "==" not in line:
         return None
     return _index_for_version(line.split("==", 1)[1])
 

@@ -15,13 +15,13 @@ from pathlib import Path
 from h3kit.core import subproc
 from h3kit.core.files import atomic_write
 from h3kit.core.tools import PipOptions, run_pip
-from h3kit.plan import torch_build as torchsel
+from h3kit.plan import torch_build
 
 CONSTRAINTS_FILE = "h3kit-torch-constraints.txt"
 
 
 def setup_table() -> dict:
-    return torchsel.builds_table()["comfyui_setup"]
+    return torch_build.builds_table()["comfyui_setup"]
 
 
 # -- what torch is in an interpreter -----------------------------------------------
@@ -52,7 +52,7 @@ print(json.dumps(out))
 
 
 def probe_torch(python: str | os.PathLike, *, import_torch: bool = False, timeout: float = 120) -> dict:
-    """What torch build `python` has, as torchsel.check reads it; {'error': ...} when it cannot tell."""
+    """What torch build `python` has, as torch_build.check reads it; {'error': ...} when it cannot tell."""
     argv = [os.fspath(python), "-c", _PROBE] + (["--import"] if import_torch else [])
     result = subproc.run(argv, timeout=timeout)
     if not result.ok:
@@ -72,12 +72,12 @@ def torch_info_from_probe(raw: dict) -> dict:
     version = info["packages"].get("torch")
     if version:
         if raw.get("torch_hip"):
-            have = torchsel.describe_installed({"torch_version": version, "torch_build": "rocm"})
+            have = torch_build.describe_installed({"torch_version": version, "torch_build": "rocm"})
         elif raw.get("torch_cuda"):
-            have = torchsel.describe_installed({"torch_version": version, "torch_build": "cuda",
+            have = torch_build.describe_installed({"torch_version": version, "torch_build": "cuda",
                                                 "torch_cuda": raw["torch_cuda"]})
         else:
-            have = torchsel.build_from_metadata(version, (raw.get("requires") or {}).get("torch", []),
+            have = torch_build.build_from_metadata(version, (raw.get("requires") or {}).get("torch", []),
                                                 raw.get("system") or "linux")
         info.update(torch_version=version, torch_build=have["backend"], torch_cuda=have["cuda"])
     return info
@@ -87,7 +87,7 @@ def torch_info_from_probe(raw: dict) -> dict:
 
 def install_choice(ctx, python: str, choice: dict, opts: PipOptions, *, force: bool, timeout: float) -> None:
     """pip-install the chosen build. force: replace what is there even at the same version number."""
-    reqs = torchsel.requirements(choice, local=True)
+    reqs = torch_build.requirements(choice, local=True)
     index = choice.get("index_url")
     if force:
         # --no-deps first so an identical version with another local tag (+cpu -> +cu130) is replaced
@@ -108,7 +108,7 @@ def match_companions(ctx, python: str, tag: str, opts: PipOptions, *, index_url:
     an index holding several builds may hand over another build's. `only`: the
     packages just installed (others are left as they are). Returns what it replaced.
     """
-    wrong = [w for w in torchsel.companion_mismatches(probe_torch(python)) if only is None or w.split()[0] in only]
+    wrong = [w for w in torch_build.companion_mismatches(probe_torch(python)) if only is None or w.split()[0] in only]
     if wrong:
         fixed = [f"{item.split()[0]}=={item.split()[1].split('+')[0]}+{tag}" for item in wrong]
         run_pip(ctx, python, ["install", "--force-reinstall", "--no-deps", *fixed],

@@ -19,13 +19,13 @@ from h3kit.comfyui.setup.torch_source import reachable_choice
 from h3kit.core.errors import BadInput, NotReady, VerificationFailed
 from h3kit.core.tools import PipOptions, run_pip
 from h3kit.core.venv import venv_python
-from h3kit.plan import torch_build as torchsel
+from h3kit.plan import torch_build
 
 
 def _index_for_version(version: str) -> str | None:
     """Where a recorded torch version came from: its local tag names the PyTorch index; none means PyPI."""
     m = re.search(r"\+(cu\d+|rocm[\d.]+|xpu|cpu)$", version or "")
-    return f"{torchsel.builds_table()['index_base'].rstrip('/')}/{m.group(1)}" if m else None
+    return f"{torch_build.builds_table()['index_base'].rstrip('/')}/{m.group(1)}" if m else None
 
 
 def linked_venv(python: str | os.PathLike) -> Path | None:
@@ -59,16 +59,16 @@ def check_target_env(python: str, info: dict) -> None:
 
 def record_before(python: str, info: dict) -> dict:
     return {"python": python, "recorded": manifest_mod.now_iso(),
-            "packages": {name: info["packages"].get(name) for name in torchsel.PACKAGES},
+            "packages": {name: info["packages"].get(name) for name in torch_build.PACKAGES},
             "index_urls": {name: _index_for_version(v) for name, v in info["packages"].items()
-                           if name in torchsel.PACKAGES}}
+                           if name in torch_build.PACKAGES}}
 
 
 def fix_torch(ctx, python: str | os.PathLike, fingerprint: dict, manifest, opts: PipOptions | None = None) -> dict:
     """Reinstall the right torch build into `python`, recording what was there in manifest.extra['torch_before']."""
     python = os.fspath(python)
     opts = opts or PipOptions.from_env()
-    choice = torchsel.choose(fingerprint)
+    choice = torch_build.choose(fingerprint)
     if choice["status"] == "refuse":
         raise NotReady(choice["rationale"][-1], choice["fix"])
     before = probe_torch(python)
@@ -76,12 +76,12 @@ def fix_torch(ctx, python: str | os.PathLike, fingerprint: dict, manifest, opts:
         raise NotReady(f"h3kit could not run ComfyUI's Python {python} ({before['error']}).",
                        "Check the ComfyUI path with 'h3kit doctor --comfyui PATH'.")
     check_target_env(python, before)
-    mismatches = [m for m in torchsel.check(fingerprint, before) if m["status"] == "fail"]
+    mismatches = [m for m in torch_build.check(fingerprint, before) if m["status"] == "fail"]
     result = {"python": python, "choice": choice, "before": before.get("packages"), "changed": False}
     if not mismatches:
         return result
     if ctx.dry_run:
-        result["would_run"] = torchsel.fix_command(python, choice)
+        result["would_run"] = torch_build.fix_command(python, choice)
         return result
     manifest.extra.setdefault("torch_before", record_before(python, before))
     manifest.save()
@@ -91,7 +91,7 @@ def fix_torch(ctx, python: str | os.PathLike, fingerprint: dict, manifest, opts:
     if taken:
         result["taken"] = taken
     after = probe_torch(python)
-    left = [m for m in torchsel.check(fingerprint, after) if m["status"] == "fail"]
+    left = [m for m in torch_build.check(fingerprint, after) if m["status"] == "fail"]
     result.update(after=after.get("packages"), changed=True)
     if left:
         raise VerificationFailed(f"torch was reinstalled but still does not fit: {left[0]['message']}",

@@ -33,7 +33,7 @@ from h3kit.core import net
 from h3kit.core.errors import NotReady
 from h3kit.core.tools import PipOptions, run_pip
 from h3kit.core.units import gb
-from h3kit.plan import torch_build as torchsel
+from h3kit.plan import torch_build
 
 TORCH_INDEX_ENV = "H3KIT_TORCH_INDEX_URL"
 _RANK = {"global": 0, "user": 1, "site": 2, ":env:": 3}  # pip's own order: a later one wins
@@ -44,7 +44,7 @@ def planned_index(choice: dict, environ=None) -> str | None:
     same build's folder on that mirror (.../whl/cpu -> MIRROR/cpu)."""
     env = os.environ if environ is None else environ
     index, mirror = choice.get("index_url"), env.get(TORCH_INDEX_ENV)
-    base = torchsel.builds_table()["index_base"].rstrip("/")
+    base = torch_build.builds_table()["index_base"].rstrip("/")
     if index and mirror and index.startswith(base + "/"):
         return mirror.rstrip("/") + index[len(base):]
     return index
@@ -84,14 +84,14 @@ def describe_sources(src: dict) -> str:
 
 
 def read_report(report: dict, system: str) -> dict:
-    """Pure: pip's --report JSON -> the torch it would install, as torchsel.check reads it, plus the wheels' URLs."""
+    """Pure: pip's --report JSON -> the torch it would install, as torch_build.check reads it, plus the wheels' URLs."""
     items = {i["metadata"]["name"].lower(): i for i in report.get("install", [])}
     torch = items.get("torch")
     if torch is None:
         return {"error": "pip would install no torch"}
     meta = torch["metadata"]
-    have = torchsel.build_from_metadata(meta["version"], meta.get("requires_dist") or [], system)
-    packages = {n: items[n]["metadata"]["version"] for n in torchsel.PACKAGES if n in items}
+    have = torch_build.build_from_metadata(meta["version"], meta.get("requires_dist") or [], system)
+    packages = {n: items[n]["metadata"]["version"] for n in torch_build.PACKAGES if n in items}
     return {"torch_version": meta["version"], "torch_build": have["backend"], "torch_cuda": have["cuda"],
             "build": have["build"], "packages": packages, "torch_url": torch["download_info"]["url"],
             "urls": [i["download_info"]["url"] for i in items.values()]}
@@ -124,7 +124,7 @@ def _unreachable(choice: dict, planned: str, why: str, reason: str, opts_hint: s
     return NotReady(
         f"PyTorch's {build} index {planned} cannot be reached ({why}), and {reason}.",
         f"Point h3kit at a reachable copy of that index with {TORCH_INDEX_ENV}=URL (a mirror of {planned}), or put "
-        f"the {build} wheels ({', '.join(torchsel.requirements(choice, local=True))}) in a folder and set "
+        f"the {build} wheels ({', '.join(torch_build.requirements(choice, local=True))}) in a folder and set "
         f"H3KIT_PIP_FIND_LINKS to it{opts_hint}; then run the same command again.")
 
 
@@ -150,7 +150,7 @@ def reachable_choice(ctx, python: str, choice: dict, fingerprint: dict, opts: Pi
         report_path = Path(tmp) / "report.json"
         try:
             run_pip(ctx, python, ["install", "--dry-run", "--ignore-installed", "--quiet", "--report",
-                                  str(report_path), *torchsel.requirements(fallback)],
+                                  str(report_path), *torch_build.requirements(fallback)],
                     f"Asking {where} which torch it has", timeout=timeout, opts=opts)
             report = json.loads(report_path.read_text(encoding="utf-8"))
         except (NotReady, OSError, ValueError) as exc:
@@ -160,7 +160,7 @@ def reachable_choice(ctx, python: str, choice: dict, fingerprint: dict, opts: Pi
     info = read_report(report, system)
     if "error" in info:
         raise _unreachable(choice, planned, why, f"pip's index ({where}) has no torch for it", "")
-    problems = [m for m in torchsel.check(fingerprint, info) if m["status"] == "fail"]
+    problems = [m for m in torch_build.check(fingerprint, info) if m["status"] == "fail"]
     if problems:
         raise _unreachable(choice, planned, why, f"the torch {info['torch_version']} that pip's index ({where}) "
                            f"has is a {info['build']} build: {problems[0]['message']}", "")
@@ -168,7 +168,7 @@ def reachable_choice(ctx, python: str, choice: dict, fingerprint: dict, opts: Pi
     taken = {"planned_build": choice["build"], "planned_index": planned, "unreachable": why, "from": where,
              "torch": info["torch_version"], "build": info["build"], "backend": info["torch_build"],
              "packages": info["packages"], "download_bytes": size, "torch_url": info["torch_url"]}
-    ctx.progress("    " + taken_line(taken, torchsel.builds_table()))
+    ctx.progress("    " + taken_line(taken, torch_build.builds_table()))
     return fallback, taken
 
 
@@ -191,5 +191,5 @@ def taken_findings(record) -> list[dict]:
     if not taken:
         return []
     return [{"check": "torch.source", "status": "ok", "fix": None,
-             "message": f"{taken_line(taken, torchsel.builds_table(), 'Took')} (when h3kit set up this ComfyUI; "
+             "message": f"{taken_line(taken, torch_build.builds_table(), 'Took')} (when h3kit set up this ComfyUI; "
                         f"{net.host_of(taken['planned_index'])}: {taken['unreachable']})"}]

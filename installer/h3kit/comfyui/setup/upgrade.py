@@ -66,7 +66,7 @@ from h3kit.comfyui.setup.torch_repair import (
 from h3kit.core.errors import BadInput, NotReady, VerificationFailed
 from h3kit.core.files import atomic_write
 from h3kit.core.tools import PipOptions, run_git, run_pip
-from h3kit.plan import torch_build as torchsel
+from h3kit.plan import torch_build
 
 RECORD = "comfyui_upgrade"
 RECORD_SCHEMA = "h3kit.comfyui_upgrade/1"
@@ -229,7 +229,7 @@ def _install(ctx, python: str, path: Path, info: dict, constraints: Path, opts: 
     timeout = setup_table()["timeouts_s"]["pip"]
     torch = info["packages"]["torch"]
     index = _index_for_version(torch)
-    tag = torchsel.local_tag(torch)
+    tag = torch_build.local_tag(torch)
     try:
         if "torchaudio" not in info["packages"]:
             run_pip(ctx, python, ["install", "torchaudio", "-c", str(constraints)],

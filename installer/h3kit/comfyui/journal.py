@@ -161,6 +161,9 @@ class Journal:
         named += [self.intend_dir(dst / rel, roles.get(rel, role)) for rel in tree_folders(contents)]
         named += [self.intend_file(dst / rel, sha256_bytes(data), len(data), roles.get(rel, role))
                   for rel, data in contents.items()]
+        staged = self.record.find(src)
+        if staged is not None:
+            staged.pending = True  # about to vanish: a crash after the rename finds it absent, and it is dropped
         self._journaled(named, lambda: files.rename(src, dst))
         self.forget(src)
 
@@ -183,9 +186,9 @@ class Journal:
 
     def remove(self, path: PathLike, *, known: bool = False) -> bool:
         """Remove what the record names at `path` while it is still what h3kit made (a folder with all it
-        holds), then drop the entry (kept out of the record by the next save); True when removed. A path no
-        longer h3kit's is left where it is and its entry dropped. `known`: h3kit's by its name and content
-        (the staging mark an older h3kit did not record)."""
+        holds, and the entries under it), then drop the entry (kept out of the record by the next save);
+        True when removed. A path no longer h3kit's is left where it is and its entry dropped. `known`:
+        h3kit's by its name and content (the staging mark an older h3kit did not record)."""
         p = Path(path)
         entry = self.record.find(p)
         ours = known or (entry is not None and self.record.still_ours(entry))
@@ -194,6 +197,9 @@ class Journal:
                 files.remove_tree(p)
             else:
                 files.unlink(p)
+        if entry is not None and entry.kind == "dir" and not p.exists():
+            inside = str(p.absolute()) + os.sep
+            self.record.entries = [e for e in self.record.entries if not e.path.startswith(inside)]
         self.forget(p)
         return ours
 

@@ -5,7 +5,7 @@ Flags differ between ComfyUI versions and forks, so the profile's
 lists; the rest are dropped and reported. The help text is cached per
 ComfyUI version (and a hash of its argument parser file, since forks keep the
 version number) in the h3kit cache. `write_launcher` records the script
-before it writes it (h3kit.comfyui.manifest) and writes it atomically, with
+before it writes it (h3kit.comfyui.journal) and writes it atomically, with
 its mode, so a crash never leaves a launcher that the record does not name.
 """
 

@@ -12,8 +12,8 @@ Every write goes through h3kit.comfyui.journal.Journal (record before
 write): the staging folder, each folder and file of the pack, the launcher
 and each backup are entered in the record as pending (with the hash they
 will have) and the record saved before the first byte lands; each becomes
-final once written. Every run starts by finishing what a crash left (`recover`): the
-staging folder goes, pending entries are settled. Before staging, the free
+final once written. Every run starts by finishing what a crash left
+(`recover`): the staging folder goes, pending entries are settled. Before staging, the free
 space of the disk is checked against the bytes to write. All file
 operations go through h3kit.core.files (one place, and its crash-test hook).
 """

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from h3kit.comfyui import manifest as mf
+from h3kit.comfyui import locks
 from h3kit.core import lock
 from h3kit.core.paths import locations
 
@@ -47,7 +47,7 @@ def _h3kit(*argv: str) -> subprocess.CompletedProcess:
 def test_second_install_into_the_same_comfyui_stops_with_the_holders_pid(tmp_path):
     comfy = comfy_tree.make_comfyui(tmp_path / "c")
     before = comfy_tree.snapshot(comfy)
-    path = mf.lock_path(locations().state_dir, comfy)
+    path = locks.lock_path(locations().state_dir, comfy)
     with lock.held(path, "busy", "wait"):  # this test process is the first h3kit
         done = _h3kit(*INSTALL, "--comfyui", str(comfy))
     assert done.returncode == 3, done.stderr
@@ -60,15 +60,15 @@ def test_second_install_into_the_same_comfyui_stops_with_the_holders_pid(tmp_pat
 def test_lock_files_live_in_the_state_folder_one_per_comfyui(tmp_path):
     a, b = comfy_tree.make_comfyui(tmp_path / "a"), comfy_tree.make_comfyui(tmp_path / "b")
     state = locations().state_dir
-    assert mf.lock_path(state, a) != mf.lock_path(state, b)
-    assert all(p.parent == state / "locks" for p in (mf.lock_path(state, a), mf.home_lock_path(state)))
+    assert locks.lock_path(state, a) != locks.lock_path(state, b)
+    assert all(p.parent == state / "locks" for p in (locks.lock_path(state, a), locks.home_lock_path(state)))
 
 
 def test_uninstall_apply_and_doctor_fix_wait_their_turn(tmp_path, run_cli):
     comfy = comfy_tree.make_comfyui(tmp_path / "c")
     code, _, err = run_cli(*INSTALL, "--comfyui", str(comfy))
     assert code == 0, err
-    holder = _holder(mf.lock_path(locations().state_dir, comfy))
+    holder = _holder(locks.lock_path(locations().state_dir, comfy))
     try:
         for argv in (("uninstall", "--yes"), ("apply",), ("doctor", "--fix", "--yes")):
             code, out, err = run_cli(*argv, "--comfyui", str(comfy))
@@ -85,7 +85,7 @@ def test_uninstall_apply_and_doctor_fix_wait_their_turn(tmp_path, run_cli):
 
 def test_one_h3kit_home_at_a_time(tmp_path, run_cli):
     comfy = comfy_tree.make_comfyui(tmp_path / "other")
-    holder = _holder(mf.home_lock_path(locations().state_dir))
+    holder = _holder(locks.home_lock_path(locations().state_dir))
     try:
         code, out, err = run_cli(*INSTALL, "--comfyui", str(comfy), "--json")
     finally:
@@ -99,7 +99,7 @@ def test_one_h3kit_home_at_a_time(tmp_path, run_cli):
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
 def test_the_lock_of_a_killed_h3kit_is_taken_over(tmp_path, run_cli):
     comfy = comfy_tree.make_comfyui(tmp_path / "c")
-    path = mf.lock_path(locations().state_dir, comfy)
+    path = locks.lock_path(locations().state_dir, comfy)
     holder = _holder(path)
     os.kill(holder.pid, signal.SIGKILL)
     holder.wait()
@@ -128,7 +128,7 @@ def test_install_takes_the_lock_before_it_writes_anything(tmp_path):
     before = comfy_tree.snapshot(comfy)
     native = locations().cache_dir / "native"
     cache_before = sorted(p.relative_to(native) for p in native.rglob("*")) if native.is_dir() else []
-    holder = _holder(mf.lock_path(locations().state_dir, comfy))
+    holder = _holder(locks.lock_path(locations().state_dir, comfy))
     try:
         done = _h3kit(*INSTALL, "--comfyui", str(comfy))
     finally:

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 import pytest
 from h3kit import models
 from h3kit.cli.context import Context
+from h3kit.comfyui.journal import Journal
 from h3kit.comfyui.manifest import load_or_new
 from h3kit.core import files as core_files
 from h3kit.core.errors import NotReady  # noqa: E402 (sorted below)
@@ -267,7 +268,7 @@ def test_a_clone_killed_midway_is_named_in_the_record_and_redone(small, comfy, t
     ctx = Context()
     dest = comfy / "custom_nodes" / "ComfyUI-GGUF"
     man = load_or_new(ctx.locations.state_dir, comfy)
-    man.intend_dir(dest, "loader-pack")  # what the record says when git was killed mid-clone
+    Journal(man).intend_dir(dest, "loader-pack")  # what the record says when git was killed mid-clone
     man.save()
     (dest / ".git").mkdir(parents=True)
     (dest / "half-written.py").write_text("# cut off")

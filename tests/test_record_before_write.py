@@ -1,4 +1,4 @@
-"""Record before write (h3kit.comfyui.manifest): nothing lands in a ComfyUI before the saved record names it,
+"""Record before write (h3kit.comfyui.journal): nothing lands in a ComfyUI before the saved record names it,
 and what a crash leaves pending is settled by the next install or uninstall."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import pytest
 from h3kit.cli.context import Context
 from h3kit.comfyui import deploy
 from h3kit.comfyui import manifest as mf
+from h3kit.comfyui.journal import Journal
 from h3kit.comfyui.locate import find
 from h3kit.core import files
 from h3kit.core.files import sha256_bytes
@@ -43,6 +44,7 @@ def _deploy(comfy: Path, home: Path, **kw):
 
 def test_settle_decides_each_pending_entry_by_what_is_there(tmp_path):
     record = mf.Manifest(str(tmp_path))
+    journal = Journal(record)
     ours, old, theirs, gone, linked = (tmp_path / n for n in ("ours", "old", "theirs", "gone", "linked"))
     ours.write_bytes(b"new")
     old.write_bytes(b"old")
@@ -50,12 +52,12 @@ def test_settle_decides_each_pending_entry_by_what_is_there(tmp_path):
     os.symlink(ours, linked)
     record.record_file(old, "node-pack")  # final, then replaced: its hash becomes `previous`
     for p in (ours, old, theirs, gone, linked):
-        record.intend_file(p, sha256_bytes(b"new"), 3, "node-pack")
-    record.intend_dir(tmp_path / "made", "node-pack")
+        journal.intend_file(p, sha256_bytes(b"new"), 3, "node-pack")
+    journal.intend_dir(tmp_path / "made", "node-pack")
     (tmp_path / "made").mkdir()
-    record.intend_dir(tmp_path / "never made", "node-pack")
+    journal.intend_dir(tmp_path / "never made", "node-pack")
     files.tmp_path(gone).write_bytes(b"ne")  # a temporary file torn by the crash
-    found = {Path(f["path"]).name: f["outcome"] for f in record.settle()}
+    found = {Path(f["path"]).name: f["outcome"] for f in journal.settle()}
     assert found == {"ours": "ours", "old": "ours", "theirs": "not ours", "gone": "absent", "linked": "not ours",
                      "made": "ours", "never made": "absent", f".gone{files.TMP_SUFFIX}": "temporary"}
     assert not files.tmp_path(gone).exists() and theirs.read_bytes() == b"someone else's"
@@ -67,12 +69,12 @@ def test_settle_decides_each_pending_entry_by_what_is_there(tmp_path):
 def test_a_record_without_pending_entries_reads_as_before(tmp_path):
     record = mf.Manifest(str(tmp_path), path=tmp_path / "m.json")
     (tmp_path / "f").write_bytes(b"x")
-    record.write_file(tmp_path / "g", b"y", "node-pack")
+    Journal(record).write(tmp_path / "g", b"y", "node-pack")
     record.record_file(tmp_path / "f", "node-pack")
     record.save()
     entries = json.loads((tmp_path / "m.json").read_text())["entries"]
     assert all(set(e) == {"path", "kind", "sha256", "bytes", "role", "created"} for e in entries)
-    record.intend_file(tmp_path / "h", "ab" * 32, 1)
+    Journal(record).intend_file(tmp_path / "h", "ab" * 32, 1)
     record.save()
     [pending] = [e for e in json.loads((tmp_path / "m.json").read_text())["entries"] if e.get("pending")]
     assert pending["path"] == str(tmp_path / "h") and pending["previous"] is None
@@ -174,7 +176,7 @@ def test_a_pending_file_with_other_content_is_left_alone_and_named(comfy, h3kit_
     assert code == 0, err
     record = mf.load_for(home / "state", comfy)
     launcher = comfy / "run_h3kit.sh"
-    record.intend_file(launcher, "0" * 64, 10, "launcher")  # as if h3kit died about to rewrite it...
+    Journal(record).intend_file(launcher, "0" * 64, 10, "launcher")  # as if h3kit died about to rewrite it...
     record.save()
     launcher.write_text("#!/bin/sh\n# ...and then someone wrote their own\n")
     code, out, err = run_cli("uninstall", "--comfyui", str(comfy), "--yes", "--json")

@@ -15,6 +15,7 @@ import pytest
 
 from h3kit.comfyui import deploy
 from h3kit.comfyui import manifest as mf
+from h3kit.comfyui.journal import Journal
 from h3kit.core.paths import locations
 from h3kit.steps.next_steps import shell_quoted
 
@@ -43,7 +44,7 @@ def test_skip_calibrate_keeps_the_packs_earlier_calibration(comfy, run_cli):
     summary = comfy / "custom_nodes" / "ComfyUI-h3kit" / deploy.CALIBRATION_FILE
     record = mf.load_for(locations().state_dir, comfy)
     # What h3kit.calibrate.pack_summary leaves after a calibration: a recorded file in the pack.
-    record.write_file(summary, json.dumps({"schema": "h3kit.calibration-summary/1", "lines": ["12 s/step"]}),
+    Journal(record).write(summary, json.dumps({"schema": "h3kit.calibration-summary/1", "lines": ["12 s/step"]}),
                       "node-pack")
     record.save()
     text = summary.read_text()

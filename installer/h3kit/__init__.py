@@ -25,7 +25,8 @@ import graph has no cycle (tests/test_architecture.py checks both).
   memory budgets, the search over files and canvases, the rationale prose,
   and the torch build that fits the hardware.
 - `comfyui/`: one ComfyUI on disk: find it and its Python, inspect it, deploy
-  and apply the node pack and launcher, the install record, doctor's checks,
+  and apply the node pack and launcher, the install record and the journal
+  every write into a ComfyUI goes through, doctor's checks,
   uninstall, setting up or repairing a ComfyUI, and its HTTP API client.
 - `models/`: the weight files a plan names: what to fetch, from where, into
   which folder, and the resumable, verified download.

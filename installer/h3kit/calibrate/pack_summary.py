@@ -10,6 +10,7 @@ import json
 
 from h3kit.calibrate import report
 from h3kit.comfyui import manifest as mf
+from h3kit.comfyui.journal import Journal
 from h3kit.core.session import Session
 
 SUMMARY_FILE = "h3kit_calibration.json"  # read by the pack's H3kitCalibrationReport node
@@ -33,6 +34,9 @@ def write_pack_summary(ctx: Session, install, doc: dict) -> str | None:
         return None  # a pack h3kit did not install: leave it alone
     path = install.node_dir / SUMMARY_FILE
     # Record before write: a crash mid-write leaves a pending entry that uninstall settles as ours.
-    record.write_file(path, json.dumps(summary_document(doc), indent=2, ensure_ascii=False) + "\n", "node-pack")
+    entry = record.find(path)
+    if (path.exists() or path.is_symlink()) and (entry is None or not record.still_ours(entry)):
+        return None  # the user's own (or edited) summary: left as it is
+    Journal(record).write(path, json.dumps(summary_document(doc), indent=2, ensure_ascii=False) + "\n", "node-pack")
     record.save()
     return str(path)

@@ -8,19 +8,18 @@ the pack's files one by one (each an atomic replace), keeping files the user
 added (and the calibration summary an earlier run left). A folder named
 ComfyUI-h3kit that h3kit's record does not claim is never touched.
 
-Every write follows the record-before-write rule of h3kit.comfyui.manifest:
-the staging folder, each folder and file of the pack, the launcher and each
-backup are entered in the record as pending (with the hash they will have)
-and the record saved before the first byte lands; each becomes final once
-written. Every run starts by finishing what a crash left (`recover`): the
-staging folder goes, pending entries are settled. Before staging, the free
+Every write goes through h3kit.comfyui.journal.Journal (record before
+write): the staging folder, each folder and file of the pack, the launcher
+and each backup are entered in the record as pending (with the hash they
+will have) and the record saved before the first byte lands; each becomes
+final once written. Every run starts by finishing what a crash left
+(`recover`): the staging folder goes, pending entries are settled. Before staging, the free
 space of the disk is checked against the bytes to write. All file
 operations go through h3kit.core.files (one place, and its crash-test hook).
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import shutil
@@ -30,13 +29,14 @@ from pathlib import Path
 import h3kit
 from h3kit import bundled
 from h3kit.comfyui import manifest as mf
+from h3kit.comfyui.backups import backup_root, move_to_backup
+from h3kit.comfyui.journal import Journal, tree_folders
 from h3kit.comfyui.links import linked_folders
 from h3kit.comfyui.inspect import marked_json
 from h3kit.comfyui.launcher import write_launcher
 from h3kit.comfyui.locate import ComfyInstall, run_python
 from h3kit.core import files as fs
 from h3kit.core.errors import BadInput, NotReady, VerificationFailed
-from h3kit.core.files import sha256_bytes
 from h3kit.core.paths import asset_dir
 from h3kit.core.units import human_bytes
 
@@ -52,7 +52,7 @@ EXPECTED_NODES = ("H3kitProfileInfo", "H3kitTiledVAEDecode", "H3kitMemoryGuard",
 VERIFY_TIMEOUT = 120.0
 SKIP_NAMES = {"__pycache__", ".pytest_cache", "tests"}
 BLOCK = 4096  # what a small file really takes on disk: sizes are rounded up to it in the space check
-backup_root, move_to_backup = mf.backup_root, mf.move_to_backup  # their old home: callers and tests use these names
+__all__ = ["backup_root", "move_to_backup"]  # their old home: callers and tests use these names here
 
 
 @dataclass
@@ -98,8 +98,7 @@ def profile_document(settings: dict, profile: str) -> bytes:
 
 def pack_dirs(files: dict[str, bytes]) -> list[str]:
     """Every folder the pack's files need (relative, parents first)."""
-    return sorted({p.as_posix() for rel in files for p in Path(rel).parents if p != Path(".")},
-                  key=lambda d: (d.count("/"), d))
+    return tree_folders(files)
 
 
 # -- safety checks and recovery --------------------------------------------------------
@@ -131,7 +130,7 @@ def recover(install: ComfyInstall, record: mf.Manifest) -> list[str]:
     """Finish what a crash left, before anything else: staging folders go, pending entries are settled and the
     record saved. Notes for the user (files that are not ours are named)."""
     notes = [f"removed an interrupted install's staging folder {p}" for p in clean_staging(install, record)]
-    found = record.settle()
+    found = Journal(record).settle()
     if found:
         ours = [f for f in found if f["outcome"] == "ours"]
         if ours:
@@ -208,11 +207,7 @@ def check_space(install: ComfyInstall, files: dict[str, bytes]) -> None:
 
 def _stage(staging: Path, files: dict[str, bytes], record: mf.Manifest) -> None:
     """The complete pack in `staging` (recorded first as one pending entry; removed whole on a failure)."""
-    if staging.exists() or staging.is_symlink():  # not ours (ours went in recover): never written into
-        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(staging))
-    record.intend_dir(staging, "staging")
-    record.save()
-    fs.make_dir(staging)
+    Journal(record).mkdir(staging, "staging")  # one there is not ours (ours went in recover): refused
     try:
         fs.write_new(staging / STAGING_MARK, STAGING_TEXT)
         for rel in pack_dirs(files):
@@ -241,8 +236,7 @@ def deploy(install: ComfyInstall, *, settings: dict, profile: str, library: Path
     target = install.node_dir
     mark = target / STAGING_MARK
     if ours and mark.is_file() and not mark.is_symlink():
-        fs.unlink(mark)  # a crash right after the rename left it (recorded, or by an older h3kit)
-        record.forget(mark)
+        Journal(record).remove(mark, known=True)  # a crash right after the rename left it (or an older h3kit's)
     files = pack_contents(library, settings, profile, generated)
     if library is None:
         notes.append("no native library was built: the pack works, nodes that need it say so")
@@ -269,55 +263,30 @@ def deploy(install: ComfyInstall, *, settings: dict, profile: str, library: Path
 
 
 def _move_into_place(record: mf.Manifest, staging: Path, target: Path, files: dict[str, bytes]) -> None:
-    """The fresh install's one rename; every path it makes appear is recorded (pending) before it."""
-    mark = target / STAGING_MARK
-    record.intend_dir(target, "node-pack")
-    for rel in pack_dirs(files):
-        record.intend_dir(target / rel, "node-pack")
-    for rel, data in files.items():
-        record.intend_file(target / rel, sha256_bytes(data), len(data), "node-pack")
-    record.intend_file(mark, sha256_bytes(STAGING_TEXT), len(STAGING_TEXT), "staging")
-    record.save()
-    fs.rename(staging, target)
-    record.forget(staging)
-    fs.unlink(mark)
-    record.forget(mark)
-    for e in record.pending():
-        if e.path == str(target.absolute()) or e.path.startswith(str(target.absolute()) + os.sep):
-            record.confirm(e.path)
+    """The fresh install's one rename (every path it makes appear named first), then the mark goes."""
+    journal = Journal(record)
+    journal.rename(staging, target, {**files, STAGING_MARK: STAGING_TEXT}, "node-pack", {STAGING_MARK: "staging"})
+    journal.remove(target / STAGING_MARK, known=True)
 
 
 def _upgrade(record: mf.Manifest, staging: Path, target: Path, files: dict[str, bytes], state_dir: Path,
              install: ComfyInstall, result: DeployResult) -> None:
-    backups = mf.backup_root(state_dir, install.path)
+    journal = Journal(record)
+    backups = backup_root(state_dir, install.path)
     for rel in files:  # the user's own files where ours go: out of the way first, each recorded as theirs
         dest = target / rel
         if dest.exists() or dest.is_symlink():
             entry = record.find(dest)
             if entry is None or not record.still_ours(entry):
-                result.backed_up.append(str(record.back_up(dest, target, backups)))
-    new_dirs = [target / d for d in pack_dirs(files) if not (target / d).is_dir()]
-    for d in new_dirs:
-        record.intend_dir(d, "node-pack")
-    for rel, data in files.items():
-        record.intend_file(target / rel, sha256_bytes(data), len(data), "node-pack")
-    record.save()
-    for d in new_dirs:
-        fs.make_dir(d)
-        record.confirm(d)
-    for rel in files:
-        fs.replace(staging / rel, target / rel)
-        record.confirm(target / rel)
+                result.backed_up.append(str(journal.back_up(dest, target, backups)))
+    journal.replace(staging, target, files, "node-pack")
     shipped = {str((target / rel).absolute()) for rel in files} | {str((target / CALIBRATION_FILE).absolute())}
     for entry in [e for e in record.by_role("node-pack") if e.kind == "file"]:
         if entry.path.startswith(str(target) + os.sep) and entry.path not in shipped:
-            if record.still_ours(entry):
-                fs.unlink(entry.path)
+            if journal.remove(entry.path):
                 result.removed_stale.append(entry.path)
-            record.forget(entry.path)
-    record.save()
-    fs.remove_tree(staging)
-    record.forget(staging)
+    journal.save()
+    journal.remove(staging)
 
 
 def rewrite_profile(install: ComfyInstall, record: mf.Manifest, settings: dict, profile: str,
@@ -331,8 +300,8 @@ def rewrite_profile(install: ComfyInstall, record: mf.Manifest, settings: dict, 
     entry = record.find(path)
     backup = None
     if (path.exists() or path.is_symlink()) and (entry is None or not record.still_ours(entry)) and state_dir:
-        backup = str(record.back_up(path, install.node_dir, mf.backup_root(state_dir, install.path)))
-    record.write_file(path, profile_document(settings, profile), "node-pack")
+        backup = str(Journal(record).back_up(path, install.node_dir, backup_root(state_dir, install.path)))
+    Journal(record).write(path, profile_document(settings, profile), "node-pack")
     return path, backup
 
 
@@ -427,14 +396,10 @@ def write_generated(install: ComfyInstall, record: mf.Manifest, files: dict[str,
         if (dest.exists() or dest.is_symlink()) and (entry is None or not record.still_ours(entry)):
             kept.append(str(dest))
             continue
-        for parent in reversed(dest.relative_to(install.node_dir).parents[:-1]):
-            folder = install.node_dir / parent
-            if not folder.is_dir():
-                record.intend_dir(folder, "node-pack")
-                record.save()
-                fs.make_dir(folder)
-                record.confirm(folder)
-        record.write_file(dest, data, "node-pack")
+        journal = Journal(record)
+        journal.mkdirs([install.node_dir / p for p in reversed(dest.relative_to(install.node_dir).parents[:-1])],
+                       "node-pack")
+        journal.write(dest, data, "node-pack")
         written.append(str(dest))
     return written, kept
 

@@ -5,7 +5,7 @@ Flags differ between ComfyUI versions and forks, so the profile's
 lists; the rest are dropped and reported. The help text is cached per
 ComfyUI version (and a hash of its argument parser file, since forks keep the
 version number) in the h3kit cache. `write_launcher` records the script
-before it writes it (h3kit.comfyui.manifest) and writes it atomically, with
+before it writes it (h3kit.comfyui.journal) and writes it atomically, with
 its mode, so a crash never leaves a launcher that the record does not name.
 """
 
@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 
 from h3kit.comfyui import manifest as mf
+from h3kit.comfyui.backups import backup_root
+from h3kit.comfyui.journal import Journal
 from h3kit.comfyui.inspect import comfyui_version
 from h3kit.comfyui.locate import ComfyInstall, run_python
 from h3kit.core.errors import BadInput
@@ -169,7 +171,7 @@ def write_launcher(install: ComfyInstall, record: mf.Manifest, settings: dict, p
             return {"path": None, "args": kept, "dropped": dropped,
                     "detail": f"{path} exists and was not written by h3kit: left alone, no launcher written"}
         if not record.still_ours(entry):
-            backup = str(record.back_up(path, where, mf.backup_root(state_dir, install.path)))
+            backup = str(Journal(record).back_up(path, where, backup_root(state_dir, install.path)))
     text = render(install, install.python, kept, env, profile, windows)
-    record.write_file(path, text.encode("utf-8"), "launcher", mode=0o755 if path.suffix == ".sh" else None)
+    Journal(record).write(path, text.encode("utf-8"), "launcher", mode=0o755 if path.suffix == ".sh" else None)
     return {"path": str(path), "args": kept, "dropped": dropped, "detail": detail, "backup": backup}

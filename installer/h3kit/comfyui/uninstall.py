@@ -3,7 +3,7 @@
 Rules, in the order they are applied:
 
 - First, what a crash left is finished (as h3kit.comfyui.deploy.recover does for install; the
-  record-before-write rule of h3kit.comfyui.manifest): staging folders go, and
+  record-before-write rule of h3kit.comfyui.journal): staging folders go, and
   each pending entry is settled: present with the hash h3kit meant to write,
   it is h3kit's and removed like the rest; with other content it is left
   alone and reported; absent, it is dropped. So h3kit's own files are never
@@ -40,7 +40,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from h3kit.comfyui import manifest as mf
-from h3kit.comfyui.deploy import backup_root, clean_staging, move_to_backup, staging_dirs
+from h3kit.comfyui.backups import backup_root, move_to_backup
+from h3kit.comfyui.deploy import clean_staging, staging_dirs
+from h3kit.comfyui.journal import Journal
 from h3kit.comfyui.links import same_as_recorded
 from h3kit.comfyui.locate import NODE_DIR_NAME, ComfyInstall
 from h3kit.core import files as fs
@@ -135,7 +137,7 @@ def remove(record: mf.Manifest, install: ComfyInstall, state_dir: Path, *, dry_r
     if dry_run:
         for p in out.staging_cleaned:
             record.forget(p)
-    out.settled = record.settle(dry_run=dry_run)
+    out.settled = Journal(record).settle(dry_run=dry_run)
     for found in out.settled:
         if found["outcome"] == "not ours":
             out.kept.append({"path": found["path"], "why": "h3kit was writing it when it was interrupted, and it "

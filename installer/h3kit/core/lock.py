@@ -9,7 +9,7 @@ already holds again (doctor --fix runs apply inside its own run); it is
 released when the outermost holder lets go.
 
 Lock files never go inside the user's ComfyUI: the caller names a path
-under the state folder (h3kit.comfyui.manifest.lock_path).
+under the state folder (h3kit.comfyui.locks.lock_path).
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ import shutil
 from pathlib import Path
 
 from h3kit.comfyui import locate
+from h3kit.comfyui.journal import Journal
 from h3kit.comfyui.setup.source import ARCHIVE, source_kind, unpack
 from h3kit.core import files, net
 from h3kit.core.errors import NotReady
@@ -80,19 +81,20 @@ def install_loader_pack(ctx, pack: dict, comfyui_dir: Path, *, git_url: str | No
         # The record named this folder before it existed, so a half-made clone in it is ours to redo.
         ctx.progress(f"Removing the interrupted clone of {pack['name']} in {dest} ...")
         files.remove_tree(dest)
+    ctx.progress(f"Installing {pack['name']} from {source} into {dest} ...")
+
+    def make(folder: Path) -> None:
+        if local is not None and source_kind(str(local)) == "archive":
+            unpack(local, folder)
+        elif local is not None and source_kind(str(local)) == "folder":
+            shutil.copytree(local, folder, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            run_git(ctx, ["clone", "--depth", "1", source, str(folder)], f"Cloning {pack['name']} from {source}",
+                    timeout=CLONE_TIMEOUT, alternative=f"or set {SOURCES_ENV} to a local checkout or .zip of it")
+
     # Record before write: the folder is named (pending) before git makes it, so a crash mid-clone
     # leaves a record that says the folder is ours, and the next run redoes the clone.
-    man.intend_dir(dest, PACK_ROLE)
-    man.save()
-    ctx.progress(f"Installing {pack['name']} from {source} into {dest} ...")
-    if local is not None and source_kind(str(local)) == "archive":
-        unpack(local, dest)
-    elif local is not None and source_kind(str(local)) == "folder":
-        shutil.copytree(local, dest, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
-    else:
-        run_git(ctx, ["clone", "--depth", "1", source, str(dest)], f"Cloning {pack['name']} from {source}",
-                timeout=CLONE_TIMEOUT, alternative=f"or set {SOURCES_ENV} to a local checkout or .zip of it")
-    man.confirm(dest)
+    Journal(man).mkdir(dest, PACK_ROLE, make)
     for root, dirs, names in os.walk(dest):
         for d in dirs:
             man.record_dir(Path(root) / d, PACK_ROLE)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from h3kit.comfyui import manifest as manifest_mod
+from h3kit.comfyui.journal import Journal
 from h3kit.core.errors import BadInput, NotReady, VerificationFailed
 from h3kit.core import files as core_files
 from h3kit.core.files import nearest_existing, sha256_file
@@ -35,38 +35,26 @@ from h3kit.models.http import mirror_base
 from h3kit.models.local import find_local, place_from_local
 
 
-def _intend(man: manifest_mod.Manifest, f, want) -> None:
+def _intend(journal: Journal, f, want) -> None:
     """Record before write: the weight is named (pending: its size, its catalog hash when there is one, where
-    its bytes go first) and the record saved before a byte is written; see manifest.Manifest.settle."""
-    entry = man.intend_file(want.dest, f.sha256, want.bytes, ROLE)
-    entry.fetch = {"part": str(want.part.absolute())}
+    its bytes go first) and the record saved before a byte is written; see Journal.settle."""
+    fetch = {"part": str(want.part.absolute())}
     if not want.bytes_exact:
-        entry.fetch["size_tolerance"] = ROUNDED_SIZE_TOLERANCE
-    man.save()
+        fetch["size_tolerance"] = ROUNDED_SIZE_TOLERANCE
+    journal.intend_file(want.dest, f.sha256, want.bytes, ROLE, fetch=fetch)
+    journal.save()
 
 
-def _record(man: manifest_mod.Manifest, got: Fetched) -> None:
+def _record(journal: Journal, got: Fetched) -> None:
     # The hash was computed while the bytes arrived; re-reading 20 GB to record it would double the time.
-    man.forget(got.path)
-    man.entries.append(manifest_mod.Entry(str(Path(got.path).absolute()), "file", got.sha256, got.bytes, ROLE))
-    man.save()
+    journal.confirm(got.path, got.sha256, got.bytes)
+    journal.save()
 
 
-def _ensure_folder(man: manifest_mod.Manifest, folder: Path) -> None:
+def _ensure_folder(journal: Journal, folder: Path) -> None:
     """The model folder and its missing parents, each named in the record (pending, saved) before it is made."""
-    missing = []
-    p = folder
-    while not p.exists():
-        missing.append(p)
-        p = p.parent
-    if not missing:
-        return
-    for d in missing:
-        man.intend_dir(d, ROLE)
-    man.save()
-    for d in reversed(missing):
-        core_files.make_dir(d)
-        man.confirm(d)
+    missing = [folder, *folder.parents]
+    journal.mkdirs(missing[:next(i for i, p in enumerate(missing) if p.exists())], ROLE)
 
 
 def fetch(ctx, plan: dict, comfyui_dir: Path, *, from_dir: Path | None = None, downloader: Downloader | None = None,
@@ -78,7 +66,8 @@ def fetch(ctx, plan: dict, comfyui_dir: Path, *, from_dir: Path | None = None, d
     comfyui_dir = Path(comfyui_dir)
     files = files_for_plan(plan, catalog)
     man = manifest_for(ctx, comfyui_dir)
-    if [o for o in man.settle(roles={ROLE}) if o["outcome"] != "partial"]:  # a crash's weights, before looking
+    journal = Journal(man)
+    if [o for o in journal.settle(roles={ROLE}) if o["outcome"] != "partial"]:  # a crash's weights, before looking
         man.save()
     states = {f.name: file_state(f, comfyui_dir, man) for f in files}
     conflicts = [s for s in states.values() if s["state"] == "conflict"]
@@ -126,9 +115,9 @@ def fetch(ctx, plan: dict, comfyui_dir: Path, *, from_dir: Path | None = None, d
                    initial=sum(states[f.name]["bytes_on_disk"] for f in todo if states[f.name]["state"] == "partial"))
     try:
         for f in todo:
-            _ensure_folder(man, f.dest(comfyui_dir).parent)
+            _ensure_folder(journal, f.dest(comfyui_dir).parent)
             want = f.want(comfyui_dir)
-            _intend(man, f, want)
+            _intend(journal, f, want)
             if f.name in sources:
                 got = place_from_local(want, sources[f.name], progress=dl.progress)
                 overall.update(got.bytes)
@@ -144,7 +133,7 @@ def fetch(ctx, plan: dict, comfyui_dir: Path, *, from_dir: Path | None = None, d
                     ctx.progress(f"Skipping {f.name} (from {', '.join(dead.hosts)}).")
                     unreachable.append((f, dead))
                     continue
-            _record(man, got)
+            _record(journal, got)
             downloaded += got.bytes
             ctx.log.info("fetched %s (%s, verified by %s)", got.path, got.method, got.verified_by)
             results.append({"name": f.name, "path": str(got.path), "method": got.method, "source": got.source,
@@ -236,7 +225,7 @@ def remove(ctx, comfyui_dir: Path, *, plan: dict | None = None, catalog=None) ->
     removed, kept = [], []
     # A crash left weights named but unsettled: a complete one becomes final (and goes below), a partial
     # download's part file is h3kit's and goes now, anything else is not h3kit's and stays.
-    for found in man.settle(dry_run=ctx.dry_run, roles={ROLE}):
+    for found in Journal(man).settle(dry_run=ctx.dry_run, roles={ROLE}):
         entry = man.find(found["path"])
         if found["outcome"] == "not ours":
             kept.append({"path": found["path"], "why": "h3kit was writing it when it was interrupted, and it holds "

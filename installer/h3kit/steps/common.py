@@ -10,6 +10,7 @@ from __future__ import annotations
 from contextlib import contextmanager, nullcontext
 
 from h3kit.comfyui import locate as comfyui_locate
+from h3kit.comfyui import locks
 from h3kit.comfyui import manifest as mf
 from h3kit.core import lock
 from h3kit.comfyui.inspect import torch_fit_findings
@@ -81,9 +82,9 @@ def exclusive(ctx: Context, install: comfyui_locate.ComfyInstall, command: str):
     state = ctx.locations.state_dir
     info = {"command": command, "comfyui": str(install.path)}
     fix = "Wait for the other h3kit to finish (or close its window), then run this command again."
-    with lock.held(mf.lock_path(state, install.path), "Another h3kit is installing into this ComfyUI",
+    with lock.held(locks.lock_path(state, install.path), "Another h3kit is installing into this ComfyUI",
                    f"{fix} (ComfyUI: {install.path})", info):
-        with lock.held(mf.home_lock_path(state), f"Another h3kit is changing h3kit's own files in "
+        with lock.held(locks.home_lock_path(state), f"Another h3kit is changing h3kit's own files in "
                        f"{ctx.locations.config_dir}", fix, info):
             yield
 
@@ -95,7 +96,7 @@ def exclusive_home(ctx: Context, command: str):
         yield
         return
     fix = "Wait for the other h3kit to finish (or close its window), then run this command again."
-    with lock.held(mf.home_lock_path(ctx.locations.state_dir), f"Another h3kit is changing h3kit's own files in "
+    with lock.held(locks.home_lock_path(ctx.locations.state_dir), f"Another h3kit is changing h3kit's own files in "
                    f"{ctx.locations.config_dir}", fix, {"command": command}):
         yield
 

@@ -18,14 +18,15 @@ import sys
 from pathlib import Path
 
 from h3kit.comfyui import manifest as manifest_mod
+from h3kit.comfyui.journal import Journal
 from h3kit.comfyui.inspect import comfyui_version
 from h3kit.comfyui.setup.pip import (
     CONSTRAINTS_FILE,
+    constraints_text,
     install_choice,
     install_requirements,
     probe_torch,
     setup_table,
-    write_constraints,
 )
 from h3kit.comfyui.setup.source import fetch_source, source_kind
 from h3kit.comfyui.setup.torch_source import reachable_choice
@@ -174,6 +175,7 @@ def new_comfyui(ctx, target_dir, source: str | None, fingerprint: dict, *, opts:
     state = _load_state(state_file, target, source)
     done = state["done"]
     man = manifest_mod.load_or_new(ctx.locations.state_dir, target)
+    journal = Journal(man)
     interrupted = "source" not in done and _fetch_interrupted(man, target)
     if target.exists() and "source" not in done and not interrupted and any(target.iterdir()):
         raise BadInput(f"{target} already exists and is not empty; h3kit sets up a new ComfyUI only in a new "
@@ -202,11 +204,9 @@ def new_comfyui(ctx, target_dir, source: str | None, fingerprint: dict, *, opts:
         _check_disk(target, int(table["min_free_bytes"].get(choice["backend"], table["min_free_bytes"]["cpu"])))
         # Record before write: the folder is h3kit's in the record before the rename makes it appear, so a kill
         # right after the rename leaves a record that a rerun and 'uninstall --purge' both find.
-        man.intend_dir(target, ROLE)
         man.extra["comfyui_setup"] = {"created_by": "h3kit", "dir": str(target), "source": source}
-        man.save()
         try:
-            fetched = _fetch_h3_release(ctx, source, target, timeouts["clone"], catalog)
+            fetched = journal.mkdir(target, ROLE, lambda p: _fetch_h3_release(ctx, source, p, timeouts["clone"], catalog))
         except BaseException:
             if not target.exists():  # refused or failed before the rename: nothing of it is on disk
                 man.forget(target)
@@ -216,7 +216,6 @@ def new_comfyui(ctx, target_dir, source: str | None, fingerprint: dict, *, opts:
                 elif man.path is not None and man.path.exists():
                     os.unlink(man.path)  # the record was made for this ComfyUI alone
             raise
-        man.confirm(target)
         man.extra["comfyui_setup"].update(**fetched, shipped=user_area_files(target))
         man.save()
         finish("source", **fetched)
@@ -225,11 +224,15 @@ def new_comfyui(ctx, target_dir, source: str | None, fingerprint: dict, *, opts:
         base, version = find_base_python()
         if venv.exists():
             shutil.rmtree(venv)  # half-made by an interrupted run (the step is not marked done)
-        r = ticking("Creating the venv", subproc.run, [base, "-m", "venv", str(venv)], timeout=timeouts["venv"])
-        if not r.ok or venv_python(venv) is None:
-            raise NotReady(f"Python {base} could not create a venv ({r.detail or 'it has no interpreter'}).",
-                           "On Debian/Ubuntu install the venv module ('sudo apt install python3-venv'), then run again.")
-        man.record_dir(venv, role=ROLE)
+
+        def make_venv(folder: Path) -> None:
+            r = ticking("Creating the venv", subproc.run, [base, "-m", "venv", str(folder)], timeout=timeouts["venv"])
+            if not r.ok or venv_python(folder) is None:
+                raise NotReady(f"Python {base} could not create a venv ({r.detail or 'it has no interpreter'}).",
+                               "On Debian/Ubuntu install the venv module ('sudo apt install python3-venv'), "
+                               "then run again.")
+
+        journal.mkdir(venv, ROLE, make_venv)  # named before it is made: a kill mid-way leaves it h3kit's
         man.extra["comfyui_setup"].update(venv=str(venv), base_python=base, python_version=version)
         man.save()
         finish("venv", base_python=base, python_version=version)
@@ -251,8 +254,8 @@ def new_comfyui(ctx, target_dir, source: str | None, fingerprint: dict, *, opts:
         finish("torch", build=choice["build"], requirements=torch_build.requirements(choice, local=True), taken=taken)
     constraints = target / CONSTRAINTS_FILE
     if step(4, "requirements", "Installing ComfyUI's requirements (torch pinned)"):
-        pins = write_constraints(constraints, probe_torch(python))
-        man.record_file(constraints, role=ROLE)
+        text, pins = constraints_text(probe_torch(python))
+        journal.write(constraints, text, ROLE)
         man.save()
         reqs = target / "requirements.txt"
         if reqs.is_file():

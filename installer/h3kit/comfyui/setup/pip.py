@@ -116,10 +116,16 @@ def match_companions(ctx, python: str, tag: str, opts: PipOptions, *, index_url:
     return wrong
 
 
-def write_constraints(path: Path, info: dict) -> list[str]:
-    """Pin every torch package now installed, so ComfyUI's requirements cannot replace them."""
+def constraints_text(info: dict) -> tuple[str, list[str]]:
+    """The constraints file that pins every torch package now installed (so ComfyUI's requirements cannot
+    replace them), and the pins."""
     pins = [f"{name}=={version}" for name, version in sorted(info.get("packages", {}).items())]
-    atomic_write(path, "# Written by h3kit: keeps the torch build chosen for this hardware.\n" + "\n".join(pins) + "\n")
+    return "# Written by h3kit: keeps the torch build chosen for this hardware.\n" + "\n".join(pins) + "\n", pins
+
+
+def write_constraints(path: Path, info: dict) -> list[str]:
+    text, pins = constraints_text(info)
+    atomic_write(path, text)
     return pins
 
 

@@ -199,7 +199,7 @@ def load_streamed(path, weight_dtype: str = "default", preload_bytes: int = 0, s
         LOG.warning("h3kit streamed loader: %s lacks %s", path.name, ", ".join(missing[:8]))
     if unexpected:
         LOG.info("h3kit streamed loader: left over keys in %s: %s", path.name, ", ".join(unexpected[:8]))
-    if direct:
+    if reader is stream.direct:
         LOG.info("h3kit streamed loader: %s, %d blocks read in place on the CPU (read-ahead %d blocks), "
                  "%d resident, compute dtype %s", path.name, len(specs) - len(plan["resident"]),
                  plan["prefetch_blocks"], len(plan["resident"]), dtype)

@@ -7,7 +7,8 @@ block's weights into the parameters in the dtype ComfyUI chose for that
 device (so a bf16 file computes in fp32 on --cpu, exactly as stock) and
 applies the patcher's weight patches (LoRA) to them with ComfyUI's own
 `patch_weight_to_device`; the forward hook (`after`) puts the placeholders
-back. Two ways to read, by where the block computes:
+back. Two ways to read, by where the block computes (one class each in
+h3kit_streaming_read, picked in `BlockStream.reader_for`):
 
 - on the CPU ("direct"): the native library reads each tensor straight into
   its buffer and widens bf16/fp16 to fp32 there, on every core, while the
@@ -43,13 +44,12 @@ from __future__ import annotations
 
 import atexit
 import logging
-import threading
 import time
 import weakref
-from collections import deque
 
-from .h3kit_streaming_logic import (GGUF_QUANT_TYPES, MIB, StreamError, chunk_count, direct_types, is_quantized,
-                                    merge_ranges, pieces, stamp_change, stats_document, upcoming, write_json_atomic)
+from .h3kit_streaming_logic import (GGUF_QUANT_TYPES, StreamError, chunk_count, direct_types, is_quantized,
+                                    merge_ranges, stamp_change, stats_document, write_json_atomic)
+from .h3kit_streaming_read import DirectRead, RingRead
 
 LOG = logging.getLogger("h3kit")
 
@@ -109,7 +109,7 @@ def _settle_all_at_exit() -> None:
 
 
 class BlockStream:
-    """Reads blocks on demand through the native streamer and keeps the prefetch queue in model order."""
+    """The streamed blocks' state: the native streamer, the buffers, which blocks are held; the readers read."""
 
     def __init__(self, path, stamp, bridge, specs: dict, plan: dict, stats_path, dequantize=None):
         self.path, self.stamp, self.bridge = str(path), stamp, bridge
@@ -123,12 +123,11 @@ class BlockStream:
         self.direct_ok = all(s.types for ss in specs.values() for s in ss)
         self.modules = {s.key.rsplit(".", 1)[0] for s in self.keys_specs()}
         self.stats_path = stats_path
-        self.streamer, self.queue = None, deque()
-        self.mode = None  # how the open streamer is used: "direct" or "ring"
-        self.advised: set[int] = set()  # blocks handed to the OS's read-ahead and not read since
+        self.streamer = None
+        self.mode = None  # which reader the streamer was last opened for: "direct" or "ring"
+        self.direct, self.ring = DirectRead(self), RingRead(self)
         self.loaded: dict[int, tuple] = {}  # resident block -> (device, patches uuid) it was read for
         self.live: set[int] = set()
-        self.ahead: dict | None = None  # the block being converted by the helper thread
         self.set_in_use = None  # which of the two buffer sets the computing block uses
         self.slots: dict = {}
         self.closed_totals = {"bytes_read": 0, "reader_wait_s": 0.0}
@@ -203,36 +202,27 @@ class BlockStream:
             self.closed_totals["reader_wait_s"] += st["wait_seconds"]
             self.streamer.close()
         self.streamer = None
-        self.queue.clear()
+        for reader in (self.direct, self.ring):
+            reader.forget()
 
-    def _restart(self, mode: str = "ring") -> None:
-        self.close()
-        # direct reads never touch the ring: the smallest one the library allows
-        size, depth = (MIB, 1) if mode == "direct" else (self.plan["read_size"], self.plan["depth"])
-        try:
-            self.streamer = self.bridge.Streamer(self.path, read_size=size, depth=depth)
-        except Exception as exc:
-            raise StreamError(f"h3kit streamed loader: cannot open {self.path} for streaming: {exc}") from exc
-        self.mode = mode
-        self.advised.clear()
+    def open_for(self, reader, fresh: bool = False):
+        """The streamer, (re)opened for `reader` when the other one had it, it is closed, or `fresh`.
 
-    def _submit(self, block: int) -> None:
-        for start, end in self.ranges[block]:
-            self.streamer.submit(start, end - start)
-        self.queue.append(block)
+        Closing settles the ring's helper first, so a reader never finds the other one's work in flight.
+        """
+        if fresh or self.streamer is None or self.mode != reader.name:
+            self.close()
+            size, depth = reader.open_args()
+            try:
+                self.streamer = self.bridge.Streamer(self.path, read_size=size, depth=depth)
+            except Exception as exc:
+                raise StreamError(f"h3kit streamed loader: cannot open {self.path} for streaming: {exc}") from exc
+            self.mode = reader.name
+        return self.streamer
 
-    def _top_up(self, block: int, reading: bool, skip: set, device) -> None:
-        """Ask for the blocks after `block` (and `block` itself when `reading`): advice or the ring queue."""
-        if self._direct(device):
-            self._advise_ahead(block, skip)
-            return
-        if self.streamer is None or self.mode != "ring":
-            self._restart("ring")
-        want = ([block] if reading else []) + upcoming(block, self.order, skip, self.plan["prefetch_blocks"])
-        have = ([self.ahead["block"]] if self.ahead else []) + list(self.queue)
-        if have == want[:len(have)]:
-            for b in want[len(have):]:
-                self._submit(b)
+    def reader_for(self, device):
+        """The one place the read path is chosen: in place on the CPU when every tensor allows it, else the ring."""
+        return self.direct if device.type == "cpu" and self.direct_ok else self.ring
 
     # -- the hooks -------------------------------------------------------------------------------------
     def _patcher(self):
@@ -275,40 +265,21 @@ class BlockStream:
         patcher = self._patcher()
         uuid = getattr(patcher, "patches_uuid", None)
         ready = {b for b, held in self.loaded.items() if held == (device, uuid)}
+        reader = self.reader_for(device)
         if block in ready:
-            self._top_up(block, False, ready, device)
+            reader.top_up(block, ready, device)
             return
         if block in self.loaded and self.loaded[block][1] == uuid:  # same weights, another device: move them
             for s in self.specs[block]:
                 s.put(s.module._parameters[s.pname].data.to(device))
             self.loaded[block] = (device, uuid)
-            self._top_up(block, False, ready | {block}, device)
+            reader.top_up(block, ready | {block}, device)
             return
         self.loaded.pop(block, None)
         keep = block in self.resident
-        job = self.ahead
+        skip = ready | ({block} if keep else set())
         t_wait = time.perf_counter()  # from here until the weights are there, the model waits for them
-        direct = self._direct(device)
-        if direct:
-            self._settle()
-            used = None if keep else 0
-            dest = self._read_direct(block, device, keep, ready | ({block} if keep else set()))
-        elif job is not None and (job["block"], job["device"], job["keep"]) == (block, device, keep):
-            job["done"].wait()
-            self.ahead = None
-            if job["error"] is not None:
-                raise job["error"]
-            dest, used = job["dest"], job["set"]
-            self._top_up(block, False, ready | ({block} if keep else set()), device)
-        else:
-            self._settle()
-            if self.streamer is None or self.mode != "ring" or not self.queue or self.queue[0] != block:
-                self._restart()
-                self._submit(block)
-            self._top_up(block, True, ready | ({block} if keep else set()), device)
-            used = None if keep else 0
-            dest = self._read(block, device, keep, used)
-            self.queue.popleft()
+        dest, used = reader.fetch(block, device, keep, skip)
         self.counters["wait_s"] += time.perf_counter() - t_wait
         for s in self.specs[block]:
             s.put(dest[id(s)])
@@ -319,70 +290,16 @@ class BlockStream:
             self.loaded[block] = (device, uuid)
         else:
             self.live.add(block)
-        if not direct:
-            self._convert_ahead(device, ready | ({block} if keep else set()))
+        reader.ahead(device, skip)
 
-    # -- direct: read in place on every core, the disk told what comes next ------------------------------
-    def _direct(self, device) -> bool:
-        return device.type == "cpu" and self.direct_ok
-
-    def _advise_ahead(self, block: int, skip: set) -> None:
-        if self.streamer is None or self.mode != "direct":
-            self._restart("direct")
-        self.advised.discard(block)
-        for b in upcoming(block, self.order, skip, self.plan["prefetch_blocks"]):
-            if b not in self.advised:
-                for start, end in self.ranges[b]:
-                    self.streamer.advise(start, end - start)
-                self.advised.add(b)
-
-    def _read_direct(self, block: int, device, keep: bool, skip: set) -> dict:
-        import torch
-        self._advise_ahead(block, skip)
-        dest = {id(s): self._dest(s, device, keep, 0) for s in self.specs[block]}
-        reads = [(s.start, s.end - s.start, t.data_ptr(), t.numel() * t.element_size(), *s.types)
-                 for s in self.specs[block] for t in (dest[id(s)],)]
-        self.streamer.read_many(reads, torch.get_num_threads())  # the cores ComfyUI's own compute uses
-        return dest
-
-    # -- one block converted ahead, in a thread, while this one computes -------------------------------------
-    def _convert_ahead(self, device, ready: set) -> None:
-        """Start reading and converting the next queued block into the other buffer set.
-
-        The C thread has already read it into the ring (prefetch); what is left is the copy into the compute
-        dtype, which this thread does while the model computes the current block (torch releases the GIL).
-        Only this thread and the main thread's reads touch the streamer, never both at once: the main thread
-        waits for it (`_settle`) before it reads, restarts or closes.
-        """
-        if self.ahead is not None or not self.queue or self.queue[0] in ready:
-            return
-        block = self.queue.popleft()
-        keep = block in self.resident
-        job = {"block": block, "device": device, "keep": keep, "set": None if keep else 1 - (self.set_in_use or 0),
-               "done": threading.Event(), "error": None, "dest": None}
-
-        import torch
-        inference = torch.is_inference_mode_enabled()  # thread-local: the sampler's mode must hold in the helper too
-
-        def run():
-            try:
-                with torch.inference_mode(inference), torch.no_grad():
-                    job["dest"] = self._read(block, device, keep, job["set"])
-            except BaseException as exc:  # handed to the main thread when it needs the block
-                job["error"] = exc
-            finally:
-                job["done"].set()
-
-        self.ahead = job
-        threading.Thread(target=run, name=f"h3kit-block-{block}", daemon=True).start()
-
+    # -- the buffers, the patches --------------------------------------------------------------------------
     def _settle(self) -> None:
-        """Wait for the block being converted ahead and drop it (its chunks are consumed, its buffers free)."""
-        job, self.ahead = self.ahead, None
-        if job is not None:
-            job["done"].wait()
+        """Wait for whatever a reader runs beside the model (the ring's helper thread)."""
+        self.ring.settle()
+        self.direct.settle()
 
-    def _dest(self, s: _Spec, device, keep: bool, which):
+    def buffer(self, s: _Spec, device, keep: bool, which):
+        """Where a reader puts `s`'s weights: its own tensor when resident, else the shared slot of set `which`."""
         import torch
         if keep:
             return torch.empty(s.shape, dtype=s.dtype, device=device)
@@ -391,37 +308,6 @@ class BlockStream:
         if slot not in self.slots:
             self.slots[slot] = torch.empty(s.shape, dtype=s.dtype, device=device)
         return self.slots[slot]
-
-    def _read(self, block: int, device, keep: bool, which) -> dict:
-        """The block's chunks from the streamer, converted into its parameters' dtype: {id(spec): tensor}."""
-        import torch
-        specs = self.specs[block]
-        dest = {id(s): self._dest(s, device, keep, which) for s in specs}
-        staged: dict = {}
-        spans = [(s, s.start, s.end) for s in specs]
-        for _ in range(self.chunks[block]):
-            item = self.streamer.next()
-            if item is None:
-                raise StreamError(f"h3kit streamed loader: the streamer of {self.path} ran dry before block {block}.")
-            off, view = item
-            raw = torch.frombuffer(view, dtype=torch.uint8) if len(view) else None
-            for s, a, b in pieces(off, len(view), spans):
-                src = raw[a - off:b - off]
-                if s.direct:
-                    lo, hi = (a - s.start) // s.itemsize, (b - s.start) // s.itemsize
-                    dest[id(s)].view(-1)[lo:hi].copy_(src.view(s.file_dtype))
-                else:
-                    buf = staged.setdefault(id(s), torch.empty(s.end - s.start, dtype=torch.uint8))
-                    buf[a - s.start:b - s.start].copy_(src)
-            del raw, view
-        for s in specs:
-            if id(s) in staged:
-                raw = staged.pop(id(s))
-                if s.qtype is not None:  # dequantized where it computes (ComfyUI-GGUF's torch code runs on the GPU)
-                    dest[id(s)].copy_(self.dequantize(raw.to(dest[id(s)].device), s.qtype, s.shape, s.dtype))
-                else:
-                    dest[id(s)].view(-1).copy_(raw.view(s.file_dtype))
-        return dest
 
     def _patch(self, block: int, patcher, device) -> None:
         if patcher is None or not patcher.patches:

@@ -23,7 +23,7 @@ import weakref
 from pathlib import Path
 
 from .h3kit_streaming import BlockStream, _dtype, _Spec
-from .h3kit_streaming_logic import (MIB, StreamError, file_stamp, group_blocks, is_quantized, merge_ranges, plan_stream,
+from .h3kit_streaming_logic import (StreamError, file_stamp, group_blocks, is_quantized, merge_ranges, plan_stream,
                                     read_weights, refuse_unsupported)
 
 LOG = logging.getLogger("h3kit")
@@ -186,9 +186,9 @@ def load_streamed(path, weight_dtype: str = "default", preload_bytes: int = 0, s
     model.diffusion_model.register_forward_pre_hook(lambda m, args: stream.model_call(args))
     # reading in place on the CPU needs one set of block buffers and no ring; the ring way needs two sets
     # (one computes while the helper fills the other) and the ring itself
-    direct = mm.is_device_cpu(load_device) and stream.direct_ok
-    buffer_sets, ring = (1, MIB) if direct else (2, plan["ring_bytes"])
-    held = mm.module_size(model) + compute_block_bytes * (len(plan["resident"]) + buffer_sets) + ring
+    reader = stream.reader_for(load_device)
+    buffers = compute_block_bytes * (len(plan["resident"]) + reader.buffer_sets)
+    held = mm.module_size(model) + buffers + reader.ring_bytes()
     patcher = patcher_class()(model, load_device=load_device, offload_device=offload_device, size=held)
     if not mm.is_device_cpu(offload_device):
         model.to(offload_device)
@@ -199,7 +199,7 @@ def load_streamed(path, weight_dtype: str = "default", preload_bytes: int = 0, s
         LOG.warning("h3kit streamed loader: %s lacks %s", path.name, ", ".join(missing[:8]))
     if unexpected:
         LOG.info("h3kit streamed loader: left over keys in %s: %s", path.name, ", ".join(unexpected[:8]))
-    if direct:
+    if reader is stream.direct:
         LOG.info("h3kit streamed loader: %s, %d blocks read in place on the CPU (read-ahead %d blocks), "
                  "%d resident, compute dtype %s", path.name, len(specs) - len(plan["resident"]),
                  plan["prefetch_blocks"], len(plan["resident"]), dtype)

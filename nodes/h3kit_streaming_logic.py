@@ -4,10 +4,11 @@ The loader (`h3kit_streaming`) keeps a DiT's transformer blocks on disk and
 reads each one when the model reaches it. Everything here is arithmetic on
 the safetensors header and on the node's inputs, so it is tested on its own:
 
-- `read_header` parses the file's JSON header (the 8-byte little-endian
-  length, then the table) into absolute byte ranges, and refuses a file the
-  header says is longer than it is -- naming the first block that lies past
-  the end, so a cut-short download is reported before any prompt runs;
+- `read_header` parses the file's JSON header into absolute byte ranges
+  with h3kit's one safetensors reader (bundled/h3k_safetensors, shipped in
+  the pack), which refuses a file the header says is longer than it is --
+  naming the first block that lies past the end, so a cut-short download
+  is reported before any prompt runs;
   `read_weights` does the same for a GGUF file (h3kit_gguf_logic), whose
   quantized tensors (`is_quantized`) are read as bytes and dequantized per
   use;
@@ -26,10 +27,8 @@ the safetensors header and on the node's inputs, so it is tested on its own:
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
-import struct
 from pathlib import Path
 
 from .h3kit_gguf_logic import GGML_TYPES, PLAIN_TYPES, GGUFError, dit_prefix, read_gguf
@@ -41,9 +40,10 @@ MIB = 1 << 20
 # The native streamer's limits (payload/streamer.c h3k_streamer_open): one read at most 2 GiB, at most 64 buffers.
 MAX_READ = 1 << 31
 MAX_DEPTH = 64
-MAX_HEADER = 256 * MIB  # far above any real header; a bigger length field means the file is not safetensors
-DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
-               "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "U32": 4, "U64": 8}
+# The safetensors dtypes this loader streams (h3kit_streaming._dtype has their torch types); the header reader
+# knows every dtype of the format, and refuse_unsupported names the others.
+STREAMED_DTYPES = frozenset({"F64", "F32", "F16", "BF16", "I64", "I32", "I16", "I8", "U8", "BOOL", "F8_E4M3",
+                             "F8_E5M2", "U16", "U32", "U64"})
 # Keys of ComfyUI's quantized formats (scaled fp8, comfy_quant): their weights need ComfyUI's own converters.
 GGUF_QUANT_TYPES = {name for name, _, _ in GGML_TYPES.values()} - PLAIN_TYPES
 QUANT_MARKERS = ("scale_weight", "scale_input", "weight_scale", "input_scale", "comfy_quant", "scaled_fp8")
@@ -58,51 +58,26 @@ def _block_of(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def _shared_reader():
+    """bundled/h3k_safetensors, the header reader h3kit uses too: deploy copies it into the pack beside this module."""
+    try:
+        from . import h3k_safetensors
+    except ImportError as exc:
+        raise StreamError("h3kit's safetensors reader (h3k_safetensors) is missing from the node pack; run "
+                          "'h3kit apply' again (or use ComfyUI's Load Diffusion Model).") from exc
+    return h3k_safetensors
+
+
 def read_header(path: str | os.PathLike) -> dict:
-    """{"tensors": {name: {dtype, shape, start, end}}, "metadata", "data_start", "file_size"}; offsets absolute."""
-    path = Path(path)
+    """{"tensors": {name: {dtype, shape, start, end}}, "metadata", "data_start", "file_size"}; offsets absolute.
+
+    The checks are h3k_safetensors.read_header's; its refusal comes back as a StreamError with the same sentence.
+    """
+    reader = _shared_reader()
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            head = f.read(8)
-            if len(head) < 8:
-                raise StreamError(f"{path} is not a safetensors file (only {size} bytes); re-download it.")
-            (length,) = struct.unpack("<Q", head)
-            if length > min(MAX_HEADER, size - 8):
-                raise StreamError(f"{path} is not a safetensors file or is cut short (its header claims {length} "
-                                  f"bytes of a {size}-byte file); re-download it.")
-            raw = f.read(length)
-    except OSError as exc:
-        raise StreamError(f"cannot read {path}: {exc.strerror or exc}; check that the file exists and that "
-                          "ComfyUI may read it.") from exc
-    try:
-        table = json.loads(raw.decode("utf-8"))
-        if not isinstance(table, dict):
-            raise ValueError("the header is not a JSON object")
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise StreamError(f"{path} has an unreadable safetensors header ({exc}); re-download it.") from exc
-    data_start = 8 + length
-    metadata = table.pop("__metadata__", None) or {}
-    tensors = {}
-    for name, info in table.items():
-        try:
-            begin, end = (int(v) for v in info["data_offsets"])
-            entry = {"dtype": str(info["dtype"]), "shape": [int(d) for d in info["shape"]],
-                     "start": data_start + begin, "end": data_start + end}
-        except (KeyError, TypeError, ValueError) as exc:
-            raise StreamError(f"{path}: the header entry for {name} is malformed ({exc}); re-download the file.") from exc
-        need = math.prod(entry["shape"]) * DTYPE_BYTES.get(entry["dtype"], 0)
-        if entry["dtype"] in DTYPE_BYTES and end - begin != need:
-            raise StreamError(f"{path}: {name} should hold {need} bytes but the header gives {end - begin}; "
-                              "re-download the file.")
-        tensors[name] = entry
-    past = sorted((e["end"], n) for n, e in tensors.items() if e["end"] > size)
-    if past:
-        _, first = min((e["start"], n) for n, e in tensors.items() if e["end"] > size)
-        where = f"block {_block_of(first)}" if _block_of(first) is not None else first
-        raise StreamError(f"{path} is cut short: it has {size} bytes but its tensors need {past[-1][0]} "
-                          f"({where} and after lie past the end); re-download the file.")
-    return {"tensors": tensors, "metadata": metadata, "data_start": data_start, "file_size": size}
+        return reader.read_header(path)
+    except reader.HeaderError as exc:
+        raise StreamError(str(exc)) from exc
 
 
 def read_weights(path: str | os.PathLike) -> dict:
@@ -128,7 +103,7 @@ def is_quantized(entry: dict) -> bool:
 def refuse_unsupported(path: str | os.PathLike, tensors: dict) -> None:
     """One sentence for the formats this loader does not stream (it never guesses at a conversion)."""
     name = Path(path).name
-    odd = sorted({e["dtype"] for e in tensors.values() if e["dtype"] not in DTYPE_BYTES and not is_quantized(e)})
+    odd = sorted({e["dtype"] for e in tensors.values() if e["dtype"] not in STREAMED_DTYPES and not is_quantized(e)})
     if odd:
         raise StreamError(f"{name} holds tensors of type {', '.join(odd)}, which the streamed loader does not "
                           "read; use ComfyUI's Load Diffusion Model (UNETLoader) for it.")

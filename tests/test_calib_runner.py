@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from h3kit import bundled
+from h3kit.bundled import h3k_safetensors
 from h3kit.bundled.h3k_calibration_runner import dit_ops, measure, native_bench, safetensors_io, scaled_dit
 
 RUNNER = bundled.CALIBRATION_RUNNER
@@ -28,10 +29,11 @@ def test_safetensors_layout_is_the_published_format(tmp_path):
     data = path.read_bytes()
     (n,) = struct.unpack("<Q", data[:8])
     assert (8 + n) % 8 == 0  # the header is padded so tensor data starts aligned
-    header, base = safetensors_io.read_safetensors_header(str(path))
-    assert base == 8 + n
-    assert header["__metadata__"] == {"quantization": "q8_0"}
-    assert header["a"] == {"dtype": "F32", "shape": [3, 4], "data_offsets": [0, 48]}
+    header = h3k_safetensors.read_header(path)  # the shared reader, with its checks, accepts what the runner writes
+    assert header["data_start"] == 8 + n and header["file_size"] == len(data)
+    assert header["metadata"] == {"quantization": "q8_0"}
+    assert header["tensors"]["a"] == {"dtype": "F32", "shape": [3, 4], "start": 8 + n, "end": 8 + n + 48}
+    assert [(e["start"], e["end"]) for e in header["tensors"].values()] == [offsets["a"], offsets["q"]]
     assert np.array_equal(np.frombuffer(data[offsets["a"][0]:offsets["a"][1]], np.float32), a)
     assert data[offsets["q"][0]:offsets["q"][1]] == raw
 

@@ -6,6 +6,8 @@ pack under the same name, and that h3kit also starts with ComfyUI's Python as
 
 - `h3k_native`: the ctypes bridge to libh3kit (also `h3kit.native`'s kernels);
 - `h3k_calibration_runner`: the measurements calibration takes in ComfyUI's Python.
+- `h3k_safetensors`: the one safetensors header reader, with its checks (the streamed
+  loader's and calibration's `h3kit.calibrate.arch`).
 
 The rule, checked by tests/test_architecture.py: standard library only at
 import time (numpy and torch only inside the functions that measure), and
@@ -16,9 +18,10 @@ pack itself lives at the top of the repository in `nodes/` under the same rule.
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-PACKAGES = ("h3k_native", "h3k_calibration_runner")
+PACKAGES = ("h3k_native", "h3k_calibration_runner", "h3k_safetensors")
 NATIVE_BRIDGE = HERE / "h3k_native"
 CALIBRATION_RUNNER = HERE / "h3k_calibration_runner"
+SAFETENSORS = HERE / "h3k_safetensors"
 
 
 def package_files() -> dict[str, bytes]:

@@ -8,7 +8,8 @@ from the file's header, with the standard library only and without loading
 a single weight:
 
 - safetensors: an 8-byte little-endian length, then a JSON header mapping
-  each tensor name to its dtype, shape and byte range;
+  each tensor name to its dtype, shape and byte range, read and checked by
+  the one header reader the streamed loader uses too (h3kit.bundled.h3k_safetensors);
 - GGUF: the tensor-info table after the key/value section (dims stored
   innermost first, so they are reversed into torch's order).
 
@@ -26,10 +27,9 @@ import re
 import struct
 from pathlib import Path
 
-# Bytes per element of a safetensors dtype (its header spells them this way).
-SAFETENSORS_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
-                           "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1}
-MAX_HEADER = 200 * 2**20  # a real H3 header is a few hundred kB; anything huge is not a safetensors file
+from h3kit.bundled import h3k_safetensors
+
+MAX_HEADER = h3k_safetensors.MAX_HEADER  # also the bound on one GGUF string
 GGUF_MAGIC = b"GGUF"
 # GGUF metadata value types -> struct format (8 string, 9 array are read by hand).
 GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
@@ -43,26 +43,18 @@ class HeaderError(ValueError):
 
 
 def _safetensors_shapes(path: Path) -> tuple[dict, dict]:
-    """({tensor name: (shape, bytes)}, metadata) from a safetensors header."""
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) != 8:
-            raise HeaderError(f"{path} is shorter than a safetensors header")
-        (size,) = struct.unpack("<Q", head)
-        if not 2 <= size <= MAX_HEADER:
-            raise HeaderError(f"{path} does not start with a safetensors header (length {size})")
-        try:
-            header = json.loads(f.read(size))
-        except ValueError as exc:
-            raise HeaderError(f"{path} has an unreadable safetensors header ({exc})") from None
-    meta = header.pop("__metadata__", None) or {}
+    """({tensor name: (shape, bytes)}, metadata) from a safetensors header (the shared reader's, with its checks)."""
+    try:
+        header = h3k_safetensors.read_header(path)
+    except h3k_safetensors.HeaderError as exc:
+        raise HeaderError(str(exc)) from None
+    meta = dict(header["metadata"])
+    dtypes = meta.setdefault("__dtypes__", {})  # the blocks' stored dtypes, counted (from_file picks the commonest)
     shapes = {}
-    for name, info in header.items():
-        start, end = info.get("data_offsets") or (0, 0)
-        shapes[name] = (tuple(int(d) for d in info["shape"]), int(end) - int(start))
-        dtypes = meta.setdefault("__dtypes__", {}) if isinstance(meta, dict) else {}
+    for name, t in header["tensors"].items():
+        shapes[name] = (tuple(t["shape"]), t["end"] - t["start"])
         if "blocks." in name and name.endswith(".weight"):
-            dtypes[info.get("dtype")] = dtypes.get(info.get("dtype"), 0) + 1
+            dtypes[t["dtype"]] = dtypes.get(t["dtype"], 0) + 1
     return shapes, meta
 
 

@@ -1,4 +1,4 @@
-"""A safetensors file written and read by hand (8-byte header length, JSON header, raw data)."""
+"""A safetensors file written by hand (8-byte header length, JSON header, raw data); h3k_safetensors reads it."""
 
 from __future__ import annotations
 
@@ -29,9 +29,3 @@ def write_safetensors(path: str, tensors: list[tuple[str, str, list[int], bytes]
     return {name: (base + header[name]["data_offsets"][0], base + header[name]["data_offsets"][1])
             for name, _, _, _ in tensors}
 
-
-def read_safetensors_header(path: str) -> tuple[dict, int]:
-    """The JSON header and the byte offset where data starts."""
-    with open(path, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        return json.loads(f.read(n)), 8 + n

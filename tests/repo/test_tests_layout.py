@@ -9,6 +9,7 @@ repository itself. tests/support and tests/fixtures hold what tests share and no
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -20,6 +21,8 @@ TESTS = Path(__file__).resolve().parents[1]
 PKG = TESTS.parent / "installer" / "h3kit"
 OUTSIDE_THE_LAYERS = {"nodes", "real_comfyui", "scripts", "repo"}
 SHARED = {"support", "fixtures"}
+# Paths written for a test file at the top of tests/: from tests/<layer>/ they miss by one folder.
+TOP_LEVEL_PATHS = re.compile(r'Path\(__file__\)(\.resolve\(\))?\.parent(\.parent\b|\s*/\s*"(fixtures|comfy_h3)")')
 
 
 def _layers() -> set[str]:
@@ -56,3 +59,11 @@ def test_no_two_test_files_share_a_name():
     for p in _test_files():
         by_name[p.name].append(str(p.relative_to(TESTS)))
     assert not {n: ps for n, ps in by_name.items() if len(ps) > 1}
+
+
+def test_no_test_file_reaches_for_tests_or_the_repository_one_folder_too_high():
+    """A test merged or written as if it sat at the top of tests/ looks for tests/<layer>/fixtures."""
+    stale = [f"{p.relative_to(TESTS)}:{n}" for p in _test_files()
+             for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if TOP_LEVEL_PATHS.search(line)]
+    assert not stale, ("tests/ is Path(__file__).parents[1] from a test file, the repository parents[2] "
+                       f"(or conftest.FIXTURES / conftest.REPO): {stale}")

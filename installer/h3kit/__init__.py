@@ -7,7 +7,7 @@ ComfyUI's interpreter and talks to this side through files and JSON.
 Layout: the folders follow the chain (fingerprint -> plan -> build -> deploy ->
 calibrate), with the layers going one way. A module may import its own
 package and any package listed above it here, never one below it, and the
-import graph has no cycle (tests/test_architecture.py checks both).
+import graph has no cycle (tests/repo/test_architecture.py checks both).
 
 - `core/`: what every layer uses and that knows nothing of H3 or ComfyUI:
   errors and exit codes, folders (`H3KIT_HOME`), logging, subprocesses with

@@ -43,6 +43,14 @@ def current_plan(ctx: Session, config, profile: str | None, notes: list[str]) ->
     return fingerprint, _plan(fingerprint, profile, config)
 
 
+def machine_fingerprint(path: str | None) -> dict:
+    """The saved fingerprint FILE (--fingerprint FILE), else this machine's, probed now."""
+    from h3kit.fingerprint import collect
+    from h3kit.fingerprint.schema import load_file
+
+    return load_file(path) if path else collect()
+
+
 def saved_plan(config, profile: str | None, notes: list[str], fingerprint_file: str) -> tuple[dict, dict | None]:
     """(fingerprint, plan) for a saved fingerprint file (--fingerprint FILE), instead of this machine."""
     from h3kit.fingerprint.schema import load_file

@@ -54,3 +54,13 @@ class DoctorOptions:
 class UninstallOptions:
     comfyui: ComfyTarget = field(default_factory=ComfyTarget)
     purge: bool = False  # also config, cache, reports, h3kit's own venv and a ComfyUI h3kit created
+
+
+@dataclass(frozen=True)
+class ModelsOptions:
+    action: str  # plan | status | fetch | verify | remove
+    comfyui: str | None = None  # --comfyui PATH: the ComfyUI whose models folder to use; None searches
+    profile: str | None = None
+    fingerprint_file: str | None = None  # plan for this saved fingerprint instead of this machine
+    from_dir: Path | None = None  # take the files from this folder instead of downloading them
+    with_loaders: bool = False  # also install the custom node packs the chosen weights need

@@ -148,5 +148,5 @@ def planned(monkeypatch):
         return {}, plan
 
     monkeypatch.setattr("h3kit.steps.install.current_plan", fake_plan)
-    monkeypatch.setattr("h3kit.cli.apply.current_plan", fake_plan)
+    monkeypatch.setattr("h3kit.steps.apply.current_plan", fake_plan)
     return plan

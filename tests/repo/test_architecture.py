@@ -196,3 +196,47 @@ def test_only_the_cli_prints_or_reads_the_terminal():
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("print", "input"):
                 offenders.append(f"{rel}:{node.lineno} {node.func.id}()")
     assert offenders == []
+
+
+
+def argparse_imports(path: Path) -> list[str]:
+    """`import argparse` / `from argparse import ...` anywhere in the file, function bodies included."""
+    bad = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+        bad += [f"{path.name}:{node.lineno} imports {n}" for n in names if n.split(".")[0] == "argparse"]
+    return bad
+
+
+def test_only_the_cli_knows_the_command_line():
+    """steps/ and every layer below take typed options that cli/ builds, never a parsed Namespace; nothing but
+    cli/ imports argparse (the bundled programs run in ComfyUI's Python and parse their own arguments)."""
+    offenders = [bad for path in PKG.rglob("*.py") if path.relative_to(PKG).parts[0] not in ("cli", "bundled")
+                 for bad in argparse_imports(path)]
+    assert offenders == []
+
+
+def test_the_argparse_check_catches_a_violation(tmp_path):
+    bad = tmp_path / "step.py"
+    bad.write_text("import json\n\ndef run(options):\n    from argparse import Namespace\n    import argparse.x\n")
+    assert argparse_imports(bad) == ["step.py:4 imports argparse", "step.py:5 imports argparse.x"]
+
+
+def test_every_step_takes_a_frozen_options_value():
+    """A step module's `run` takes one of h3kit.steps.options' frozen dataclasses first, and a Session."""
+    import dataclasses
+    import importlib
+    import inspect
+    import typing
+
+    from h3kit.core.session import Session
+
+    steps = [p.stem for p in (PKG / "steps").glob("*.py") if "def run(" in p.read_text(encoding="utf-8")]
+    assert {"install", "apply", "doctor", "uninstall"} <= set(steps)
+    for name in steps:
+        run = importlib.import_module(f"h3kit.steps.{name}").run
+        hints = typing.get_type_hints(run)
+        first, second = [hints.get(p) for p in list(inspect.signature(run).parameters)[:2]]
+        assert dataclasses.is_dataclass(first) and first.__dataclass_params__.frozen, name
+        assert first.__module__ == "h3kit.steps.options" and second is Session, name

@@ -8,7 +8,7 @@ from pathlib import Path
 from h3kit.cli.context import Context, Outcome
 from h3kit.core.units import gb, human_seconds
 from h3kit.data import config as config_mod
-from h3kit.fingerprint import collect
+from h3kit.fingerprint import Fingerprint, this_machine
 from h3kit.fingerprint.schema import load_file
 
 HELP = "choose a profile and settings for this machine, with estimates and reasons"
@@ -36,9 +36,9 @@ def format_probe(path: str | None):
                        "--format-probe out.") from exc
 
 
-def machine_fingerprint(path: str | None) -> dict:
+def machine_fingerprint(path: str | None) -> Fingerprint:
     """The saved fingerprint FILE, else this machine's, probed now."""
-    return load_file(path) if path else collect()
+    return load_file(path) if path else this_machine()
 
 
 def _workflow_line(s: dict, e: dict) -> str:
@@ -94,7 +94,7 @@ def run(args, ctx: Context) -> Outcome:
 
     cat = catalog_mod.load()
     cfg = config_mod.load(ctx.locations, catalog=cat)
-    fp = machine_fingerprint(args.fingerprint)
-    plan = make_plan(fp, cat, catalog_mod.load_profiles(cat), profile=args.profile, config=cfg,
+    fingerprint = machine_fingerprint(args.fingerprint)
+    plan = make_plan(fingerprint, cat, catalog_mod.load_profiles(cat), profile=args.profile, config=cfg,
                      evidence=format_probe(getattr(args, "format_probe", None)))
     return Outcome(plan, render(plan), 0, plan["warnings"])

@@ -15,6 +15,7 @@ from h3kit.comfyui import manifest as mf
 from h3kit.core import lock
 from h3kit.comfyui.inspect import torch_fit_findings
 from h3kit.core.session import Session as Context
+from h3kit.data.fingerprint import Fingerprint
 
 
 def load_config(ctx: Context):
@@ -23,7 +24,7 @@ def load_config(ctx: Context):
     return config.load(ctx.locations)
 
 
-def _plan(fingerprint: dict, profile: str | None, config) -> dict:
+def _plan(fingerprint: Fingerprint, profile: str | None, config) -> dict:
     """The planner over the shipped catalog and profiles (it reads no file itself)."""
     from h3kit.data import catalog
     from h3kit.plan import make_plan
@@ -32,17 +33,18 @@ def _plan(fingerprint: dict, profile: str | None, config) -> dict:
     return make_plan(fingerprint, cat, catalog.load_profiles(cat), profile=profile, config=config)
 
 
-def current_plan(ctx: Context, config, profile: str | None, notes: list[str]) -> tuple[dict, dict]:
+def current_plan(ctx: Context, config, profile: str | None, notes: list[str]) -> tuple[Fingerprint, dict]:
     """(fingerprint, plan) for this machine now."""
-    from h3kit.fingerprint import collect
+    from h3kit.fingerprint import this_machine
 
     ctx.progress("Fingerprinting this machine...")
-    fingerprint = collect()
+    fingerprint = this_machine()
     ctx.progress("Planning the profile...")
     return fingerprint, _plan(fingerprint, profile, config)
 
 
-def saved_plan(config, profile: str | None, notes: list[str], fingerprint_file: str) -> tuple[dict, dict | None]:
+def saved_plan(config, profile: str | None, notes: list[str],
+               fingerprint_file: str) -> tuple[Fingerprint, dict | None]:
     """(fingerprint, plan) for a saved fingerprint file (--fingerprint FILE), instead of this machine."""
     from h3kit.fingerprint.schema import load_file
 
@@ -129,7 +131,7 @@ def remember_comfyui(ctx: Context, config, install: comfyui_locate.ComfyInstall,
     notes.append(f"saved comfyui_path in {where}, so apply, doctor and uninstall find this ComfyUI without --comfyui")
 
 
-def torch_findings(fingerprint: dict | None, info: dict) -> list[dict]:
+def torch_findings(fingerprint: Fingerprint | None, info: dict) -> list[dict]:
     """Torch build against the hardware (h3kit.plan.torch_build); the basic checks without a fingerprint."""
     if fingerprint is None:
         return torch_fit_findings(fingerprint, info)

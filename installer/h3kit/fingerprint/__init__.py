@@ -41,7 +41,8 @@ else:  # BSDs and others: the Linux back end's probes fail softly there
 DEFAULT_TIMEOUT = 5.0
 TIMEOUT_ENV = "H3KIT_PROBE_TIMEOUT"
 
-__all__ = ["collect", "this_machine", "Fingerprint", "resolve_timeout", "render_text", "SCHEMA", "DEFAULT_TIMEOUT", "TIMEOUT_ENV"]
+__all__ = ["collect", "this_machine", "Fingerprint", "resolve_timeout", "render_text", "SCHEMA", "DEFAULT_TIMEOUT",
+           "TIMEOUT_ENV"]
 
 
 def resolve_timeout(timeout: float | None = None) -> tuple[float, str]:

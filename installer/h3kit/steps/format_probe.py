@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from h3kit.calibrate.format_probe import format_evidence
 from h3kit.core.session import Session
+from h3kit.data.fingerprint import Fingerprint
 
 
-def probed_plan(args, ctx: Session, config, install, fingerprint: dict | None, plan: dict | None,
+def probed_plan(args, ctx: Session, config, install, fingerprint: Fingerprint | None, plan: dict | None,
                 notes: list[str]) -> dict | None:
     """`plan` made again with this machine's format probe as evidence; `plan` itself when there is none."""
     saved = bool(getattr(args, "fingerprint", None))
@@ -25,13 +26,13 @@ def probed_plan(args, ctx: Session, config, install, fingerprint: dict | None, p
     return plan_with(probe, args, config, fingerprint, plan, notes)
 
 
-def plan_with(probe, args, config, fingerprint: dict | None, plan: dict | None, notes: list[str]) -> dict | None:
+def plan_with(probe, args, config, fingerprint: Fingerprint | None, plan: dict | None, notes: list[str]) -> dict | None:
     """`plan` made again with `probe` (a FormatProbe or None) as the planner's evidence, for commands that
     already hold the probe (doctor); `plan` itself when there is no probe or the plan is another machine's."""
     from h3kit.data import catalog
     from h3kit.plan import make_plan
 
-    if probe is None or getattr(args, "fingerprint", None) or not plan or not fingerprint:
+    if probe is None or getattr(args, "fingerprint", None) or not plan or fingerprint is None:
         return plan
     runs = sum(r.status == "runs" for part in probe.parts.values() for r in part.values())
     notes.append(f"planned with {probe.source}: {runs} format/part pairs run")

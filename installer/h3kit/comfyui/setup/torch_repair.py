@@ -65,7 +65,8 @@ def record_before(python: str, info: dict) -> dict:
                            if name in torch_build.PACKAGES}}
 
 
-def fix_torch(ctx, python: str | os.PathLike, fingerprint: Fingerprint, manifest, opts: PipOptions | None = None) -> dict:
+def fix_torch(ctx, python: str | os.PathLike, fingerprint: Fingerprint, manifest,
+              opts: PipOptions | None = None) -> dict:
     """Reinstall the right torch build into `python`, recording what was there in manifest.extra['torch_before']."""
     python = os.fspath(python)
     opts = opts or PipOptions.from_env()

@@ -43,7 +43,9 @@ def streaming_table(cat, profiles, make_plan) -> None:
             fp["memory"]["available_bytes"] = int(ram * 2**30 * 0.7)
             if share:
                 fp["gpus"][0]["memory_total_bytes"] = int(ram * 2**30 * share)
-        plan = make_plan(fp, cat, profiles)
+        from h3kit.data.fingerprint import Fingerprint
+
+        plan = make_plan(Fingerprint.from_json(fp), cat, profiles)
         s, st, e = plan["settings"], plan["settings"]["streaming"], plan["estimates"]
         held = st.get("held_peak_ram_bytes")
         print(f"| {label} | {s['quantization']} | "

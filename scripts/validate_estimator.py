@@ -63,10 +63,11 @@ print(json.dumps({"text_tokens": sum(len(b) for v in out.values() for b in v[:1]
 
 
 # ----------------------------------------------------------------- the older check: planner vs user reports
-def machine_fingerprint(m: dict) -> dict:
+def machine_fingerprint(m: dict):
+    from h3kit.data.fingerprint import Fingerprint
     from h3kit.data.yamlio import parse_size
 
-    return {
+    return Fingerprint.from_json({
         "schema": "h3kit.fingerprint/1",
         "os": {"system": "linux", "release": "", "wsl": False}, "arch": "x86_64", "rosetta": False,
         "cpu": {"model": "reported machine", "physical_cores": 8, "logical_cores": 16, "flags": ["avx2"]},
@@ -77,7 +78,7 @@ def machine_fingerprint(m: dict) -> dict:
                   "cuda_driver_version": m.get("cuda_driver"), "compute_capability": m.get("compute_capability"),
                   "backend": m["backend"]}],
         "compilers": [], "probes": [],
-    }
+    })
 
 
 def rows() -> list[dict]:
@@ -222,16 +223,16 @@ def measure(comfy: Path, python: Path, dit: str, case: dict, work: Path) -> dict
             "difference_seconds_per_step": steps.get("difference_seconds_per_step")}
 
 
-_FINGERPRINT: dict = {}
+_FINGERPRINT: list = []
 
 
-def fingerprint() -> dict:
+def fingerprint():
     """This machine, probed once (the runner's token counts are placed by its table rates, as calibrate does)."""
     if not _FINGERPRINT:
-        from h3kit.fingerprint import collect
+        from h3kit.fingerprint import this_machine
 
-        _FINGERPRINT.update(collect())
-    return _FINGERPRINT
+        _FINGERPRINT.append(this_machine())
+    return _FINGERPRINT[0]
 
 
 def pct(est, real) -> float | None:

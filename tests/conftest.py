@@ -145,7 +145,7 @@ def planned(monkeypatch):
     plan: dict = {}
 
     def fake_plan(ctx, config, profile, notes):
-        return {}, plan
+        return None, plan  # no fingerprint: the steps take the machine as unknown
 
     monkeypatch.setattr("h3kit.steps.install.current_plan", fake_plan)
     monkeypatch.setattr("h3kit.steps.apply.current_plan", fake_plan)

@@ -15,9 +15,11 @@ import graph has no cycle (tests/repo/test_architecture.py checks both).
   reports through.
 - `data/`: the files h3kit reads, parsed at the boundary into typed values:
   YAML with line numbers, the settings table, the model catalog and
-  profiles, the user's `config.yaml`.
+  profiles, the user's `config.yaml`, the machine's `Fingerprint`.
 - `fingerprint/`: the machine, probed. A front with per-OS back ends and
-  pure parsers tested on recorded output; `schema` checks saved fingerprints.
+  pure parsers tested on recorded output; `schema` checks saved fingerprints
+  and parses them into `data.fingerprint.Fingerprint`, as `this_machine()`
+  does a fresh probe.
 - `native/`: the C library in `payload/`: compiler search, the build of every
   SIMD variant and its self-test; the kernels themselves are the bridge in
   `bundled/h3k_native`, re-exported as `h3kit.native`.

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from h3kit.data.fingerprint import Fingerprint
 from h3kit import calibrate
 from h3kit.calibrate import estimates as est_mod
 from h3kit.data import catalog as catalog_mod
@@ -28,7 +29,7 @@ def cat(catobj):
 
 @pytest.fixture(scope="module")
 def cpu_case(catobj):
-    fp = json.loads((FIXTURES / "cpu-only-16gb.json").read_text())
+    fp = Fingerprint.from_json(json.loads((FIXTURES / "cpu-only-16gb.json").read_text()))
     plan = make_plan(fp, catobj, catalog_mod.load_profiles(catobj))
     return fp, plan
 
@@ -181,7 +182,7 @@ def test_a_streamed_plan_holds_only_its_resident_blocks_and_the_read_ring_off_th
 
 
 def test_alternatives_are_faster_and_carry_their_minutes(catobj):
-    fp = json.loads((FIXTURES / "nvidia-rtx3060-12gb-32gb.json").read_text())
+    fp = Fingerprint.from_json(json.loads((FIXTURES / "nvidia-rtx3060-12gb-32gb.json").read_text()))
     plan = make_plan(fp, catobj, catalog_mod.load_profiles(catobj))
     arch = calibrate.arch.from_catalog(catobj.data)
     gpu = {**h3_model(a=2e-6, b=1e-10, fixed=0.3), "device": "cuda", "dtype": "bfloat16"}

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 import psutil
 import pytest
+from h3kit.data.fingerprint import Fingerprint
 from h3kit import calibrate
 from h3kit.calibrate import with_model as real_model
 from h3kit.cli.context import Context
@@ -184,7 +185,7 @@ def test_with_model_on_a_comfyui_without_h3_nodes_says_so(monkeypatch):
     monkeypatch.setattr(real_model, "missing_files", lambda *a: [])
     ctx = Context(yes=True)
     install = find(str(comfy), None, ctx, need_write=False)
-    out = calibrate.run_with_model(True, install, cat, plan=plan, fingerprint={"gpus": []}, ctx=ctx)
+    out = calibrate.run_with_model(True, install, cat, plan=plan, fingerprint=Fingerprint(), ctx=ctx)
     print(json.dumps(out))
     assert out["status"] == "not run"
     # A ComfyUI with H3 nodes passes that check and stops at the absent files instead.

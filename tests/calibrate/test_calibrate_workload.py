@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from h3kit.data.fingerprint import Fingerprint
 from h3kit.calibrate import decisions as dec
 from h3kit.calibrate import estimates as est_mod
 from h3kit.data import catalog as catalog_mod
@@ -25,7 +26,7 @@ def cat():
 
 @pytest.fixture(scope="module")
 def plan(cat):
-    fp = json.loads((FIXTURES / "nvidia-rtx3060-12gb-32gb.json").read_text())
+    fp = Fingerprint.from_json(json.loads((FIXTURES / "nvidia-rtx3060-12gb-32gb.json").read_text()))
     return make_plan(fp, cat, catalog_mod.load_profiles(cat))
 
 
@@ -93,7 +94,7 @@ def test_the_measured_timing_goes_to_calibrated_and_a_table_one_does_not(cat, pl
 
 
 def test_decide_adds_workload_and_timing_with_a_real_estimate(cat, plan):
-    fp = json.loads((FIXTURES / "nvidia-rtx3060-12gb-32gb.json").read_text())
+    fp = Fingerprint.from_json(json.loads((FIXTURES / "nvidia-rtx3060-12gb-32gb.json").read_text()))
     h3 = {"status": "measured", "device": "cuda", "dtype": "bfloat16",
           "fit": {"block_s_per_token": 1e-6, "block_s_per_token2": 1e-11, "step_fixed_s": 0.2}}
     arch = est_mod.arch_mod.from_catalog(cat.data) if hasattr(est_mod, "arch_mod") else \

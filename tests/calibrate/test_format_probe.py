@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from h3kit.data.fingerprint import Fingerprint
 from h3kit.calibrate import format_probe as fp
 from h3kit.core.session import Session
 from h3kit.data.format_evidence import PARTS, parse
@@ -87,9 +88,9 @@ def test_the_cache_is_kept_while_the_setup_is_the_same():
 
 def test_machine_devices_from_a_fingerprint():
     assert fp.machine_devices(None) is None
-    assert fp.machine_devices({"gpus": []}) == "cpu"
+    assert fp.machine_devices(Fingerprint.from_json({"gpus": []})) == "cpu"
     gpus = [{"vendor": "nvidia", "name": "RTX 4090"}, {"vendor": "amd", "name": "RX 7900 XTX"}]
-    assert fp.machine_devices({"gpus": gpus}) == "amd RX 7900 XTX, nvidia RTX 4090"
+    assert fp.machine_devices(Fingerprint.from_json({"gpus": gpus})) == "amd RX 7900 XTX, nvidia RTX 4090"
 
 
 def _install(tmp_path: Path, python: str) -> SimpleNamespace:
@@ -106,7 +107,7 @@ def test_a_cached_probe_is_returned_without_running_anything(tmp_path, h3kit_hom
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({**REC, "machine_devices": "cpu"}), encoding="utf-8")
     said: list[dict] = []
-    probe = fp.format_evidence(ctx, install, fingerprint={"gpus": []}, info=INFO, findings=said)
+    probe = fp.format_evidence(ctx, install, fingerprint=Fingerprint(), info=INFO, findings=said)
     assert probe is not None and probe.path == path and probe.runs("text_encoder", "nvfp4") is True
     assert said == [{"check": "formats.cache", "status": "ok", "message": f"Format probe from the cache ({path}).",
                      "fix": None}]

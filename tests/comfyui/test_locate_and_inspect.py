@@ -14,6 +14,7 @@ from h3kit.comfyui import inspect as comfy_inspect
 from h3kit.comfyui import locate as comfyui_locate
 from h3kit.cli.context import Context
 from h3kit.core.errors import BadInput, NotReady
+from h3kit.data.fingerprint import Fingerprint
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "comfyui"
 _spec = importlib.util.spec_from_file_location("comfy_tree", FIXTURES / "comfy_tree.py")
@@ -188,7 +189,8 @@ def test_python_that_does_not_start(tmp_path):
         comfyui_locate.inspect(inst)
 
 
-NVIDIA_FP = {"gpus": [{"vendor": "nvidia", "name": "RTX 3060", "cuda_driver_version": "12.4"}], "rosetta": False}
+NVIDIA_FP = Fingerprint.from_json({"gpus": [{"vendor": "nvidia", "name": "RTX 3060", "cuda_driver_version": "12.4"}],
+                                   "rosetta": False})
 
 
 def test_torch_fit_findings():
@@ -198,10 +200,10 @@ def test_torch_fit_findings():
     newer = {"torch": "2.9.0+cu130", "torch_build": "cuda", "torch_cuda": "13.0"}
     [f] = comfy_inspect.torch_fit_findings(NVIDIA_FP, newer)
     assert f["status"] == "fail" and "CUDA 13.0" in f["message"] and "12.4" in f["message"]
-    apple = {"gpus": [{"vendor": "apple", "name": "M2"}], "rosetta": True}
+    apple = Fingerprint.from_json({"gpus": [{"vendor": "apple", "name": "M2"}], "rosetta": True})
     [f] = comfy_inspect.torch_fit_findings(apple, {"torch": "2.5", "torch_build": "cpu", "machine": "x86_64", "system": "darwin"})
     assert f["check"] == "python.arch" and "Rosetta" in f["message"]
-    [f] = comfy_inspect.torch_fit_findings({"gpus": []}, cpu)
+    [f] = comfy_inspect.torch_fit_findings(Fingerprint(), cpu)
     assert f["status"] == "ok"
     [f] = comfy_inspect.torch_fit_findings(NVIDIA_FP, {"torch": None, "torch_error": "ModuleNotFoundError"})
     assert f["status"] == "fail"

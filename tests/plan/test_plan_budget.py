@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from h3kit.data.fingerprint import Disk, Fingerprint
 from h3kit.data import catalog as catalog_mod
 from h3kit.data import config as config_mod
 from h3kit.data.config import Config
@@ -28,6 +29,10 @@ def _disk(path: str, free_gb: int, kind: str = "ssd") -> dict:
     return {"path": path, "total_bytes": 4 * 10**12, "free_bytes": free_gb * 10**9, "kind": kind}
 
 
+def _typed(disks: list[dict]) -> tuple[Disk, ...]:
+    return tuple(Disk.from_json(d) for d in disks)
+
+
 def _with_disks(*disks: dict) -> dict:
     fp = copy.deepcopy(FP_4090)
     fp["disks"] = list(disks)
@@ -37,9 +42,9 @@ def _with_disks(*disks: dict) -> dict:
 def test_a_folder_under_mnt_data2_is_not_on_mnt_data():
     """/mnt/data2 is a folder on the root disk here; a string prefix test put it on /mnt/data (10 GB free)."""
     fp = _with_disks(_disk("/", 500), _disk("/mnt/data", 10))
-    plan = make_plan(fp, CAT, PROFILES, config=Config(comfyui_path="/mnt/data2/ComfyUI"))
+    plan = make_plan(Fingerprint.from_json(fp), CAT, PROFILES, config=Config(comfyui_path="/mnt/data2/ComfyUI"))
     assert plan["budget"]["disk_bytes"] == 500 * 10**9 and plan["fits"]
-    on_data = make_plan(fp, CAT, PROFILES, config=Config(comfyui_path="/mnt/data/ComfyUI"))
+    on_data = make_plan(Fingerprint.from_json(fp), CAT, PROFILES, config=Config(comfyui_path="/mnt/data/ComfyUI"))
     assert on_data["budget"]["disk_bytes"] == 10 * 10**9 and not on_data["fits"]
 
 
@@ -53,14 +58,14 @@ def test_a_folder_under_mnt_data2_is_not_on_mnt_data():
 ])
 def test_disk_for_compares_whole_path_components(folder, system, expected):
     disks = [_disk("/", 1), _disk("/mnt/data/", 2), _disk("/mnt/data2", 3), _disk("C:\\", 4), _disk("D:\\", 5)]
-    assert disk_for(disks, folder, system)["path"] == expected
+    assert disk_for(_typed(disks), folder, system).path == expected
 
 
 def test_without_a_known_folder_the_disk_with_most_room_counts():
     disks = [_disk("/", 100), _disk("/srv", 900)]
-    assert disk_for(disks, None, "linux")["path"] == "/srv"
-    assert disk_for(disks, "relative/ComfyUI", "linux")["path"] == "/srv"  # under no mount: no better guess
-    assert disk_for([], "/opt/ComfyUI", "linux") is None
+    assert disk_for(_typed(disks), None, "linux").path == "/srv"
+    assert disk_for(_typed(disks), "relative/ComfyUI", "linux").path == "/srv"  # under no mount: no better guess
+    assert disk_for((), "/opt/ComfyUI", "linux") is None
 
 
 def test_catalog_profiles_and_config_are_typed_when_loaded(tmp_path):
@@ -80,7 +85,7 @@ def test_catalog_profiles_and_config_are_typed_when_loaded(tmp_path):
 def test_a_users_size_is_quoted_as_they_wrote_it(tmp_path):
     cfg_file = tmp_path / "config.yaml"
     cfg_file.write_text("overrides:\n  shard_size_bytes: \"1 GB\"\n")
-    plan = make_plan(FP_4090, CAT, PROFILES, config=config_mod.load(cfg_file))
+    plan = make_plan(Fingerprint.from_json(FP_4090), CAT, PROFILES, config=config_mod.load(cfg_file))
     assert any(r.startswith("shard_size_bytes 1 GB was rounded to") for r in plan["rationale"])
     assert any(r.startswith("shard_size_bytes = '1 GB' from the override") for r in plan["rationale"])
 
@@ -90,7 +95,7 @@ def test_the_planner_reads_no_file(monkeypatch, tmp_path):
     cfg_file = tmp_path / "config.yaml"
     cfg_file.write_text("overrides:\n  preload_bytes: \"2 GB\"\n")
     cfg = config_mod.load(cfg_file)
-    expected = make_plan(FP_4090, CAT, PROFILES, config=cfg)
+    expected = make_plan(Fingerprint.from_json(FP_4090), CAT, PROFILES, config=cfg)
 
     def refuse(*args, **kwargs):
         raise AssertionError("the planner touched the file system")
@@ -99,7 +104,7 @@ def test_the_planner_reads_no_file(monkeypatch, tmp_path):
         if hasattr(pathlib.Path, name):
             monkeypatch.setattr(pathlib.Path, name, refuse)
     monkeypatch.setattr(builtins, "open", refuse)
-    assert make_plan(FP_4090, CAT, PROFILES, config=cfg) == expected
+    assert make_plan(Fingerprint.from_json(FP_4090), CAT, PROFILES, config=cfg) == expected
 
 
 def test_no_module_of_the_planner_parses_sizes():

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from h3kit.data.fingerprint import Fingerprint
 from h3kit.data import catalog as catalog_mod
 from h3kit.data import config as config_mod
 from h3kit.data.catalog import Machine
@@ -27,7 +28,7 @@ PROFILES = catalog_mod.load_profiles(CAT)
 
 def make_plan(fp: dict, **kw) -> dict:
     """The planner over the shipped catalog and profiles, loaded once for the module."""
-    return _make_plan(fp, CAT, PROFILES, **kw)
+    return _make_plan(Fingerprint.from_json(fp), CAT, PROFILES, **kw)
 
 
 def _config(text: str, tmp_path: Path) -> config_mod.Config:
@@ -67,7 +68,7 @@ def test_a_reported_broken_dit_is_chosen_only_when_no_loadable_runnable_one_fits
     dit = CAT.weight(plan["settings"]["dit_weights"])
     if not dit.load_tier or not plan["fits"]:
         return
-    machine = Machine.from_fingerprint(FPS[name])
+    machine = Machine.from_fingerprint(Fingerprint.from_json(FPS[name]))
     profile = PROFILES[plan["profile"]]
     for alt in CAT.dit:
         if alt.load_tier < dit.load_tier and alt.format in profile.settings["formats"] \
@@ -94,7 +95,7 @@ BEFORE_DIT = _as_before_h3kits_loaders(("dit",))
 def test_loadable_files_beat_a_higher_quality_file_reported_broken():
     """Without h3kit's loader the 3060 would get the pruned Q8_0 GGUF (quality 97), which stock ComfyUI-GGUF
     rejects; it gets the stock int8_convrot file (96) at the same canvas and frames."""
-    plan = _make_plan(FPS["nvidia-rtx3060-12gb-32gb"], BEFORE, PROFILES)
+    plan = _make_plan(Fingerprint.from_json(FPS["nvidia-rtx3060-12gb-32gb"]), BEFORE, PROFILES)
     assert plan["settings"]["quantization"] == "int8_convrot" and plan["fits"]
     assert set(plan["comfyui_loads"].values()) == {"stock"} and plan["warnings"] == []
     assert plan["settings"]["max_canvas"] == [1024, 576] and plan["settings"]["max_frames"] == 243
@@ -110,7 +111,7 @@ def test_loadable_files_beat_a_higher_quality_file_reported_broken():
 
 def test_a_loader_pack_file_is_preferred_to_a_broken_one_and_named(tmp_path):
     # Without h3kit's streamer (which would run the stock bf16 file on this card) the Arc holds a GGUF.
-    plan = _make_plan(FPS["intel-arcb580-12gb-32gb"], BEFORE_DIT, PROFILES,
+    plan = _make_plan(Fingerprint.from_json(FPS["intel-arcb580-12gb-32gb"]), BEFORE_DIT, PROFILES,
                       config=_config("overrides:\n  stream_dit: off\n", tmp_path))
     assert plan["settings"]["dit_weights"] == "h3-dit-full-q4_k_m"
     assert plan["comfyui_loads"]["dit"] == "with_loader_pack"
@@ -121,7 +122,7 @@ def test_a_loader_pack_file_is_preferred_to_a_broken_one_and_named(tmp_path):
 def test_a_broken_file_is_never_planned_by_itself_the_plan_says_what_would_work():
     """Before h3kit's loader the 4060 got the pruned Q4_K_M GGUF that stock ComfyUI-GGUF refuses; now a plan never
     picks a file reported not to load: nothing that loads fits, and the plan says so in one sentence."""
-    plan = _make_plan(FPS["nvidia-rtx4060-8gb-16gb"], BEFORE, PROFILES)
+    plan = _make_plan(Fingerprint.from_json(FPS["nvidia-rtx4060-8gb-16gb"]), BEFORE, PROFILES)
     assert not plan["fits"] and plan["comfyui_loads"]["dit"] != "reported_broken"
     assert plan["blocked"].startswith("Nothing that loads in ComfyUI fits this machine")
     assert "it would work with more RAM (at least" in plan["blocked"]
@@ -131,7 +132,7 @@ def test_a_broken_file_is_never_planned_by_itself_the_plan_says_what_would_work(
 
 
 def test_a_broken_file_the_user_forces_is_kept_and_warned_as_theirs(tmp_path):
-    plan = _make_plan(FPS["nvidia-rtx4090-24gb-64gb"], BEFORE, PROFILES,
+    plan = _make_plan(Fingerprint.from_json(FPS["nvidia-rtx4090-24gb-64gb"]), BEFORE, PROFILES,
                       config=_config("overrides:\n  quantization: q2_k\n", tmp_path))
     assert plan["settings"]["dit_weights"] == "h3-dit-pruned-q2_k"
     warning = next(w for w in plan["warnings"] if "Q2_K.gguf" in w)
@@ -142,7 +143,7 @@ def test_a_broken_file_the_user_forces_is_kept_and_warned_as_theirs(tmp_path):
 
 def test_where_no_text_encoder_loads_the_plan_does_not_fit_and_says_so():
     """An AMD card runs no CUDA-only text encoder; without h3kit's GGUF text-encoder loader nothing loads."""
-    plan = _make_plan(FPS["amd-rx7900xtx-24gb-64gb"], BEFORE, PROFILES)
+    plan = _make_plan(Fingerprint.from_json(FPS["amd-rx7900xtx-24gb-64gb"]), BEFORE, PROFILES)
     assert not plan["fits"] and plan["blocked"].startswith("Nothing that loads in ComfyUI runs here for the text encoder")
     assert make_plan(FPS["amd-rx7900xtx-24gb-64gb"])["fits"]
 
@@ -197,7 +198,7 @@ GOLDEN = {p.stem: json.loads(p.read_text()) for p in sorted((Path(__file__).pare
 def test_no_reference_plan_holds_a_file_reported_not_to_load_or_a_format_failing_on_its_backend(name):
     assert set(GOLDEN) == set(FPS)
     for plan in (make_plan(FPS[name]), GOLDEN[name]):
-        machine = Machine.from_fingerprint(FPS[name])
+        machine = Machine.from_fingerprint(Fingerprint.from_json(FPS[name]))
         for w in _chosen(plan):
             assert w.comfyui_loads != "reported_broken", (name, w.id)
             ev = CAT.evidence(w.format, machine, w.part)
@@ -211,7 +212,7 @@ def test_no_reference_plan_holds_a_file_reported_not_to_load_or_a_format_failing
 
 def test_a_mac_text_encoder_is_judged_by_the_cpu_it_runs_on():
     """ComfyUI keeps quantized text encoders on the CPU on a Mac (PR #13070): the placement rule is catalog data."""
-    mac = Machine.from_fingerprint(FPS["apple-m2max-64gb"])
+    mac = Machine.from_fingerprint(Fingerprint.from_json(FPS["apple-m2max-64gb"]))
     te = CAT.evidence("q4_k_m", mac, "text_encoder")
     assert te.backend == "cpu" and "PR #13070" in te.source
     assert CAT.evidence("q4_k_m", mac, "dit").backend == "mps"
@@ -243,7 +244,7 @@ def test_a_format_that_fails_the_probe_is_never_planned_and_the_rationale_names_
 
 
 def test_a_measured_run_beats_a_report_and_a_gguf_mix_counts_only_when_all_its_types_ran():
-    mac = Machine.from_fingerprint(FPS["apple-m2max-64gb"])
+    mac = Machine.from_fingerprint(Fingerprint.from_json(FPS["apple-m2max-64gb"]))
     both = _probe("mps", {"text_encoder": {"q4_k": "runs", "q6_k": "runs"}})
     ev = CAT.evidence("q4_k_m", mac, "text_encoder", both)
     assert (ev.status, ev.kind) == ("runs", "measured") and ev.source == both.source

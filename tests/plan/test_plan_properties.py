@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from h3kit.data.fingerprint import Fingerprint
 from h3kit.data import catalog as catalog_mod
 from h3kit.plan import make_plan as _make_plan
 
@@ -19,7 +20,7 @@ QUALITY = {name: spec["quality"] for name, spec in CAT.formats.items()}
 
 def make_plan(fp: dict, **kw) -> dict:
     """The planner over the shipped catalog and profiles, loaded once for the module."""
-    return _make_plan(fp, CAT, PROFILES, **kw)
+    return _make_plan(Fingerprint.from_json(fp), CAT, PROFILES, **kw)
 
 
 def scaled(fp: dict, gpu: float = 1.0, ram: float = 1.0) -> dict:
@@ -109,7 +110,7 @@ def test_workflow_defaults_stay_within_the_memory_limits_unless_the_user_says_ot
     cat = catalog_mod.load()
     profiles = catalog_mod.load_profiles(cat)
     for name, fp in FPS.items():
-        s = make_plan(fp, cat, profiles)["settings"]
+        s = make_plan(Fingerprint.from_json(fp), cat, profiles)["settings"]
         assert s["canvas"][0] * s["canvas"][1] <= s["max_canvas"][0] * s["max_canvas"][1], name
         assert s["frames"] <= s["max_frames"] and s["steps"] == cat.presets[s["preset"]].steps, name
 

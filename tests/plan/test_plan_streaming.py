@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from h3kit.data.fingerprint import Fingerprint
 from h3kit.data import catalog as catalog_mod
 from h3kit.data.catalog import Machine
 from h3kit.data.config import Config
@@ -40,7 +41,7 @@ def _fp(name: str, ram_gib: int | None = None, gpu_share: float | None = None) -
 
 
 def _plan(fp: dict, **overrides) -> dict:
-    return make_plan(fp, CAT, PROFILES, config=Config(overrides=overrides) if overrides else None)
+    return make_plan(Fingerprint.from_json(fp), CAT, PROFILES, config=Config(overrides=overrides) if overrides else None)
 
 
 def _stream(fp: dict, **overrides) -> dict:
@@ -50,6 +51,7 @@ def _stream(fp: dict, **overrides) -> dict:
 def _direct(fp: dict, runtime=None, **overrides) -> tuple[dict, list[str]]:
     """decide_streaming on the plan's chosen candidate, with a probed `runtime`."""
     plan = _plan(fp, **overrides)
+    fp = Fingerprint.from_json(fp)
     machine = Machine.from_fingerprint(fp)
     config = Config(overrides=overrides) if overrides else None
     c = plan_profile(CAT, fp, machine, PROFILES[plan["profile"]], config)
@@ -103,13 +105,13 @@ def test_a_streamed_gguf_block_is_counted_dequantized_not_at_its_file_size():
     """h3kit's loader dequantizes each GGUF block into the compute dtype (bf16 on a Mac): a Q8_0 block of
     file bytes B holds B x 16 / 8.5 in memory, and the plan's sample phase counts that, not B."""
     plan = _plan(_fp("apple-m2pro-32gb"), dit_weights="h3-dit-full-q8_0")
-    machine = Machine.from_fingerprint(_fp("apple-m2pro-32gb"))
-    c = plan_profile(CAT, _fp("apple-m2pro-32gb"), machine, PROFILES[plan["profile"]],
+    machine = Machine.from_fingerprint(Fingerprint.from_json(_fp("apple-m2pro-32gb")))
+    c = plan_profile(CAT, Fingerprint.from_json(_fp("apple-m2pro-32gb")), machine, PROFILES[plan["profile"]],
                      Config(overrides={"dit_weights": "h3-dit-full-q8_0"}))
     assert c.est.streamed
     block = CAT.block_bytes(c.choice.dit)
     assert c.est.block_held == int(block * 2 * 8 / 8.5)
-    bf16 = plan_profile(CAT, _fp("apple-m2pro-32gb"), machine, PROFILES[plan["profile"]],
+    bf16 = plan_profile(CAT, Fingerprint.from_json(_fp("apple-m2pro-32gb")), machine, PROFILES[plan["profile"]],
                         Config(overrides={"dit_weights": "h3-dit-pruned-bf16"}))
     assert bf16.est.block_held == CAT.block_bytes(bf16.choice.dit)  # bf16 on MPS: computed as it is stored
 
@@ -263,9 +265,9 @@ def test_dynamic_vram_follows_comfyui_main_py(backend, args, torch, hip, expecte
 
 
 def test_the_assumed_versions_come_from_the_wheel_table():
-    nvidia = streaming.assumed_runtime(_fp("nvidia-rtx4090-24gb-64gb"))
+    nvidia = streaming.assumed_runtime(Fingerprint.from_json(_fp("nvidia-rtx4090-24gb-64gb")))
     assert nvidia["torch"] == (2, 14, 1) and nvidia["hip"] is None
-    amd = streaming.assumed_runtime(_fp("amd-rx7900xtx-24gb-64gb"))
+    amd = streaming.assumed_runtime(Fingerprint.from_json(_fp("amd-rx7900xtx-24gb-64gb")))
     assert amd["hip"] == (7, 2)
 
 
@@ -389,7 +391,7 @@ def test_cpu_holds_bf16_at_twice_its_file_size():
 
     fp = _fp("cpu-only-16gb", 128)
     settings = dict(PROFILES["cpu-only"].settings)
-    budget = make_budget(CAT, fp, settings, cpu=True)
+    budget = make_budget(CAT, Fingerprint.from_json(fp), settings, cpu=True)
     bf16, q8 = CAT.weight("h3-dit-pruned-bf16"), CAT.weight("h3-dit-pruned-q8_0")
     te, vae16, vae8, audio = CAT.weight("h3-te-qwen3vl32b-q2_k_m"), CAT.weight("h3-vae-video-fp16"), \
         CAT.weight("h3-vae-video-int8"), CAT.audio_vae[0]
@@ -400,7 +402,7 @@ def test_cpu_holds_bf16_at_twice_its_file_size():
     fp16_vae = memory_estimate(CAT, budget, settings, Choice(q8, te, vae16, audio, (512, 288), 22))
     assert fp16_vae.phases["decode"]["ram_bytes"] - packed.phases["decode"]["ram_bytes"] == 2 * vae16.bytes - vae8.bytes
     gpu_fp = _fp("apple-m3ultra-192gb")
-    gpu_budget = make_budget(CAT, gpu_fp, dict(PROFILES["apple-unified-128-plus"].settings))
+    gpu_budget = make_budget(CAT, Fingerprint.from_json(gpu_fp), dict(PROFILES["apple-unified-128-plus"].settings))
     assert memory_estimate(CAT, gpu_budget, dict(PROFILES["apple-unified-128-plus"].settings),
                     Choice(bf16, te, vae8, audio, (512, 288), 22)).dit_held == bf16.bytes
 

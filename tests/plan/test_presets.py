@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from h3kit.data.fingerprint import Fingerprint
 from h3kit.comfyui import workflows
 from h3kit.comfyui.graph import ui_to_api
 from h3kit.core.errors import BadInput
@@ -29,7 +30,7 @@ def _config(text: str, tmp_path: Path):
 
 
 def _plan(fp=FP_4090, text: str | None = None, tmp_path: Path | None = None) -> dict:
-    return make_plan(fp, CAT, PROFILES, config=_config(text, tmp_path) if text else None)
+    return make_plan(Fingerprint.from_json(fp), CAT, PROFILES, config=_config(text, tmp_path) if text else None)
 
 
 def _api(plan: dict, kind: str = "t2v") -> dict:
@@ -124,7 +125,7 @@ def test_a_target_nothing_meets_opens_at_the_cheapest_option_and_says_so(tmp_pat
 def test_hours_per_clip_on_a_slow_cpu_is_a_plain_warning():
     fp = copy.deepcopy(FPS["cpu-only-16gb"])
     fp["cpu"].update(physical_cores=1, logical_cores=1, flags=[])
-    plan = make_plan(fp, CAT, PROFILES)
+    plan = make_plan(Fingerprint.from_json(fp), CAT, PROFILES)
     (warning,) = [w for w in plan["warnings"] if w.startswith("One clip at ")]
     assert "512x288, 22 frames takes about" in warning and "on this cpu" in warning
     assert " h " in warning or " days " in warning

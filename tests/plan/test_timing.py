@@ -8,6 +8,7 @@ import random
 from pathlib import Path
 
 import pytest
+from h3kit.data.fingerprint import Fingerprint
 from h3kit.core.errors import BadInput
 from h3kit.data import catalog as catalog_mod
 from h3kit.data import throughput as throughput_mod
@@ -54,7 +55,7 @@ def test_estimate_clip_is_the_interface_formula():
                                        ("amd-rx7900xtx-24gb-64gb", "amd-rx-7900-xtx"),
                                        ("intel-arcb580-12gb-32gb", "intel-arc-b580")])
 def test_each_synthetic_gpu_finds_its_own_row(name, row):
-    t = timing.rates_from_table(FPS[name], CAT, "bf16")
+    t = timing.rates_from_table(Fingerprint.from_json(FPS[name]), CAT, "bf16")
     assert t["source"].startswith(f"table: {row} ") and t["dtype"] == "bfloat16"
     assert all(t[k] > 0 for k in RATES)
 
@@ -62,12 +63,12 @@ def test_each_synthetic_gpu_finds_its_own_row(name, row):
 def test_unlisted_cards_fall_back_to_their_generation_and_the_cpu_is_computed():
     fp = copy.deepcopy(FPS["nvidia-rtx4090-24gb-64gb"])
     fp["gpus"][0].update(name="NVIDIA Future Card", compute_capability="8.9")
-    assert timing.rates_from_table(fp, CAT, "bf16")["source"].startswith("table: nvidia-ada ")
-    cpu = timing.rates_from_table(FPS["cpu-only-16gb"], CAT, "bf16")
+    assert timing.rates_from_table(Fingerprint.from_json(fp), CAT, "bf16")["source"].startswith("table: nvidia-ada ")
+    cpu = timing.rates_from_table(Fingerprint.from_json(FPS["cpu-only-16gb"]), CAT, "bf16")
     assert cpu["device"] == "cpu" and cpu["dtype"] == "float32"  # ComfyUI computes H3 in float32 on a CPU
     assert "6 cores x 32 FLOP/cycle (fma) x 3.2 GHz" in cpu["source"]
     # a CPU-only profile on a GPU machine is timed on the CPU
-    forced = timing.rates_from_table(FPS["nvidia-rtx4090-24gb-64gb"], CAT, "bf16", backend="cpu")
+    forced = timing.rates_from_table(Fingerprint.from_json(FPS["nvidia-rtx4090-24gb-64gb"]), CAT, "bf16", backend="cpu")
     assert forced["device"] == "cpu" and "avx512f" in forced["source"]
 
 
@@ -105,7 +106,7 @@ def _faster(t: dict, k: float) -> dict:
 def test_more_throughput_never_gives_a_longer_estimate():
     rng = random.Random(7)
     for fp in _machines():
-        t = timing.rates_from_table(fp, CAT, timing.compute_dtype(fp))
+        t = timing.rates_from_table(Fingerprint.from_json(fp), CAT, timing.compute_dtype(Fingerprint.from_json(fp)))
         for _ in range(5):
             canvas = rng.choice(CAT.canvas_ladder)
             frames, steps, cfg = rng.choice(CAT.frames_ladder), rng.randint(1, 60), rng.choice([1.0, 1.0, 4.0])
@@ -120,17 +121,17 @@ def test_a_faster_device_row_or_more_cores_never_gives_a_longer_estimate():
     import dataclasses
 
     fp = FPS["nvidia-rtx4090-24gb-64gb"]
-    base = timing.rates_from_table(fp, CAT, "bf16")
+    base = timing.rates_from_table(Fingerprint.from_json(fp), CAT, "bf16")
     row = next(r for r in TABLE.devices if r.id == "nvidia-rtx-4090")
     for field, k in (("bf16", 2.0), ("bandwidth", 2.0), ("bf16", 1.01)):
         rows = tuple(dataclasses.replace(r, **{field: getattr(r, field) * k}) if r is row else r for r in TABLE.devices)
-        t = timing.rates_from_table(fp, CAT, "bf16", table=dataclasses.replace(TABLE, devices=rows))
+        t = timing.rates_from_table(Fingerprint.from_json(fp), CAT, "bf16", table=dataclasses.replace(TABLE, devices=rows))
         assert all(t[r] <= base[r] for r in RATES)
     cpu = copy.deepcopy(FPS["cpu-only-16gb"])
     times = []
     for cores in (1, 2, 6, 32):
         cpu["cpu"]["physical_cores"] = cores
-        times.append(timing.estimate_clip(ARCH, timing.rates_from_table(cpu, CAT, "fp32"), (512, 288), 22, 6, 1.0,
+        times.append(timing.estimate_clip(ARCH, timing.rates_from_table(Fingerprint.from_json(cpu), CAT, "fp32"), (512, 288), 22, 6, 1.0,
                                           CAT)["seconds_per_clip"])
     assert times == sorted(times, reverse=True)
 
@@ -139,7 +140,7 @@ def _plan(fp, timing_override=None):
     from h3kit.data.config import Config
 
     cfg = Config(overrides={"timing": timing_override}) if timing_override else None
-    return make_plan(fp, CAT, PROFILES, config=cfg)
+    return make_plan(Fingerprint.from_json(fp), CAT, PROFILES, config=cfg)
 
 
 def test_defaults_never_exceed_the_memory_limits_and_a_faster_machine_never_gets_a_worse_preset():
@@ -178,17 +179,17 @@ def test_the_sequence_matches_the_calibration_runners_count():
 
 def test_int8_and_fp8_dits_run_their_linears_at_the_8bit_rate_on_cuda_only():
     fp = FPS["nvidia-rtx3060-12gb-32gb"]
-    bf16 = timing.rates_from_table(fp, CAT, "bf16", weight_format="bf16")
-    int8 = timing.rates_from_table(fp, CAT, "bf16", weight_format="int8_convrot")
+    bf16 = timing.rates_from_table(Fingerprint.from_json(fp), CAT, "bf16", weight_format="bf16")
+    int8 = timing.rates_from_table(Fingerprint.from_json(fp), CAT, "bf16", weight_format="int8_convrot")
     assert int8["block_s_per_token"] == pytest.approx(bf16["block_s_per_token"] * 25.6 / 101.9)  # RTX 3060 row
     assert int8["block_s_per_token2"] == bf16["block_s_per_token2"]  # attention stays bf16
     assert "int8_convrot linears at 101.9 TOPS int8" in int8["source"]
-    gguf = timing.rates_from_table(fp, CAT, "bf16", weight_format="q4_k_m")  # ComfyUI-GGUF dequantizes to bf16
+    gguf = timing.rates_from_table(Fingerprint.from_json(fp), CAT, "bf16", weight_format="q4_k_m")  # ComfyUI-GGUF dequantizes to bf16
     assert gguf["block_s_per_token"] == bf16["block_s_per_token"]
     mac = FPS["apple-m2max-64gb"]
-    assert (timing.rates_from_table(mac, CAT, "bf16", weight_format="int8_convrot")["block_s_per_token"]
-            == timing.rates_from_table(mac, CAT, "bf16")["block_s_per_token"])
+    assert (timing.rates_from_table(Fingerprint.from_json(mac), CAT, "bf16", weight_format="int8_convrot")["block_s_per_token"]
+            == timing.rates_from_table(Fingerprint.from_json(mac), CAT, "bf16")["block_s_per_token"])
     from h3kit.data.config import Config
 
-    plan = make_plan(fp, CAT, PROFILES, config=Config(overrides={"quantization": "int8_convrot"}))
+    plan = make_plan(Fingerprint.from_json(fp), CAT, PROFILES, config=Config(overrides={"quantization": "int8_convrot"}))
     assert plan["settings"]["quantization"] == "int8_convrot" and "TOPS int8" in plan["settings"]["timing"]["source"]

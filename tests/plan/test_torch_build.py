@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from h3kit.data.fingerprint import Fingerprint
 from h3kit.plan import torch_build
 from h3kit.fingerprint.schema import load_file, validate
 from tests.conftest import FIXTURES
@@ -15,7 +16,7 @@ FP_DIR = FIXTURES / "torchsel"
 SHARED_FP_DIR = FIXTURES / "fingerprints"  # the planner's synthetic machines
 
 
-def fp(name: str) -> dict:
+def fp(name: str) -> Fingerprint:
     return load_file(FP_DIR / f"{name}.json")
 
 
@@ -123,7 +124,7 @@ def test_shared_fingerprints_get_a_sound_choice(path):
     choice = torch_build.choose(load_file(path))
     assert choice["status"] in ("ok", "refuse") and choice["rationale"]
     assert (choice["fix"] is not None) == (choice["status"] == "refuse")
-    gpus = {g["vendor"] for g in load_file(path)["gpus"]}
+    gpus = {g.vendor for g in load_file(path).gpus}
     if choice["status"] == "ok" and "nvidia" in gpus:
         assert choice["build"].startswith("cu") or choice["build"] == "cpu"
 

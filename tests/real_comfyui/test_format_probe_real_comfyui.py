@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 import comfy_h3
+from h3kit.data.fingerprint import Fingerprint
 from h3kit.calibrate import format_probe as fp
 from h3kit.comfyui import locate
 from h3kit.core.session import Session
@@ -71,7 +72,7 @@ def test_every_format_has_a_status_within_a_minute_and_doctor_prints_it(probe_co
     install = locate.find(str(comfy), None, ctx, need_write=False)
     said: list[dict] = []
     started = time.perf_counter()
-    probe = fp.format_evidence(ctx, install, fingerprint={"gpus": []}, findings=said)
+    probe = fp.format_evidence(ctx, install, fingerprint=Fingerprint(), findings=said)
     wall = time.perf_counter() - started
     sys.__stdout__.write(f"\nformat probe: {wall:.1f} s wall, {probe.seconds if probe else None} s in the runner\n"
                          + "\n".join(fp.table_lines(probe) if probe else [json.dumps(said)]) + "\n")
@@ -94,7 +95,7 @@ def test_every_format_has_a_status_within_a_minute_and_doctor_prints_it(probe_co
 
     again: list[dict] = []
     started = time.perf_counter()
-    cached = fp.format_evidence(ctx, install, fingerprint={"gpus": []}, findings=again)
+    cached = fp.format_evidence(ctx, install, fingerprint=Fingerprint(), findings=again)
     assert cached is not None and cached.to_json() == probe.to_json()
     assert again[0]["check"] == "formats.cache" and time.perf_counter() - started < 20  # inspect only, no probe
 

@@ -36,6 +36,7 @@ from h3kit.calibrate.native_estimate import (  # noqa: F401  (the appendix's nam
     streamed_per_step,
 )
 from h3kit.data.catalog import tokens_for
+from h3kit.data.fingerprint import Fingerprint
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}
 TIMING_RATES = ("block_s_per_token", "block_s_per_token2", "step_fixed_s", "step_fixed_s_per_token")
@@ -162,7 +163,7 @@ def _held_part(weight, device: str, te: bool) -> int:
     return int(weight.bytes * held / stored)
 
 
-def memory_estimate(h3_model: dict | None, arch: dict, plan: dict, cat, fingerprint: dict, tokens: int,
+def memory_estimate(h3_model: dict | None, arch: dict, plan: dict, cat, fingerprint: Fingerprint, tokens: int,
                     device: str, weights: dict | None = None, held_parts: dict | None = None,
                     rule_tokens: int | None = None) -> dict:
     """E.memory: peak RSS (and device memory on a GPU) of the real workflow at `tokens`, with its formula.
@@ -217,11 +218,10 @@ def memory_estimate(h3_model: dict | None, arch: dict, plan: dict, cat, fingerpr
     else:
         peak_rss = baseline + dit_held + te_held + vae_held + max(activations, transient)
         gpu = None
-    gpus = fingerprint.get("gpus") or []
     return {
         "peak_rss_bytes": int(peak_rss), "peak_gpu_bytes": gpu,
-        "gpu_total_bytes": max((g.get("memory_total_bytes") or 0 for g in gpus), default=None) or None,
-        "ram_total_bytes": (fingerprint.get("memory") or {}).get("total_bytes"),
+        "gpu_total_bytes": max((g.memory_total_bytes or 0 for g in fingerprint.gpus), default=None) or None,
+        "ram_total_bytes": fingerprint.memory.total_bytes,
         "parts": {"baseline_rss_bytes": baseline, "dit_weights_bytes": dit_held, "text_encoder_bytes": te_held,
                   "vae_bytes": vae_held, "activation_bytes": activations, "load_copy_bytes": transient},
         "formula": ("baseline + DiT weights held (" + (f"{blocks} blocks x {per_block} B + {held['other']} B"
@@ -241,8 +241,8 @@ def _ladder_below(ladder, current, key):
     return max(lower, key=key) if lower else None
 
 
-def alternatives(arch: dict, timing: dict, work: dict, h3_model, plan: dict, cat, fingerprint: dict, device: str,
-                 tm) -> list[dict]:
+def alternatives(arch: dict, timing: dict, work: dict, h3_model, plan: dict, cat, fingerprint: Fingerprint,
+                 device: str, tm) -> list[dict]:
     """Faster (and, within the memory limits, better) workloads than the plan's, each with its minutes."""
     s = plan.get("settings") or {}
     options = []
@@ -308,7 +308,7 @@ def _quantization_alternative(arch, timing, work, h3_model, plan, cat, fingerpri
              "peak_rss_bytes": m["peak_rss_bytes"]}]
 
 
-def clip_estimate(cat, plan: dict, fingerprint: dict, h3_model: dict | None, arch: dict, *, day: str,
+def clip_estimate(cat, plan: dict, fingerprint: Fingerprint, h3_model: dict | None, arch: dict, *, day: str,
              device: str, tm=None, native_appendix: dict | None = None, pass_overhead: float | None = None) -> dict:
     """doc["estimates"]: the clip's time and memory at the plan's workload, alternatives, the timing used.
 

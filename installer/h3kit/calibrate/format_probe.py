@@ -32,6 +32,7 @@ from h3kit.core.errors import H3kitError
 from h3kit.core.files import atomic_write
 from h3kit.core.session import Session
 from h3kit.core.subproc import run as run_process
+from h3kit.data.fingerprint import Fingerprint
 from h3kit.data.format_evidence import PARTS, FormatProbe, parse, read
 
 RUNNER = bundled.CALIBRATION_RUNNER
@@ -43,11 +44,11 @@ FORMAT_ORDER = ("bf16", "fp8_scaled", "int8_convrot", "nvfp4", "nvfp4_awq", "w4a
 PART_NAMES = {"dit": "DiT", "text_encoder": "text encoder"}
 
 
-def machine_devices(fingerprint: dict | None) -> str | None:
+def machine_devices(fingerprint: Fingerprint | None) -> str | None:
     """The fingerprint's devices as the cache compares them ("cpu", or the GPUs' names); None without one."""
-    if not fingerprint:
+    if fingerprint is None:
         return None
-    gpus = sorted(f"{g.get('vendor', '')} {g.get('name', '')}".strip() for g in fingerprint.get("gpus") or [])
+    gpus = sorted(f"{g.vendor or ''} {g.name or ''}".strip() for g in fingerprint.gpus)
     return ", ".join(gpus) or "cpu"
 
 
@@ -91,7 +92,7 @@ def finding(status: str, message: str, fix: str | None = None) -> dict:
     return {"check": "formats.probe", "status": status, "message": message, "fix": fix}
 
 
-def format_evidence(ctx: Session, install, *, fingerprint: dict | None = None, info: dict | None = None,
+def format_evidence(ctx: Session, install, *, fingerprint: Fingerprint | None = None, info: dict | None = None,
                     fresh: bool = False, run: bool = True, findings: list | None = None) -> FormatProbe | None:
     """The probe for `install` (a ComfyInstall): cached, else measured now (unless `run` is False or a dry run).
 

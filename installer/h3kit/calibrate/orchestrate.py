@@ -42,7 +42,8 @@ from h3kit.core.session import Session
 from h3kit.data import catalog as catalog_mod
 from h3kit.data import config as config_mod
 from h3kit.data.settings import KEYS as SETTINGS_KEYS
-from h3kit.fingerprint import collect as collect_fingerprint
+from h3kit.data.fingerprint import Fingerprint
+from h3kit.fingerprint import this_machine
 from h3kit.native import build
 from h3kit.plan import make_plan
 
@@ -82,7 +83,7 @@ def _comfyui(ctx: Session, explicit: str | None, cfg) -> tuple[object | None, di
     return install, comfyui_locate.inspect(install), None
 
 
-def run_with_model(wanted: bool, install, cat, *, plan: dict | None = None, fingerprint: dict | None = None,
+def run_with_model(wanted: bool, install, cat, *, plan: dict | None = None, fingerprint: Fingerprint | None = None,
                    ctx: Session | None = None) -> dict:
     """The optional real-workflow run (h3kit.calibrate.with_model), or plainly why it did not run."""
     ctx = ctx or Session()
@@ -92,7 +93,7 @@ def run_with_model(wanted: bool, install, cat, *, plan: dict | None = None, fing
         return real_model.not_run("--with-model needs a ComfyUI (pass --comfyui PATH)")
     if ctx.dry_run:
         return real_model.not_run("a dry run starts no ComfyUI")
-    return real_model.run(install, plan or {}, fingerprint or {}, cat, cache_dir=ctx.locations.cache_dir,
+    return real_model.run(install, plan or {}, fingerprint or Fingerprint(), cat, cache_dir=ctx.locations.cache_dir,
                           progress=ctx.progress)
 
 
@@ -105,17 +106,15 @@ def _measure(ctx: Session, python: str, lib: Path | None, job: dict, quick: bool
         return run_runner(ctx, python, BRIDGE, lib, job, quick, Path(tmp), comfyui=comfyui_dir)
 
 
-def device_of(fingerprint: dict, plan: dict) -> str:
+def device_of(fingerprint: Fingerprint, plan: dict) -> str:
     """Where the plan's DiT computes: cpu with --cpu or no GPU, else the GPU's backend (directml counts as cuda)."""
-    from h3kit.data.catalog import Machine
-
     if "--cpu" in ((plan.get("settings") or {}).get("comfyui_args") or []):
         return "cpu"
-    backend = Machine.from_fingerprint(fingerprint).backend
+    backend = fingerprint.backend
     return {"directml": "cuda"}.get(backend, backend)
 
 
-def _estimates(cat, plan: dict, fingerprint: dict, measured: dict, arch: dict, device: str, appendix: dict,
+def _estimates(cat, plan: dict, fingerprint: Fingerprint, measured: dict, arch: dict, device: str, appendix: dict,
                disk: dict) -> tuple[dict, dict | None]:
     """(doc["estimates"], doc["streaming"]): from the runner's h3_model, or the throughput table when it
     measured nothing; when the plan streams and the disk was measured, the time counts what streaming
@@ -146,7 +145,7 @@ def _write_config(ctx: Session, cfg, values: dict) -> str:
     return str(path)
 
 
-def _apply(ctx: Session, install, fingerprint: dict, cat, profiles: dict, profile: str | None) -> dict:
+def _apply(ctx: Session, install, fingerprint: Fingerprint, cat, profiles: dict, profile: str | None) -> dict:
     """Re-plan with the config's new calibrated values and apply that to the pack: the same code as `h3kit apply`."""
     if install is None:
         return {"status": "skipped", "reason": "no ComfyUI known"}
@@ -161,7 +160,7 @@ def _apply(ctx: Session, install, fingerprint: dict, cat, profiles: dict, profil
 
 
 def run(ctx: Session, *, comfyui_dir: str | None = None, quick: bool = True, with_model: bool = False,
-        profile: str | None = None, fingerprint: dict | None = None, write_config: bool = True,
+        profile: str | None = None, fingerprint: Fingerprint | None = None, write_config: bool = True,
         fresh_probe: bool = False) -> dict:
     """Calibrate and write the report; returns the `h3kit.calibration/1` document.
 
@@ -176,7 +175,7 @@ def run(ctx: Session, *, comfyui_dir: str | None = None, quick: bool = True, wit
                 ctx.log.info("removed the work folder of a calibration that did not finish: %s", gone)
     ctx.progress("calibrate: fingerprint and plan...")
     if fingerprint is None:
-        fingerprint = collect_fingerprint()
+        fingerprint = this_machine()
     cat = catalog_mod.load()  # the catalog and profiles, read once for the whole run
     profiles = catalog_mod.load_profiles(cat)
     cfg = _load_config(ctx, cat, profiles)
@@ -250,7 +249,7 @@ def run(ctx: Session, *, comfyui_dir: str | None = None, quick: bool = True, wit
         "h3kit_version": __version__,
         "quick": quick,
         "dry_run": ctx.dry_run,
-        "fingerprint": fingerprint,
+        "fingerprint": fingerprint.to_json(),
         "plan": plan,
         "profile": plan.get("profile"),
         "runner": measured.get("runner") or {"python": python},

@@ -26,6 +26,7 @@ TQDM_DONE = re.compile(r"(\d+)/(\d+) \[[0-9:]+<[0-9:?]+,\s*([0-9.]+)(s/it|it/s)\
 
 from h3kit.comfyui import client as comfy_api
 from h3kit.comfyui import workflows
+from h3kit.data.fingerprint import Fingerprint
 
 MEASURE_STEPS = 2
 RUN_TIMEOUT = 3600.0  # a step of a 20-33B model on a CPU can take long; still bounded
@@ -213,7 +214,7 @@ def preflight(workflow: dict, object_info: dict, min_version: str | None) -> str
     return None
 
 
-def run(install, plan: dict, fingerprint: dict, cat, *, cache_dir: Path, progress=None,
+def run(install, plan: dict, fingerprint: Fingerprint, cat, *, cache_dir: Path, progress=None,
         timeout: float = RUN_TIMEOUT) -> dict:
     """Start ComfyUI with the profile's flags, run the installed workflow for a few steps, measure it, stop it."""
     from h3kit.comfyui.launcher import accepted_flags
@@ -231,7 +232,7 @@ def run(install, plan: dict, fingerprint: dict, cat, *, cache_dir: Path, progres
         return not_run(exc.message)
     accepted, _detail = accepted_flags(install, cache_dir)
     args, dropped = comfy_api.launch_args((plan.get("settings") or {}).get("comfyui_args") or [], accepted,
-                                          bool(fingerprint.get("gpus")))
+                                          bool(fingerprint.gpus))
     canvas = canvas_of(workflow)
     steps = MEASURE_STEPS if planned_steps is None else min(int(planned_steps), MEASURE_STEPS)
     base = {"workflow": source, "files": [f"{folder}/{name}" for folder, name in needed_files(workflow)],

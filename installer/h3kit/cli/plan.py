@@ -88,7 +88,7 @@ def run(args, ctx: Context) -> Outcome:
 
     cat = catalog_mod.load()
     cfg = config_mod.load(ctx.locations, catalog=cat)
-    fp = machine_fingerprint(args.fingerprint)
-    plan = make_plan(fp, cat, catalog_mod.load_profiles(cat), profile=args.profile, config=cfg,
+    fingerprint = machine_fingerprint(args.fingerprint)
+    plan = make_plan(fingerprint, cat, catalog_mod.load_profiles(cat), profile=args.profile, config=cfg,
                      evidence=format_probe(getattr(args, "format_probe", None)))
     return Outcome(plan, render(plan), 0, plan["warnings"])

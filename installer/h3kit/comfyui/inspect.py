@@ -18,6 +18,8 @@ import json
 import re
 from pathlib import Path
 
+from h3kit.data.fingerprint import Fingerprint
+
 INSPECT_TIMEOUT = 90.0  # importing torch on a cold disk takes tens of seconds
 
 # Runs inside ComfyUI's interpreter: stdlib only, never raises, one JSON line.
@@ -120,35 +122,33 @@ def _finding(check: str, status: str, message: str, fix: str | None = None) -> d
     return {"check": check, "status": status, "message": message, "fix": fix}
 
 
-def torch_fit_findings(fingerprint: dict | None, info: dict) -> list[dict]:
+def torch_fit_findings(fingerprint: Fingerprint | None, info: dict) -> list[dict]:
     """Loud findings when ComfyUI's torch build cannot use this machine's hardware."""
-    fp = fingerprint or {}
-    gpus = fp.get("gpus") or []
+    fingerprint = fingerprint or Fingerprint()
     py = info.get("python") or "python"
     build = info.get("torch_build")
     out: list[dict] = []
     if info.get("torch") is None:
         return [_finding("torch.present", "fail", f"ComfyUI's Python cannot import torch ({info.get('torch_error', 'not installed')}).",
                          f'"{py}" -m pip install torch torchvision torchaudio')]
-    nvidia = [g for g in gpus if g.get("vendor") == "nvidia"]
-    apple = [g for g in gpus if g.get("vendor") == "apple"]
+    nvidia, apple = fingerprint.gpus_of("nvidia"), fingerprint.gpus_of("apple")
     if nvidia and build == "cpu":
-        driver = _version_tuple(nvidia[0].get("cuda_driver_version"))
+        driver = _version_tuple(nvidia[0].cuda_driver_version)
         tag = f"cu{driver[0]}{driver[1]}" if driver else "cu128"
         out.append(_finding("torch.build", "fail",
-                            f"ComfyUI runs a CPU-only torch ({info['torch']}) on a machine with an NVIDIA {nvidia[0].get('name', 'GPU')}: "
+                            f"ComfyUI runs a CPU-only torch ({info['torch']}) on a machine with an NVIDIA {nvidia[0].name or 'GPU'}: "
                             "everything would run on the CPU.",
                             f'"{py}" -m pip install --force-reinstall torch torchvision torchaudio '
                             f"--index-url https://download.pytorch.org/whl/{tag}"))
     if nvidia and build == "cuda":
-        built, driver = _version_tuple(info.get("torch_cuda")), _version_tuple(nvidia[0].get("cuda_driver_version"))
+        built, driver = _version_tuple(info.get("torch_cuda")), _version_tuple(nvidia[0].cuda_driver_version)
         if built and driver and built > driver:
             out.append(_finding("torch.cuda", "fail",
                                 f"ComfyUI's torch is built for CUDA {info['torch_cuda']} but the NVIDIA driver supports only CUDA "
-                                f"{nvidia[0]['cuda_driver_version']}.",
+                                f"{nvidia[0].cuda_driver_version}.",
                                 f"Update the NVIDIA driver, or: \"{py}\" -m pip install --force-reinstall torch torchvision torchaudio "
                                 f"--index-url https://download.pytorch.org/whl/cu{driver[0]}{driver[1]}"))
-    if fp.get("rosetta") or (apple and info.get("system") == "darwin" and info.get("machine") == "x86_64"):
+    if fingerprint.rosetta or (apple and info.get("system") == "darwin" and info.get("machine") == "x86_64"):
         out.append(_finding("python.arch", "fail",
                             "ComfyUI's Python is an x86_64 build running under Rosetta on Apple Silicon: no MPS, slow CPU code.",
                             "Install an arm64 Python (python.org universal2 or `brew install python` on arm64), recreate ComfyUI's venv, "

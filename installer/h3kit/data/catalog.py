@@ -23,6 +23,7 @@ from h3kit.data import figures, format_support, speed
 from h3kit.data import throughput as throughput_mod
 from h3kit.data import settings as settings_mod
 from h3kit.data.figures import DTYPE_BYTES, ComfyMemory, MemoryModel
+from h3kit.data.fingerprint import Fingerprint
 from h3kit.data.yamlio import Problems, YamlDoc, is_one_of, load_yaml, parse_size
 
 CATALOG_SCHEMA = "h3kit.catalog/1"
@@ -73,12 +74,11 @@ class Machine:
     cuda_driver: tuple | None
 
     @classmethod
-    def from_fingerprint(cls, fp: dict) -> "Machine":
-        gpus = fp.get("gpus") or []
-        gpu = max(gpus, key=lambda g: g.get("memory_total_bytes") or 0) if gpus else None
-        if gpu is None or not gpu.get("backend"):
+    def from_fingerprint(cls, fingerprint: Fingerprint) -> "Machine":
+        gpu = fingerprint.primary_gpu
+        if gpu is None:
             return cls("cpu", None, None)
-        return cls(gpu["backend"], _version(gpu.get("compute_capability")), _version(gpu.get("cuda_driver_version")))
+        return cls(fingerprint.backend, _version(gpu.compute_capability), _version(gpu.cuda_driver_version))
 
 
 _version = format_support.version
@@ -417,12 +417,12 @@ def load_profiles(catalog: Catalog, folder: Path | None = None) -> dict[str, Pro
     return dict(_parsed[key])
 
 
-def matches(profile: Profile, fp: dict, machine: Machine) -> tuple[bool, str]:
+def matches(profile: Profile, fingerprint: Fingerprint, machine: Machine) -> tuple[bool, str]:
     """Does the profile's `match` block accept this machine? (answer, reason when not)."""
     m = profile.match
-    gpus = [g for g in fp.get("gpus") or [] if g.get("backend")]
-    gpu_mem = max((g.get("memory_total_bytes") or 0 for g in gpus), default=0)
-    ram = fp["memory"]["total_bytes"]
+    gpus, gpu = fingerprint.usable_gpus, fingerprint.primary_gpu
+    gpu_mem = (gpu.memory_total_bytes or 0) if gpu else 0
+    ram = fingerprint.ram_total_bytes
     if "backend" in m and machine.backend not in m["backend"]:
         return False, f"backend {machine.backend} is not {'/'.join(m['backend'])}"
     for key, have in (("gpu_memory", gpu_mem), ("ram", ram)):
@@ -430,7 +430,7 @@ def matches(profile: Profile, fp: dict, machine: Machine) -> tuple[bool, str]:
         if rng and (have < rng[0] or (rng[1] is not None and have > rng[1])):
             bounds = f"{gb(rng[0])} to {gb(rng[1])}" if rng[1] is not None else f"{gb(rng[0])} and up"
             return False, f"{key.replace('_', ' ')} {gb(have)} is outside the profile's range of {bounds}"
-    if "unified_memory" in m and bool(gpus and gpus[0].get("unified_memory")) != m["unified_memory"]:
+    if "unified_memory" in m and fingerprint.unified_memory != m["unified_memory"]:
         return False, "unified memory differs"
     if "gpu_count" in m:
         lo, hi = m["gpu_count"]

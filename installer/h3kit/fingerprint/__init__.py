@@ -2,6 +2,7 @@
 
     from h3kit.fingerprint import collect
     doc = collect(timeout=5, extra_disk_paths=["~/ComfyUI", "~/ComfyUI/models"])
+    fingerprint = this_machine()  # the same, parsed: h3kit.data.fingerprint.Fingerprint
 
 One back end per platform (`_linux`, `_darwin`, `_windows`) is bound at import;
 each lists its probes (small functions that run one tool or read one file) and
@@ -24,6 +25,7 @@ from typing import Iterable
 
 from h3kit import __version__
 from h3kit.core.units import gib
+from h3kit.data.fingerprint import SCHEMA, Fingerprint
 from h3kit.fingerprint import _common
 from h3kit.fingerprint._probe import Probe, run_all
 
@@ -36,11 +38,11 @@ elif sys.platform == "win32":
 else:  # BSDs and others: the Linux back end's probes fail softly there
     from h3kit.fingerprint import _linux as _backend
 
-SCHEMA = "h3kit.fingerprint/1"
 DEFAULT_TIMEOUT = 5.0
 TIMEOUT_ENV = "H3KIT_PROBE_TIMEOUT"
 
-__all__ = ["collect", "resolve_timeout", "render_text", "SCHEMA", "DEFAULT_TIMEOUT", "TIMEOUT_ENV"]
+__all__ = ["collect", "this_machine", "Fingerprint", "resolve_timeout", "render_text", "SCHEMA", "DEFAULT_TIMEOUT",
+           "TIMEOUT_ENV"]
 
 
 def resolve_timeout(timeout: float | None = None) -> tuple[float, str]:
@@ -63,6 +65,11 @@ def resolve_timeout(timeout: float | None = None) -> tuple[float, str]:
 def collect(timeout: float | None = None, extra_disk_paths: Iterable[str | os.PathLike] = ()) -> dict:
     """Probe this machine; return an `h3kit.fingerprint/1` document. Never raises."""
     return collect_with(_backend, timeout, extra_disk_paths)
+
+
+def this_machine(timeout: float | None = None, extra_disk_paths: Iterable[str | os.PathLike] = ()) -> Fingerprint:
+    """This machine's fingerprint as the typed value the planner and the other layers take. Never raises."""
+    return Fingerprint.from_json(collect(timeout, extra_disk_paths))
 
 
 def collect_with(backend, timeout: float | None = None, extra_disk_paths: Iterable[str | os.PathLike] = ()) -> dict:

@@ -2,7 +2,8 @@
 
 `plan --fingerprint FILE` and `models plan --fingerprint FILE` read saved
 fingerprints; a wrong one must give one sentence naming the key, not a
-KeyError deep inside the planner.
+KeyError deep inside the planner. A checked file becomes the typed
+`Fingerprint` here, where it enters.
 """
 
 from __future__ import annotations
@@ -11,8 +12,7 @@ import json
 from pathlib import Path
 
 from h3kit.core.errors import BadInput
-
-SCHEMA = "h3kit.fingerprint/1"
+from h3kit.data.fingerprint import SCHEMA, Fingerprint
 
 _NUM = (int, float)
 _OPT_NUM = (int, float, type(None))
@@ -115,8 +115,8 @@ def _check(where: str, value: object, types: tuple, allowed: set | None) -> list
     return []
 
 
-def load_file(path: str | Path) -> dict:
-    """Read and check a saved fingerprint; BadInput (exit 2) with the first problems named."""
+def load_file(path: str | Path) -> Fingerprint:
+    """Read, check and parse a saved fingerprint; BadInput (exit 2) with the first problems named."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -136,4 +136,4 @@ def load_file(path: str | Path) -> dict:
         more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
         raise BadInput(f"The fingerprint file {p} is not a valid {SCHEMA} document: {'; '.join(problems[:3])}{more}.",
                        "Recreate it with 'h3kit fingerprint --json > FILE'.")
-    return doc
+    return Fingerprint.from_json(doc)

@@ -37,6 +37,7 @@ from typing import Mapping
 from h3kit.core.errors import BadInput
 from h3kit.data import catalog as catalog_mod
 from h3kit.data.catalog import Catalog, Machine, Profile
+from h3kit.data.fingerprint import Fingerprint
 from h3kit.plan.loads import blocked_sentence, evidence_doc, evidence_rationale, reported_setup_rationale
 from h3kit.plan.rationale import rationale_for, warnings_for
 from h3kit.plan.search import Candidate, plan_profile
@@ -46,7 +47,7 @@ from h3kit.plan.streaming import decide_streaming
 SCHEMA = "h3kit.plan/1"
 
 
-def _candidates(fingerprint: dict, machine: Machine, profiles: Mapping[str, Profile], wanted: str,
+def _candidates(fingerprint: Fingerprint, machine: Machine, profiles: Mapping[str, Profile], wanted: str,
                 by_flag: bool) -> tuple[list[Profile], str, list[str]]:
     """The profiles to plan with, why (empty when matching decides), and notes for the warnings."""
     if wanted != "auto":
@@ -63,7 +64,7 @@ def _candidates(fingerprint: dict, machine: Machine, profiles: Mapping[str, Prof
     return candidates, "", [f"No profile matches this machine exactly; tried {', '.join(p.name for p in candidates)}."]
 
 
-def make_plan(fingerprint: dict, catalog: Catalog, profiles: Mapping[str, Profile], *,
+def make_plan(fingerprint: Fingerprint, catalog: Catalog, profiles: Mapping[str, Profile], *,
               profile: str | None = None, config=None, evidence=None) -> dict:
     """An h3kit.plan/1 for `fingerprint`. `profile` (a name) beats config.profile; 'auto'/None lets matching decide.
 

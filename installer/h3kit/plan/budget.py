@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePath, PurePosixPath, PureWindowsPath
 
 from h3kit.data.catalog import Catalog, Weight, tokens_for
+from h3kit.data.fingerprint import Disk, Fingerprint
 
 GIB = 2**30
 
@@ -59,7 +60,7 @@ class Budget:
     backend: str = "cpu"  # what ComfyUI computes on under this plan: cpu | cuda | rocm | mps | xpu | directml
 
 
-def _reserve(cat: Catalog, fp: dict, gpu_total: int, args: list) -> int:
+def _reserve(cat: Catalog, fingerprint: Fingerprint, gpu_total: int, args: list) -> int:
     """The VRAM ComfyUI keeps back: its --reserve-vram flag when the profile passes one, else its defaults."""
     if "--reserve-vram" in args:
         i = args.index("--reserve-vram")
@@ -68,7 +69,7 @@ def _reserve(cat: Catalog, fp: dict, gpu_total: int, args: list) -> int:
         except (IndexError, ValueError):
             pass
     cu = cat.comfyui
-    reserve = cu.reserve_windows if fp["os"]["system"] == "windows" else cu.reserve_default
+    reserve = cu.reserve_windows if fingerprint.os.system == "windows" else cu.reserve_default
     if gpu_total >= cu.large_card_from:
         reserve += cu.large_card_extra
     return reserve
@@ -78,42 +79,41 @@ def _holds(mount: PurePath, folder: PurePath) -> bool:
     return folder == mount or mount in folder.parents
 
 
-def disk_for(disks: list[dict], folder: str | None, system: str) -> dict | None:
+def disk_for(disks: tuple[Disk, ...], folder: str | None, system: str) -> Disk | None:
     """The disk `folder` lives on: the longest mount path that contains it, compared by path components (a
     folder under /mnt/data2 is not on /mnt/data); without a folder or a match, the disk with most room."""
     if folder:
         pure = PureWindowsPath if system == "windows" else PurePosixPath  # Windows paths compare without case
         target = pure(str(folder))
-        under = [d for d in disks if _holds(pure(d["path"]), target)]
+        under = [d for d in disks if _holds(pure(d.path), target)]
         if under:
-            return max(under, key=lambda d: len(pure(d["path"]).parts))
-    return max(disks, key=lambda d: d["free_bytes"]) if disks else None
+            return max(under, key=lambda d: len(pure(d.path).parts))
+    return max(disks, key=lambda d: d.free_bytes) if disks else None
 
 
-def make_budget(cat: Catalog, fp: dict, settings: dict, comfyui_path: str | None = None, *,
+def make_budget(cat: Catalog, fingerprint: Fingerprint, settings: dict, comfyui_path: str | None = None, *,
                 cpu: bool = False) -> Budget:
     """What ComfyUI may use on this machine under `settings`; `cpu` plans as if there were no GPU."""
-    gpus = [g for g in fp.get("gpus") or [] if g.get("backend")]
-    gpu = max(gpus, key=lambda g: g["memory_total_bytes"]) if gpus else None
-    ram_total = int(fp["memory"]["total_bytes"])
+    gpu = fingerprint.primary_gpu
+    ram_total = fingerprint.ram_total_bytes
     headroom = settings["os_ram_headroom"]
     ram_bytes = max(ram_total - headroom, 0)
-    disk = disk_for(fp.get("disks") or [], comfyui_path, (fp.get("os") or {}).get("system", ""))
-    disk_bytes = int(disk["free_bytes"]) if disk else 0
-    disk_path, disk_kind = (disk["path"], disk["kind"]) if disk else (None, "unknown")
+    disk = disk_for(fingerprint.disks, comfyui_path, fingerprint.os.system)
+    disk_bytes = int(disk.free_bytes) if disk else 0
+    disk_path, disk_kind = (disk.path, disk.kind) if disk else (None, "unknown")
     if gpu is None or cpu:
         return Budget(None, ram_bytes, disk_bytes, False, None, None, 0, ram_total, headroom,
                       disk_path, disk_kind, 0, "cpu")
-    gpu_total = int(gpu["memory_total_bytes"])
-    reserve = _reserve(cat, fp, gpu_total, settings.get("comfyui_args") or [])
+    gpu_total = int(gpu.memory_total_bytes)
+    reserve = _reserve(cat, fingerprint, gpu_total, settings.get("comfyui_args") or [])
     cu = cat.comfyui
     weights_cap = int(gpu_total * cu.weights_share - (cu.inference_minimum + reserve))
     gpu_bytes = gpu_total - reserve
-    unified = bool(gpu.get("unified_memory"))
+    unified = bool(gpu.unified_memory)
     if unified:
         gpu_bytes = min(gpu_bytes, ram_bytes)
     return Budget(gpu_bytes, ram_bytes, disk_bytes, unified, weights_cap, gpu_total, reserve, ram_total, headroom,
-                  disk_path, disk_kind, len(gpus), str(gpu["backend"]))
+                  disk_path, disk_kind, len(fingerprint.usable_gpus), fingerprint.backend)
 
 
 # --- needs -----------------------------------------------------------------

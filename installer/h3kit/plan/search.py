@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from h3kit.data.catalog import LOAD_TIERS, Catalog, Machine, Profile, Weight
+from h3kit.data.fingerprint import Fingerprint
 from h3kit.data.speed import PRESET_ORDER
 from h3kit.plan import streaming
 from h3kit.plan import timing as timing_mod
@@ -141,18 +142,19 @@ class Candidate:
                 ch.canvas[0] * ch.canvas[1], ch.frames, -ch.dit.bytes)
 
 
-def _timing(cat: Catalog, fp: dict, machine: Machine, profile: Profile, settings: dict, dit: Weight) -> dict:
+def _timing(cat: Catalog, fingerprint: Fingerprint, machine: Machine, profile: Profile, settings: dict,
+            dit: Weight) -> dict:
     """The rates the time estimate uses: calibrated `timing` when set, else the throughput table's for this DiT."""
     if isinstance(settings.get("timing"), dict):
         return dict(settings["timing"])
     backend = "cpu" if profile.match.get("backend") == ["cpu"] else machine.backend
-    return timing_mod.rates_from_table(fp, cat, timing_mod.compute_dtype(fp, backend, cat), backend=backend,
-                                       weight_format=dit.format)
+    return timing_mod.rates_from_table(fingerprint, cat, timing_mod.compute_dtype(fingerprint, backend, cat),
+                                       backend=backend, weight_format=dit.format)
 
 
-def _finish(c: Candidate, cat: Catalog, fp: dict) -> Candidate:
+def _finish(c: Candidate, cat: Catalog, fingerprint: Fingerprint) -> Candidate:
     """The workflow defaults and their time for `c` (streaming slows every model call), which its rank needs."""
-    c.timing = _timing(cat, fp, c.machine, c.profile, c.settings, c.choice.dit)
+    c.timing = _timing(cat, fingerprint, c.machine, c.profile, c.settings, c.choice.dit)
     c.defaults, c.time, c.defaults_why, c.defaults_warnings = workflow_defaults(
         cat, c.settings, c.source, c.choice.canvas, c.choice.frames, c.timing,
         pass_overhead=streaming.pass_overhead(cat, c.est))
@@ -163,13 +165,14 @@ def _shortfall(est: Estimate) -> int:
     return sum(need - have for _, need, have, _ in est.short)
 
 
-def plan_profile(cat: Catalog, fp: dict, machine: Machine, profile: Profile, config, probe=None) -> Candidate:
+def plan_profile(cat: Catalog, fingerprint: Fingerprint, machine: Machine, profile: Profile, config,
+                 probe=None) -> Candidate:
     """The best plan `profile` gives this machine under `config` and the format probe's `probe` (see the module
     docstring for the order)."""
     settings, source, written = merge_settings(profile, config)
-    budget = make_budget(cat, fp, settings, getattr(config, "comfyui_path", None),
+    budget = make_budget(cat, fingerprint, settings, getattr(config, "comfyui_path", None),
                          cpu=profile.match.get("backend") == ["cpu"])
-    pol = streaming.policy(fp, machine, settings, budget)
+    pol = streaming.policy(fingerprint, machine, settings, budget)
     # ComfyUI maps the off-card part from the file only with dynamic VRAM; without it, it keeps that part in RAM.
     discrete = budget.gpu_bytes is not None and not budget.unified
     hs = dict(settings, stream_from="ram") if discrete and pol["dynamic_vram"] is not True else settings
@@ -242,7 +245,7 @@ def plan_profile(cat: Catalog, fp: dict, machine: Machine, profile: Profile, con
     def candidate(ch, est, held, searched=True) -> Candidate:
         return _finish(Candidate(profile, settings, source, written, budget, ch, est, skipped,
                                  searched and not (fixed_canvas and fixed_frames), machine, held, probe,
-                                 evidence_tiers=evidence_tiers), cat, fp)
+                                 evidence_tiers=evidence_tiers), cat, fingerprint)
 
     # Files that load and run first; widen to unreported ones. A file reported not to load is planned only
     # when the user named it (dit_weights / quantization / *_weights): a plan never picks one by itself.

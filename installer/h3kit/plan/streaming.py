@@ -34,6 +34,8 @@ import re
 from functools import lru_cache
 from typing import Mapping
 
+from h3kit.data.fingerprint import Fingerprint
+
 DYNAMIC_VRAM_TORCH = (2, 8)
 DYNAMIC_VRAM_HIP = (7, 14)
 # Launch flags under which ComfyUI's enables_dynamic_vram() is false (comfy/cli_args.py).
@@ -165,7 +167,7 @@ def _wheel_table() -> dict | None:
         return None
 
 
-def assumed_runtime(fingerprint: dict, table: dict | None = None) -> dict:
+def assumed_runtime(fingerprint: Fingerprint, table: dict | None = None) -> dict:
     """The torch (and HIP) h3kit would install on this machine: {"torch", "hip", "source"}."""
     from h3kit.plan import torch_wheel
 
@@ -234,7 +236,7 @@ def streamable(weight) -> bool:
             or (fmt in GGUF_STREAMABLE and name.endswith(".gguf")))
 
 
-def policy(fingerprint: dict, machine, settings: Mapping, budget, runtime: Mapping | None = None) -> dict:
+def policy(fingerprint: Fingerprint, machine, settings: Mapping, budget, runtime: Mapping | None = None) -> dict:
     """What decides streaming on this machine before any file is chosen: {"forced" (stream_dit), "dynamic_vram",
     "dyn_why", "assumed" (where the versions came from), "args", "backend", "depth" (read-ahead), "prefetch_set"}."""
     args = [str(a) for a in ((runtime or {}).get("comfyui_args") or settings.get("comfyui_args") or [])]
@@ -322,7 +324,7 @@ def pass_overhead(catalog, est) -> float:
     return full * (catalog.blocks - est.resident_blocks) / catalog.blocks
 
 
-def decide_streaming(fingerprint: dict, machine, settings: dict, est, catalog, *, budget=None,
+def decide_streaming(fingerprint: Fingerprint, machine, settings: dict, est, catalog, *, budget=None,
                      dit_weight=None, runtime: Mapping | None = None, choice=None, held=None) -> tuple[dict, list[str]]:
     """({"enabled", "dynamic_vram", "why", "prefetch_blocks", "resident_blocks", ...}, rationale sentences).
 

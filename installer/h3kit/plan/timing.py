@@ -23,6 +23,7 @@ import re
 
 from h3kit.data import throughput as throughput_mod
 from h3kit.data.catalog import Catalog, tokens_for
+from h3kit.data.fingerprint import Fingerprint, Gpu
 
 DTYPE_NAMES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
                "fp32": "float32", "float32": "float32"}
@@ -52,23 +53,13 @@ def block_flops(arch: dict) -> tuple[float, float]:
     return linear, 4.0 * inner
 
 
-def compute_dtype(fingerprint: dict, backend: str | None = None, catalog: Catalog | None = None) -> str:
+def compute_dtype(fingerprint: Fingerprint, backend: str | None = None, catalog: Catalog | None = None) -> str:
     """The dtype ComfyUI computes H3 in there: the catalog's comfyui.compute_dtype for the backend (float32 on
     a CPU, else bf16: comfy/model_management.py should_use_bf16); without a catalog, that same rule."""
-    backend = backend or _backend(fingerprint)
+    backend = backend or fingerprint.backend
     if catalog is not None:
         return catalog.comfyui.dtype_on(backend)
     return "float32" if backend == "cpu" else "bfloat16"
-
-
-def _gpu(fingerprint: dict) -> dict | None:
-    gpus = [g for g in fingerprint.get("gpus") or [] if g.get("backend")]
-    return max(gpus, key=lambda g: g.get("memory_total_bytes") or 0) if gpus else None
-
-
-def _backend(fingerprint: dict) -> str:
-    gpu = _gpu(fingerprint)
-    return gpu["backend"] if gpu else "cpu"
 
 
 def _cc(text) -> tuple | None:
@@ -78,10 +69,10 @@ def _cc(text) -> tuple | None:
         return None
 
 
-def match_device(gpu: dict, table) -> throughput_mod.DeviceRow | None:
+def match_device(gpu: Gpu, table) -> throughput_mod.DeviceRow | None:
     """The table row for `gpu`: the longest name substring that matches, else its vendor's generation row."""
-    name = " " + " ".join(str(gpu.get("name") or "").lower().split()) + " "
-    vendor = gpu.get("vendor")
+    name = " " + " ".join(str(gpu.name or "").lower().split()) + " "
+    vendor = gpu.vendor
     best, best_len = None, 0
     for row in table.devices:
         if row.vendor != vendor:
@@ -91,7 +82,7 @@ def match_device(gpu: dict, table) -> throughput_mod.DeviceRow | None:
                 best, best_len = row, len(n)
     if best is not None:
         return best
-    cc = _cc(gpu.get("compute_capability"))
+    cc = _cc(gpu.compute_capability)
     for row in table.devices:
         if row.vendor != vendor or row.generation is None:
             continue
@@ -103,25 +94,25 @@ def match_device(gpu: dict, table) -> throughput_mod.DeviceRow | None:
     return None
 
 
-def _cpu_peak(fingerprint: dict, table) -> tuple[float, float, str]:
+def _cpu_peak(fingerprint: Fingerprint, table) -> tuple[float, float, str]:
     """(fp32 TFLOPS, GB/s, description) of the CPU from its cores, widest SIMD flag and clock."""
-    cpu = fingerprint.get("cpu") or {}
-    flags = {str(f).lower() for f in cpu.get("flags") or []}
+    cpu = fingerprint.cpu
+    flags = {str(f).lower() for f in cpu.flags}
     per, flag = table.cpu.scalar_flops_per_cycle, "scalar"
     for name, value in table.cpu.flops_per_cycle:
         if name in flags:
             per, flag = value, name
             break
-    m = _CLOCK.search(str(cpu.get("model") or ""))
+    m = _CLOCK.search(str(cpu.model or ""))
     clock = float(m.group(1)) if m else table.cpu.clock_ghz
-    cores = max(1, int(cpu.get("physical_cores") or cpu.get("logical_cores") or 1))
+    cores = max(1, int(cpu.physical_cores or cpu.logical_cores or 1))
     tflops = cores * per * clock / 1000.0
     what = (f"{cores} cores x {per:g} FLOP/cycle ({flag}) x {clock:g} GHz"
             + ("" if m else " (assumed clock)") + f" = {tflops * 1000:.0f} GFLOPS fp32")
     return tflops, table.cpu.bandwidth, what
 
 
-def rates_from_table(fingerprint: dict, catalog: Catalog, dtype: str, *, backend: str | None = None,
+def rates_from_table(fingerprint: Fingerprint, catalog: Catalog, dtype: str, *, backend: str | None = None,
                      table=None, weight_format: str | None = None) -> dict:
     """A `timing` mapping for this machine from profiles/throughput.yaml (source "table: <row>").
 
@@ -130,15 +121,15 @@ def rates_from_table(fingerprint: dict, catalog: Catalog, dtype: str, *, backend
     (data.catalog.load), else the shipped throughput.yaml. `weight_format` is the DiT's format: one whose
     catalog entry says `compute: int8|fp8|fp4` runs its linear layers at the row's 8-bit rate on CUDA."""
     table = table or getattr(catalog, "throughput", None) or throughput_mod.load()
-    backend = backend or _backend(fingerprint)
+    backend = backend or fingerprint.backend
     dt = DTYPE_NAMES.get(str(dtype).lower(), "bfloat16")
-    gpu = _gpu(fingerprint) if backend != "cpu" else None
+    gpu = fingerprint.primary_gpu if backend != "cpu" else None
     row = match_device(gpu, table) if gpu else None
     if gpu is None or row is None:
         backend = "cpu" if gpu is None else backend
         dt = "float32" if backend == "cpu" else dt
         tflops, bandwidth, what = _cpu_peak(fingerprint, table)
-        row_id = "cpu" if gpu is None else f"{gpu.get('vendor')} (not in the table; CPU figures)"
+        row_id = "cpu" if gpu is None else f"{gpu.vendor} (not in the table; CPU figures)"
     else:
         tflops = {"bfloat16": row.bf16, "float16": row.fp16, "float32": row.fp32}[dt]
         bandwidth, row_id = row.bandwidth, row.id

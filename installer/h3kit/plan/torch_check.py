@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import re
 
+from h3kit.data.fingerprint import Fingerprint, biggest
 from h3kit.plan.torch_wheel import (
     PACKAGES,
-    biggest,
     builds_table,
     choose,
-    gpus_of,
     pip_index_args,
     requirements,
     version_tuple,
@@ -53,7 +52,7 @@ def describe_installed(torch_info: dict | None) -> dict:
             "backend": backend, "cuda": cuda}
 
 
-def check(fingerprint: dict, torch_info: dict | None, table: dict | None = None) -> list[dict]:
+def check(fingerprint: Fingerprint, torch_info: dict | None, table: dict | None = None) -> list[dict]:
     """Mismatches between installed torch and choose(fingerprint), each {kind, status, message}.
 
     Empty when torch is what the machine should have (or an acceptable
@@ -106,15 +105,15 @@ def companion_mismatches(torch_info: dict) -> list[str]:
             if name in PACKAGES[1:] and local_tag(version) not in (None, tag)]
 
 
-def _check_cuda_tag(fp: dict, choice: dict, have: dict, t: dict) -> list[dict]:
+def _check_cuda_tag(fingerprint: Fingerprint, choice: dict, have: dict, t: dict) -> list[dict]:
     rows = {r["tag"]: r for r in t["cuda_tags"]}
     have_cuda = version_tuple(have["cuda"])[:2]
     want_cuda = version_tuple(rows[choice["build"]]["cuda"])[:2]
     if have_cuda > want_cuda:
-        gpu = biggest(gpus_of(fp, "nvidia"))
+        gpu = biggest(fingerprint.gpus_of("nvidia"))
         return [{"kind": "cuda-too-new", "status": "fail", "choice": choice,
                  "message": f"ComfyUI has torch {have['version']} built for CUDA {have['cuda']}, newer than the "
-                            f"NVIDIA driver {gpu.get('driver_version') or '?'} (CUDA {gpu.get('cuda_driver_version') or '?'}) "
+                            f"NVIDIA driver {gpu.driver_version or '?'} (CUDA {gpu.cuda_driver_version or '?'}) "
                             f"can run; {choice['build']} is the newest build that works here."}]
     if have_cuda < want_cuda:
         needs = [f for f, v in (t.get("cuda_features") or {}).items()
@@ -141,11 +140,11 @@ def fix_command(python: str, choice: dict) -> str:
     return " ".join(parts)
 
 
-def doctor_findings(fingerprint: dict, comfy_info: dict | None) -> list[dict]:
+def doctor_findings(fingerprint: Fingerprint | None, comfy_info: dict | None) -> list[dict]:
     """The doctor's torch findings: [{check, status, message, fix}] (never raises on odd input)."""
     info = comfy_info or {}
     python = str(info.get("python") or info.get("python_path") or "python")
-    if not fingerprint:
+    if fingerprint is None:
         return [{"check": "torch.build", "status": "warn", "fix": "Run 'h3kit fingerprint' to see what fails.",
                  "message": "h3kit could not fingerprint this machine, so it cannot tell which torch build fits."}]
     try:

@@ -1,7 +1,7 @@
 """Which PyTorch build belongs on this machine: the choice, from the fingerprint and the wheel table.
 
-`choose(fingerprint)` is a pure function of an `h3kit.fingerprint/1`
-document and the data in `profiles/torch_builds.yaml`. Its search order,
+`choose(fingerprint)` is a pure function of the machine's `Fingerprint`
+(h3kit.data.fingerprint) and the data in `profiles/torch_builds.yaml`. Its search order,
 first match wins:
 
 1. macOS: Apple Silicon -> the default arm64 wheels (MPS); an x86_64 Python
@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 
 from h3kit.core.units import gib
+from h3kit.data.fingerprint import Fingerprint, Gpu, biggest
 from h3kit.data.torch_builds import load as builds_table
 
 SCHEMA = "h3kit.torch_choice/1"
@@ -32,7 +33,7 @@ PYPI = "pypi"
 PACKAGES = ("torch", "torchvision", "torchaudio")
 
 
-# -- small helpers over the fingerprint ---------------------------------------
+# -- small helpers over versions ---------------------------------------------
 
 def version_tuple(text: str | None) -> tuple[int, ...] | None:
     """'580.65.06' -> (580, 65, 6); '12.8' -> (12, 8); junk -> None."""
@@ -49,23 +50,11 @@ def _cc_tuple(text: str | None) -> tuple[int, int] | None:
     return (v[0], v[1] if len(v) > 1 else 0)
 
 
-def _system(fp: dict) -> str:
-    return (fp.get("os") or {}).get("system", "linux")
-
-
-def gpus_of(fp: dict, vendor: str) -> list[dict]:
-    return [g for g in fp.get("gpus") or [] if g.get("vendor") == vendor]
-
-
-def biggest(gpus: list[dict]) -> dict:
-    return max(gpus, key=lambda g: g.get("memory_total_bytes") or 0)
-
-
 def _index_url(table: dict, tag: str) -> str:
     return f"{table['index_base'].rstrip('/')}/{tag}"
 
 
-def _base_choice(table: dict, build: str, backend: str, index_url: str | None, gpu: dict | None) -> dict:
+def _base_choice(table: dict, build: str, backend: str, index_url: str | None, gpu: Gpu | None) -> dict:
     return {
         "schema": SCHEMA,
         "status": "ok",
@@ -75,7 +64,7 @@ def _base_choice(table: dict, build: str, backend: str, index_url: str | None, g
         "packages": dict(table["release"]),
         # PyTorch's own indexes label their wheels (+cu130, +rocm7.2, +xpu, +cpu); PyPI's carry no label.
         "local_tag": build if index_url and index_url.startswith(table["index_base"]) else None,
-        "gpu": gpu.get("name") if gpu else None,
+        "gpu": gpu.name if gpu else None,
         "rationale": [],
         "warnings": [],
         "fix": None,
@@ -106,14 +95,13 @@ def pip_index_args(choice: dict) -> list[str]:
 
 # -- the choice -----------------------------------------------------------------
 
-def choose(fingerprint: dict, table: dict | None = None) -> dict:
+def choose(fingerprint: Fingerprint, table: dict | None = None) -> dict:
     """The torch build for this machine (see the module docstring for the order)."""
     t = table if table is not None else builds_table()
-    system = _system(fingerprint)
-    if system == "darwin":
+    if fingerprint.system == "darwin":
         return _choose_apple(fingerprint, t)
     for vendor, chooser in (("nvidia", _choose_nvidia), ("amd", _choose_amd), ("intel", _choose_intel)):
-        gpus = gpus_of(fingerprint, vendor)
+        gpus = fingerprint.gpus_of(vendor)
         if gpus:
             return chooser(fingerprint, biggest(gpus), t)
     choice = _base_choice(t, "cpu", "cpu", _index_url(t, "cpu"), None)
@@ -124,10 +112,10 @@ def choose(fingerprint: dict, table: dict | None = None) -> dict:
     return choice
 
 
-def _choose_apple(fp: dict, t: dict) -> dict:
-    gpu = (gpus_of(fp, "apple") or [None])[0]
+def _choose_apple(fingerprint: Fingerprint, t: dict) -> dict:
+    gpu = (fingerprint.gpus_of("apple") or [None])[0]
     choice = _base_choice(t, "mps", "mps", None, gpu)
-    if fp.get("rosetta"):
+    if fingerprint.rosetta:
         return _refuse(
             choice,
             "This Python is an x86_64 program running under Rosetta on an Apple Silicon Mac; "
@@ -136,7 +124,7 @@ def _choose_apple(fp: dict, t: dict) -> dict:
             "'arch -arm64 brew install python', then re-run the installer from a native terminal "
             "with 'arch -arm64 ./install.command'.",
         )
-    if fp.get("arch") != "arm64":
+    if fingerprint.arch != "arm64":
         last = t["apple"]["last_intel_mac_torch"]
         return _refuse(
             choice,
@@ -145,7 +133,7 @@ def _choose_apple(fp: dict, t: dict) -> dict:
             "Run ComfyUI on an Apple Silicon Mac or a Linux/Windows PC; h3kit cannot install a "
             "current PyTorch here.",
         )
-    memory = gpu.get("memory_total_bytes") if gpu else (fp.get("memory") or {}).get("total_bytes")
+    memory = gpu.memory_total_bytes if gpu else fingerprint.memory.total_bytes
     choice["rationale"].append(
         f"Apple Silicon with {_card_gib(memory)} of unified memory: the default macOS arm64 wheels from PyPI "
         "carry the Metal (MPS) backend, so no special index is needed."
@@ -177,23 +165,23 @@ def _min_driver_text(row: dict, system: str) -> str:
     return f"driver {minimum}" if minimum else f"a driver that reports CUDA {row['cuda']}"
 
 
-def _choose_nvidia(fp: dict, gpu: dict, t: dict) -> dict:
-    system = _system(fp)
+def _choose_nvidia(fingerprint: Fingerprint, gpu: Gpu, t: dict) -> dict:
+    system = fingerprint.system
     rows = t["cuda_tags"]
-    cc = _cc_tuple(gpu.get("compute_capability"))
-    driver = version_tuple(gpu.get("driver_version"))
-    driver_cuda = version_tuple(gpu.get("cuda_driver_version"))
-    name = gpu.get("name", "NVIDIA GPU")
+    cc = _cc_tuple(gpu.compute_capability)
+    driver = version_tuple(gpu.driver_version)
+    driver_cuda = version_tuple(gpu.cuda_driver_version)
+    name = gpu.name or "NVIDIA GPU"
     choice = _base_choice(t, None, "cuda", None, gpu)
     for_gpu = [r for r in rows if cc is None or _cc_supported(cc, r["compute_capabilities"])]
     for_driver = [r for r in for_gpu if _driver_allows(r, system, driver, driver_cuda)]
-    driver_text = gpu.get("driver_version") or "unknown"
-    cuda_text = gpu.get("cuda_driver_version") or "unknown"
+    driver_text = gpu.driver_version or "unknown"
+    cuda_text = gpu.cuda_driver_version or "unknown"
     if not for_gpu:
         oldest = rows[-1]
         choice.update(build="cpu", backend="cpu", index_url=_index_url(t, "cpu"), local_tag="cpu")
         choice["rationale"].append(
-            f"{name} has compute capability {gpu.get('compute_capability')}, below the oldest the current "
+            f"{name} has compute capability {gpu.compute_capability}, below the oldest the current "
             f"PyTorch wheels carry ({oldest['tag']}: {oldest['compute_capabilities'][0]}), so ComfyUI gets "
             "the CPU wheels."
         )
@@ -213,9 +201,9 @@ def _choose_nvidia(fp: dict, gpu: dict, t: dict) -> dict:
     choice.update(build=best["tag"], index_url=_index_url(t, best["tag"]), local_tag=best["tag"])
     why_driver = (f"the driver reports CUDA {cuda_text}" if driver_cuda is not None
                   else f"driver {driver_text} is at least {_min_driver_text(best, system)[len('driver '):]}")
-    cc_text = f"compute capability {gpu.get('compute_capability')}" if cc else "an unknown compute capability"
+    cc_text = f"compute capability {gpu.compute_capability}" if cc else "an unknown compute capability"
     choice["rationale"].append(
-        f"{name} ({_card_gib(gpu.get('memory_total_bytes'))}, {cc_text}): {best['tag']} is the newest CUDA "
+        f"{name} ({_card_gib(gpu.memory_total_bytes)}, {cc_text}): {best['tag']} is the newest CUDA "
         f"wheel it can use because {why_driver} (>= {best['cuda']}) and the wheels carry its architecture."
     )
     newer_for_gpu = [r for r in for_gpu if r is not best and rows.index(r) < rows.index(best)]
@@ -236,23 +224,22 @@ def _choose_nvidia(fp: dict, gpu: dict, t: dict) -> dict:
     return choice
 
 
-def _gfx_target(gpu: dict, t: dict) -> str | None:
-    for key in ("gfx_target", "compute_capability"):
-        value = gpu.get(key)
+def _gfx_target(gpu: Gpu, t: dict) -> str | None:
+    for value in (gpu.detail("gfx_target"), gpu.compute_capability):
         if isinstance(value, str) and value.lower().startswith("gfx"):
             return value.lower()
-    name = gpu.get("name") or ""
+    name = gpu.name or ""
     for fragment, gfx in (t.get("amd_gfx_by_name") or {}).items():
         if fragment.lower() in name.lower():
             return gfx
     return None
 
 
-def _choose_amd(fp: dict, gpu: dict, t: dict) -> dict:
-    name = gpu.get("name", "AMD GPU")
+def _choose_amd(fingerprint: Fingerprint, gpu: Gpu, t: dict) -> dict:
+    name = gpu.name or "AMD GPU"
     gfx = _gfx_target(gpu, t)
     gfx_text = gfx or "an unknown gfx target"
-    if _system(fp) == "windows":
+    if fingerprint.system == "windows":
         win = t["amd_windows"]
         if gfx in win["rocm_gfx_targets"]:
             choice = _base_choice(t, f"rocm-windows-{gfx}", "rocm", win["rocm_index"], gpu)
@@ -274,7 +261,7 @@ def _choose_amd(fp: dict, gpu: dict, t: dict) -> dict:
     if gfx in rocm["gfx_targets"]:
         choice = _base_choice(t, rocm["tag"], "rocm", _index_url(t, rocm["tag"]), gpu)
         choice["rationale"].append(
-            f"{name} ({gfx}, {_card_gib(gpu.get('memory_total_bytes'))}) on Linux: PyTorch's {rocm['tag']} wheels "
+            f"{name} ({gfx}, {_card_gib(gpu.memory_total_bytes)}) on Linux: PyTorch's {rocm['tag']} wheels "
             f"carry native kernels for {gfx}."
         )
         return choice
@@ -292,11 +279,11 @@ def _choose_amd(fp: dict, gpu: dict, t: dict) -> dict:
     return choice
 
 
-def _choose_intel(fp: dict, gpu: dict, t: dict) -> dict:
+def _choose_intel(fingerprint: Fingerprint, gpu: Gpu, t: dict) -> dict:
     tag = t["xpu"]["tag"]
     choice = _base_choice(t, tag, "xpu", _index_url(t, tag), gpu)
     choice["rationale"].append(
-        f"{gpu.get('name', 'Intel GPU')} ({_card_gib(gpu.get('memory_total_bytes'))}): PyTorch's XPU wheels "
+        f"{gpu.name or 'Intel GPU'} ({_card_gib(gpu.memory_total_bytes)}): PyTorch's XPU wheels "
         f"({_index_url(t, tag)}) drive Intel Arc and Data Center GPUs."
     )
     return choice

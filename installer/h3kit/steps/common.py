@@ -15,6 +15,7 @@ from h3kit.comfyui import manifest as mf
 from h3kit.core import lock
 from h3kit.comfyui.inspect import torch_fit_findings
 from h3kit.core.session import Session
+from h3kit.data.fingerprint import Fingerprint
 from h3kit.steps.options import ComfyTarget
 
 
@@ -24,7 +25,7 @@ def load_config(ctx: Session):
     return config.load(ctx.locations)
 
 
-def _plan(fingerprint: dict, profile: str | None, config) -> dict:
+def _plan(fingerprint: Fingerprint, profile: str | None, config) -> dict:
     """The planner over the shipped catalog and profiles (it reads no file itself)."""
     from h3kit.data import catalog
     from h3kit.plan import make_plan
@@ -33,25 +34,26 @@ def _plan(fingerprint: dict, profile: str | None, config) -> dict:
     return make_plan(fingerprint, cat, catalog.load_profiles(cat), profile=profile, config=config)
 
 
-def current_plan(ctx: Session, config, profile: str | None, notes: list[str]) -> tuple[dict, dict]:
+def current_plan(ctx: Session, config, profile: str | None, notes: list[str]) -> tuple[Fingerprint, dict]:
     """(fingerprint, plan) for this machine now."""
-    from h3kit.fingerprint import collect
+    from h3kit.fingerprint import this_machine
 
     ctx.progress("Fingerprinting this machine...")
-    fingerprint = collect()
+    fingerprint = this_machine()
     ctx.progress("Planning the profile...")
     return fingerprint, _plan(fingerprint, profile, config)
 
 
-def machine_fingerprint(path: str | None) -> dict:
+def machine_fingerprint(path: str | None) -> Fingerprint:
     """The saved fingerprint FILE (--fingerprint FILE), else this machine's, probed now."""
-    from h3kit.fingerprint import collect
+    from h3kit.fingerprint import this_machine
     from h3kit.fingerprint.schema import load_file
 
-    return load_file(path) if path else collect()
+    return load_file(path) if path else this_machine()
 
 
-def saved_plan(config, profile: str | None, notes: list[str], fingerprint_file: str) -> tuple[dict, dict | None]:
+def saved_plan(config, profile: str | None, notes: list[str],
+               fingerprint_file: str) -> tuple[Fingerprint, dict | None]:
     """(fingerprint, plan) for a saved fingerprint file (--fingerprint FILE), instead of this machine."""
     from h3kit.fingerprint.schema import load_file
 
@@ -137,7 +139,7 @@ def remember_comfyui(ctx: Session, config, install: comfyui_locate.ComfyInstall,
     notes.append(f"saved comfyui_path in {where}, so apply, doctor and uninstall find this ComfyUI without --comfyui")
 
 
-def torch_findings(fingerprint: dict | None, info: dict) -> list[dict]:
+def torch_findings(fingerprint: Fingerprint | None, info: dict) -> list[dict]:
     """Torch build against the hardware (h3kit.plan.torch_build); the basic checks without a fingerprint."""
     if fingerprint is None:
         return torch_fit_findings(fingerprint, info)

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from h3kit.calibrate.format_probe import format_evidence
 from h3kit.core.session import Session
+from h3kit.data.fingerprint import Fingerprint
 
 
-def probed_plan(ctx: Session, config, install, fingerprint: dict | None, plan: dict | None, notes: list[str], *,
+def probed_plan(ctx: Session, config, install, fingerprint: Fingerprint | None, plan: dict | None, notes: list[str], *,
                 profile: str | None, saved: bool) -> dict | None:
     """`plan` made again with this machine's format probe as evidence; `plan` itself when there is none.
     `saved`: the plan is for a saved fingerprint (another machine), so this machine's probe is not its evidence."""
@@ -25,14 +26,14 @@ def probed_plan(ctx: Session, config, install, fingerprint: dict | None, plan: d
     return plan_with(probe, config, fingerprint, plan, notes, profile=profile, saved=saved)
 
 
-def plan_with(probe, config, fingerprint: dict | None, plan: dict | None, notes: list[str], *,
+def plan_with(probe, config, fingerprint: Fingerprint | None, plan: dict | None, notes: list[str], *,
               profile: str | None, saved: bool) -> dict | None:
     """`plan` made again with `probe` (a FormatProbe or None) as the planner's evidence, for commands that
     already hold the probe (doctor); `plan` itself when there is no probe or the plan is another machine's."""
     from h3kit.data import catalog
     from h3kit.plan import make_plan
 
-    if probe is None or saved or not plan or not fingerprint:
+    if probe is None or saved or not plan or fingerprint is None:
         return plan
     runs = sum(r.status == "runs" for part in probe.parts.values() for r in part.values())
     notes.append(f"planned with {probe.source}: {runs} format/part pairs run")

@@ -141,7 +141,8 @@ def _into(options: InstallOptions, ctx: Session, config, fingerprint, plan, sett
                        "Run 'h3kit plan' to see why; change config.yaml and run 'h3kit install' again, or pass "
                        "--allow-unverified.", details=doc)
     closing = next_steps.lines(doc["launchers"][0] if doc["launchers"] else None, plan,
-                               {"estimates": doc.get("calibration_estimates")}, cpu_only=not (fingerprint or {}).get("gpus"))
+                               {"estimates": doc.get("calibration_estimates")},
+                               cpu_only=not (fingerprint and fingerprint.gpus))
     doc["next_steps"] = closing
     text = (f"h3kit installed into {install.node_dir} (profile '{profile}', verified)."
             + "".join(f"\nnote: {n}" for n in notes) + "\n" + "\n".join(closing))

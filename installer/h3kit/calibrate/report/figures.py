@@ -14,6 +14,7 @@ from __future__ import annotations
 from h3kit.core.errors import H3kitError
 from h3kit.core.units import gib_of, human_seconds
 from h3kit.data import catalog
+from h3kit.data.fingerprint import Fingerprint
 
 LONG_CLIP_S = 3 * 3600  # past this a clip is an overnight job: the first screen says so as a warning
 
@@ -31,6 +32,11 @@ def _first(*values):
 
 def _dict(x) -> dict:
     return x if isinstance(x, dict) else {}
+
+
+def machine(doc: dict) -> Fingerprint:
+    """The machine the calibration ran on (its fingerprint, parsed; empty when the document has none)."""
+    return Fingerprint.from_json(_dict(doc.get("fingerprint")))
 
 
 def _fps() -> float | None:
@@ -95,15 +101,15 @@ def clip(doc: dict) -> dict:
 def memory(doc: dict) -> dict:
     """Peak memory and the machine's total: {kind: "GPU"|"RAM", peak, total, unified, ram_peak, ram_total}."""
     est, _, mem, _, pe = parts(doc)
-    fp = _dict(doc.get("fingerprint"))
-    gpus = [g for g in fp.get("gpus") or [] if isinstance(g, dict)]
+    fingerprint = machine(doc)
+    gpus = fingerprint.gpus
     budget = _dict(_dict(doc.get("plan")).get("budget"))
     unified = bool(budget.get("unified_memory"))
     gpu_peak = _num(mem.get("peak_gpu_bytes")) if "peak_gpu_bytes" in mem else \
         _num(_first(est.get("peak_gpu_bytes"), pe.get("peak_gpu_bytes")))
-    gpu_total = _num(_first(mem.get("gpu_total_bytes"), gpus[0].get("memory_total_bytes") if gpus else None))
+    gpu_total = _num(_first(mem.get("gpu_total_bytes"), gpus[0].memory_total_bytes if gpus else None))
     ram_peak = _num(_first(mem.get("peak_rss_bytes"), est.get("peak_ram_bytes"), pe.get("peak_ram_bytes")))
-    ram_total = _num(_first(mem.get("ram_total_bytes"), _dict(fp.get("memory")).get("total_bytes")))
+    ram_total = _num(_first(mem.get("ram_total_bytes"), fingerprint.memory.total_bytes))
     if gpu_peak is not None and not unified:
         return {"kind": "GPU", "peak": gpu_peak, "total": gpu_total, "unified": False,
                 "ram_peak": ram_peak, "ram_total": ram_total}

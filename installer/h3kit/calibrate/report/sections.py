@@ -11,7 +11,7 @@ did not run says why in a sentence where its table would be.
 
 from __future__ import annotations
 
-from h3kit.calibrate.report import front, measured
+from h3kit.calibrate.report import figures, front, measured
 from h3kit.calibrate.report.model import (
     BarChart,
     Bullets,
@@ -157,7 +157,7 @@ def build(doc: dict) -> Report:
                 _tiles(doc.get("tiles") or [], device, (doc.get("plan") or {}).get("budget") or {}),
                 _device(device),
                 Section("Disk", [Table(("item", "value"), tuple(disk_rows(doc.get("disk") or {})))]),
-                Section("Machine", [Table(("item", "value"), tuple(machine_rows(doc.get("fingerprint") or {})))]),
+                Section("Machine", [Table(("item", "value"), tuple(machine_rows(figures.machine(doc))))]),
                 Section("Profile", [Table(("setting", "value"), tuple(profile_rows(doc.get("plan") or {})))]),
                 Section("About this run", [Bullets(tuple(run_lines(doc)))]
                         + ([Paragraph(("Not measured this time:",)), Bullets(tuple(doc["skipped"]))]

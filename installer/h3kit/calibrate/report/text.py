@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 
 from h3kit.calibrate.report import figures
 from h3kit.core.units import human_bytes, human_rate, human_seconds
+from h3kit.data.fingerprint import Fingerprint
 
 
 # The document's parts by their type: a report of any age is read through `normalized`, so a part
@@ -110,16 +111,14 @@ def disk_rows(disk: dict) -> list[list]:
     return rows + [r for r in kv_rows(disk) if r[0] not in shown]
 
 
-def machine_rows(fp: dict) -> list[list]:
-    cpu = fp.get("cpu") or {}
-    mem = fp.get("memory") or {}
-    gpus = fp.get("gpus") or []
-    rows = [["os", f"{(fp.get('os') or {}).get('system', '?')} {(fp.get('os') or {}).get('release', '')}"],
-            ["arch", fp.get("arch")],
-            ["cpu", f"{cpu.get('model', '?')} ({cpu.get('physical_cores')} cores / {cpu.get('logical_cores')} threads)"],
-            ["memory", hb(mem.get("total_bytes"))]]
+def machine_rows(fingerprint: Fingerprint) -> list[list]:
+    cpu, gpus = fingerprint.cpu, fingerprint.gpus
+    rows = [["os", f"{fingerprint.os.system or '?'} {fingerprint.os.release}"],
+            ["arch", fingerprint.arch or None],
+            ["cpu", f"{cpu.model or '?'} ({cpu.physical_cores} cores / {cpu.logical_cores} threads)"],
+            ["memory", hb(fingerprint.memory.total_bytes)]]
     for g in gpus:
-        rows.append(["gpu", f"{g.get('name')} {hb(g.get('memory_total_bytes'))} ({g.get('backend')})"])
+        rows.append(["gpu", f"{g.name} {hb(g.memory_total_bytes)} ({g.backend})"])
     if not gpus:
         rows.append(["gpu", "none"])
     return rows

@@ -38,6 +38,7 @@ from h3kit.core.paths import new_comfyui_dir
 from h3kit.core.tools import PipOptions, ticking
 from h3kit.core.units import gb
 from h3kit.core.venv import venv_python
+from h3kit.data.fingerprint import Fingerprint
 from h3kit.plan import torch_build
 
 ROLE = "comfyui"
@@ -156,7 +157,7 @@ def _fetch_interrupted(man, target: Path) -> bool:
             and setup.get("dir") == str(target) and not target.is_symlink())
 
 
-def new_comfyui(ctx, target_dir, source: str | None, fingerprint: dict, *, opts: PipOptions | None = None,
+def new_comfyui(ctx, target_dir, source: str | None, fingerprint: Fingerprint, *, opts: PipOptions | None = None,
                 catalog=None) -> Path:
     """Set up a new ComfyUI in target_dir for this hardware; returns its path. Resumable (see module doc).
 
@@ -274,7 +275,7 @@ def new_comfyui(ctx, target_dir, source: str | None, fingerprint: dict, *, opts:
     return target
 
 
-def offer_new_comfyui(ctx, fingerprint: dict | None, source: str | None = None, *,
+def offer_new_comfyui(ctx, fingerprint: Fingerprint | None, source: str | None = None, *,
                       searched: list[str] | None = None, min_version: str = "0.31.0") -> Path | None:
     """No ComfyUI was found: offer to set one up next to h3kit's data; None when declined or nobody can answer.
 

@@ -19,6 +19,7 @@ from h3kit.comfyui.setup.torch_source import reachable_choice
 from h3kit.core.errors import BadInput, NotReady, VerificationFailed
 from h3kit.core.tools import PipOptions, run_pip
 from h3kit.core.venv import venv_python
+from h3kit.data.fingerprint import Fingerprint
 from h3kit.plan import torch_build
 
 
@@ -64,7 +65,8 @@ def record_before(python: str, info: dict) -> dict:
                            if name in torch_build.PACKAGES}}
 
 
-def fix_torch(ctx, python: str | os.PathLike, fingerprint: dict, manifest, opts: PipOptions | None = None) -> dict:
+def fix_torch(ctx, python: str | os.PathLike, fingerprint: Fingerprint, manifest,
+              opts: PipOptions | None = None) -> dict:
     """Reinstall the right torch build into `python`, recording what was there in manifest.extra['torch_before']."""
     python = os.fspath(python)
     opts = opts or PipOptions.from_env()

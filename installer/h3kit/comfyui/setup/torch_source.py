@@ -33,6 +33,7 @@ from h3kit.core import net
 from h3kit.core.errors import NotReady
 from h3kit.core.tools import PipOptions, run_pip
 from h3kit.core.units import gb
+from h3kit.data.fingerprint import Fingerprint
 from h3kit.plan import torch_build
 
 TORCH_INDEX_ENV = "H3KIT_TORCH_INDEX_URL"
@@ -128,7 +129,7 @@ def _unreachable(choice: dict, planned: str, why: str, reason: str, opts_hint: s
         f"H3KIT_PIP_FIND_LINKS to it{opts_hint}; then run the same command again.")
 
 
-def reachable_choice(ctx, python: str, choice: dict, fingerprint: dict, opts: PipOptions, *,
+def reachable_choice(ctx, python: str, choice: dict, fingerprint: Fingerprint, opts: PipOptions, *,
                      timeout: float) -> tuple[dict, dict | None]:
     """(the choice to install, what was taken instead and why | None). See the module docstring."""
     planned = planned_index(choice)
@@ -156,8 +157,7 @@ def reachable_choice(ctx, python: str, choice: dict, fingerprint: dict, opts: Pi
         except (NotReady, OSError, ValueError) as exc:
             detail = exc.message.split(" failed: ", 1)[-1] if isinstance(exc, NotReady) else str(exc)
             raise _unreachable(choice, planned, why, f"pip's index ({where}) has no torch for it: {detail}", "") from None
-    system = (fingerprint.get("os") or {}).get("system", "linux")
-    info = read_report(report, system)
+    info = read_report(report, fingerprint.system)
     if "error" in info:
         raise _unreachable(choice, planned, why, f"pip's index ({where}) has no torch for it", "")
     problems = [m for m in torch_build.check(fingerprint, info) if m["status"] == "fail"]

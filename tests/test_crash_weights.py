@@ -45,8 +45,7 @@ for i, w in enumerate(real.dit + real.text_encoder + real.vae + real.audio_vae +
     weights.append(dataclasses.replace(w, bytes=len(data), file=f))
     payloads[f.get("name") or w.id + ".safetensors"] = data
 kinds = {k: [w for w in weights if w.part == k] for k in ("dit", "text_encoder", "vae", "audio_vae", "lora")}
-fake = catalog_mod.Catalog(real.doc, real.formats, kinds["dit"], kinds["text_encoder"], kinds["vae"],
-                           kinds["audio_vae"], kinds["lora"])
+fake = dataclasses.replace(real, **kinds)
 model_files._catalog = lambda catalog=None: catalog or fake
 if sys.argv[1] == "make-usb":
     for name, data in payloads.items():

@@ -69,8 +69,7 @@ def small(monkeypatch, server, h3kit_home):
         for url in f.get("urls") or []:
             server.add(urlsplit(url).path, data=data)
     by_kind = {k: [w for w in weights if w.part == k] for k in ("dit", "text_encoder", "vae", "audio_vae", "lora")}
-    fake = catalog_mod.Catalog(real.doc, real.formats, by_kind["dit"], by_kind["text_encoder"], by_kind["vae"],
-                               by_kind["audio_vae"], by_kind["lora"])
+    fake = dataclasses.replace(real, **by_kind)
     monkeypatch.setattr(model_files, "_catalog", lambda catalog=None: catalog or fake)
     monkeypatch.setattr(store, "Downloader", functools.partial(download.Downloader, sleep=lambda s: None,
                                                                 progress=False, token=""))

@@ -83,8 +83,7 @@ def _as_before_h3kits_loaders(parts=("dit", "text_encoder")) -> catalog_mod.Cata
     def back(ws):
         return [dataclasses.replace(w, file=dict(w.file, comfyui_loads="reported_broken"))
                 if w.comfyui_loads == "with_h3kit_loader" and w.part in parts else w for w in ws]
-    return catalog_mod.Catalog(CAT.doc, CAT.formats, back(CAT.dit), back(CAT.text_encoder), CAT.vae, CAT.audio_vae,
-                               CAT.lora)
+    return dataclasses.replace(CAT, dit=back(CAT.dit), text_encoder=back(CAT.text_encoder))
 
 
 BEFORE = _as_before_h3kits_loaders()

@@ -50,11 +50,11 @@ def test_the_plan_reaches_the_graph():
     assert _nodes(api, "CLIPLoader")[0]["inputs"]["clip_name"] == CAT.weight(s["text_encoder_weights"]).file["name"]
     vaes = {n["inputs"]["vae_name"] for n in _nodes(api, "VAELoader")}
     assert vaes == {CAT.weight(s["vae_weights"]).file["name"], CAT.weight(s["audio_vae_weights"]).file["name"]}
-    sampling = CAT.data["sampling"]
-    assert _nodes(api, "BasicScheduler")[0]["inputs"]["steps"] == sampling["steps"]
-    assert _nodes(api, "KSamplerSelect")[0]["inputs"]["sampler_name"] == sampling["sampler"]
+    sampling = CAT.sampling
+    assert _nodes(api, "BasicScheduler")[0]["inputs"]["steps"] == sampling.steps
+    assert _nodes(api, "KSamplerSelect")[0]["inputs"]["sampler_name"] == sampling.sampler
     shift = _nodes(api, "MiniMaxH3SigmaShift")[0]["inputs"]
-    assert (shift["shift_video"], shift["shift_audio"]) == (sampling["shift_video"], sampling["shift_audio"])
+    assert (shift["shift_video"], shift["shift_audio"]) == (sampling.shift_video, sampling.shift_audio)
     assert _nodes(api, "H3kitTiledVAEDecode") and _nodes(api, "VAEDecodeAudio")
     (create,) = _nodes(api, "CreateVideo")
     assert "audio" in create["inputs"] and create["inputs"]["fps"] == 24.0

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from h3kit.data.yamlio import Problems, parse_size
+from h3kit.data.yamlio import Problems
 
 RUN_STATUSES = ("runs", "fails", "unknown")
 RUNS_ON_BACKENDS = ("cuda", "mps", "rocm", "xpu", "cpu")  # each format says all five; directml may be added
@@ -52,11 +52,12 @@ class Evidence:
         return f"{self.format} {verb} on {self.backend} ({kind}: {self.source}{detail})"
 
 
-def placed_on(data: dict, part: str, fmt: str, backend: str) -> tuple[str, str]:
-    """(the backend whose evidence counts for `part` in `fmt`, the placement rule's source or "")."""
-    for rule in data.get("placement") or ():
-        if rule.get("part") == part and rule.get("backend") == backend and fmt in (rule.get("formats") or ()):
-            return str(rule["evidence_from"]), str(rule.get("source") or "")
+def placed_on(placement: tuple, part: str, fmt: str, backend: str) -> tuple[str, str]:
+    """(the backend whose evidence counts for `part` in `fmt`, the placement rule's source or ""), by the
+    catalog's Placement rules."""
+    for rule in placement:
+        if rule.part == part and rule.backend == backend and fmt in rule.formats:
+            return rule.evidence_from, rule.source
     return backend, ""
 
 
@@ -75,31 +76,20 @@ def _measured(probe, backend: str, part: str, fmt: str, spec: dict):
     return None
 
 
-def evidence(formats: dict, data: dict, fmt: str, part: str, backend: str, probe=None) -> Evidence:
+def evidence(formats: dict, placement: tuple, fmt: str, part: str, backend: str, probe=None) -> Evidence:
     """The evidence for `fmt` on `part` on a machine whose backend is `backend`: measured > reported > unknown."""
     spec = formats.get(fmt) or {}
     measured = _measured(probe, backend, part, fmt, spec)
-    where, placement = placed_on(data, part, fmt, backend)
+    where, placed_by = placed_on(placement, part, fmt, backend)
     if measured is not None:
         runs, error = measured
         return Evidence(fmt, part, "runs" if runs else "fails", "measured", probe.source, where, "" if runs else error)
     report = (spec.get("runs_on") or {}).get(where) or {}
     status = report.get("status", "unknown")
     source = str(report.get("source") or "the catalog lists no report for this backend")
-    if placement:
-        source = f"{source}; {part.replace('_', ' ')} weights run on {where} there: {placement}"
+    if placed_by:
+        source = f"{source}; {part.replace('_', ' ')} weights run on {where} there: {placed_by}"
     return Evidence(fmt, part, status, "unknown" if status == "unknown" else "reported", source, where)
-
-
-def reported_setups(data: dict) -> list[dict]:
-    """The catalog's reported_setups, typed: gpu_memory as (min bytes | None, max bytes | None)."""
-    out = []
-    for setup in data.get("reported_setups") or ():
-        m = setup.get("machine") or {}
-        lo, hi = m.get("gpu_memory") or (None, None)
-        out.append(dict(setup, backend=m.get("backend"), gpu_memory=(parse_size(lo) if lo is not None else None,
-                                                                      parse_size(hi) if hi is not None else None)))
-    return out
 
 
 def version(text) -> tuple | None:

@@ -83,7 +83,7 @@ def files_for_plan(plan: dict, catalog=None) -> list[ModelFile]:
     ids = [settings.get("dit_weights"), settings.get("text_encoder_weights"), settings.get("vae_weights"),
            settings.get("audio_vae_weights") or (cat.audio_vae[0].id if cat.audio_vae else None),
            settings.get("lora")]  # the preset's LoRA (the fast preset's Turbo LoRA), when it uses one
-    packs = cat.data.get("loader_packs") or {}
+    packs = cat.loader_packs
     out: list[ModelFile] = []
     for wid in ids:
         if not wid:

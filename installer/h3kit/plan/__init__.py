@@ -114,7 +114,7 @@ def make_plan(fingerprint: dict, catalog: Catalog, profiles: Mapping[str, Profil
     settings["streaming"].update(decided)
     return {
         "schema": SCHEMA,
-        "model": catalog.model_id,
+        "model": catalog.model.id,
         "profile": best.profile.name,
         "fits": best.fits,
         "settings": settings,

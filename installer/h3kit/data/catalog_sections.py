@@ -1,0 +1,246 @@
+"""The catalog's sections about the model's use rather than its shape, typed when the catalog loads.
+
+`model` (its id and the first ComfyUI release that runs it), `comfyui_h3`
+(what a ComfyUI tree and its Python need for H3), `sampling` (the generated
+workflows' defaults), `limits` (ranges the settings checks accept),
+`placement` and `reported_setups` (where weights run, setups users reported)
+and `measured` (points users reported, for scripts/validate_estimator.py).
+Each is checked with file:line here; callers read attributes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from h3kit.data.yamlio import Problems, parse_size
+
+LIMIT_KEYS = ("vae_tile_size", "vae_tile_overlap", "vae_temporal_tile")
+
+
+@dataclass(frozen=True)
+class Model:
+    id: str
+    name: str
+    comfyui_min_version: str  # the first ComfyUI release with H3 support
+
+
+@dataclass(frozen=True)
+class ComfyModule:
+    """A module ComfyUI's Python must import for H3 (`import`), the package that provides it, and why."""
+
+    import_name: str
+    package: str
+    why: str
+    min_version: str | None = None
+
+    def to_json(self) -> dict:
+        """As the catalog writes it (doctor and install print it): import, package, [min_version,] why."""
+        out = {"import": self.import_name, "package": self.package}
+        if self.min_version is not None:
+            out["min_version"] = self.min_version
+        return {**out, "why": self.why}
+
+
+@dataclass(frozen=True)
+class ComfyH3:
+    """What a ComfyUI tree and its Python need to run H3 (the catalog's `comfyui_h3:`)."""
+
+    files: tuple = ()  # paths in the tree that exist when H3 support is there
+    nodes: tuple = ()
+    modules: tuple = ()  # ComfyModule, ...
+    encoders: tuple = ()  # what SaveVideo's MP4 needs from PyAV
+    release_tag_pattern: str = "v{version}"
+    update: dict = field(default_factory=dict)  # layout -> the update action h3kit names for it
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """The generated workflows' sampling defaults; each default is ComfyUI's own H3 template's value."""
+
+    steps: int = 20
+    sampler: str = "res_multistep"
+    scheduler: str = "simple"
+    cfg: float = 1.0
+    shift_video: float = 12.0
+    shift_audio: float = 3.0
+    fps: float = 24.0
+    seed: int = 0
+    frames: int = 124  # the workflows open with at most this many frames
+
+
+@dataclass(frozen=True)
+class Limits:
+    """[min, max] or [min, max, multiple] for the VAE tile settings."""
+
+    vae_tile_size: tuple
+    vae_tile_overlap: tuple
+    vae_temporal_tile: tuple
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where ComfyUI puts `part` weights in `formats` on `backend`: their evidence is `evidence_from`'s."""
+
+    part: str
+    backend: str
+    formats: tuple
+    evidence_from: str
+    source: str
+
+
+@dataclass(frozen=True)
+class ReportedSetup:
+    """A setup users reported working: the machine class (backend, gpu_memory bytes (min, max)) and its files."""
+
+    id: str
+    backend: str | None
+    gpu_memory: tuple  # (min bytes | None, max bytes | None)
+    files: dict  # part -> weight id
+    comfyui_args: tuple
+    source: str
+
+
+@dataclass(frozen=True)
+class MeasuredPoint:
+    """A run users reported: the machine (as written), the settings (as config.yaml spells them), the figures."""
+
+    id: str
+    machine: dict
+    settings: dict
+    reported: dict  # quantity -> size as written ("20.6 GB")
+    source: str
+    assumption: str | None = None
+
+
+def _whole(v: Any, minimum: int = 1) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= minimum
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def parse_model(section: dict, problems: Problems) -> Model | None:
+    mid, version = section.get("id"), section.get("comfyui_min_version")
+    if not isinstance(mid, str):
+        problems.add(("model", "id"), "must be the model's id (a string)")
+    if not isinstance(version, str) or not version.strip():
+        problems.add(("model", "comfyui_min_version"), f"is {version!r}; allowed: a ComfyUI version in quotes, "
+                                                       "like \"0.31.0\"")
+    if not isinstance(mid, str) or not isinstance(version, str) or not version.strip():
+        return None
+    return Model(mid, str(section.get("name") or mid), version)
+
+
+def _str_list(section: dict, key: str, problems: Problems, base: tuple) -> tuple:
+    value = section.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        problems.add(base + (key,), f"must be a list of strings, not {value!r}")
+        return ()
+    return tuple(value)
+
+
+def parse_comfyui_h3(section: Any, problems: Problems) -> ComfyH3:
+    if section is None:
+        return ComfyH3()
+    base = ("comfyui_h3",)
+    if not isinstance(section, dict):
+        problems.add(base, "must be a mapping (files, nodes, modules, encoders, update)")
+        return ComfyH3()
+    modules = []
+    for i, m in enumerate(section.get("modules") or []):
+        if not isinstance(m, dict) or not all(isinstance(m.get(k), str) for k in ("import", "package", "why")):
+            problems.add(base + ("modules", i), "must be {import: NAME, package: PIP-NAME, why: SENTENCE}")
+            continue
+        if m.get("min_version") is not None and not isinstance(m["min_version"], str):
+            problems.add(base + ("modules", i, "min_version"), f"is {m['min_version']!r}; allowed: a version in quotes")
+            continue
+        modules.append(ComfyModule(m["import"], m["package"], m["why"], m.get("min_version")))
+    update = section.get("update") or {}
+    if not isinstance(update, dict) or not all(isinstance(v, str) for v in update.values()):
+        problems.add(base + ("update",), "must map a ComfyUI layout (portable, desktop) to the update action in words")
+        update = {}
+    pattern = section.get("release_tag_pattern", "v{version}")
+    if not isinstance(pattern, str) or "{version}" not in pattern:
+        problems.add(base + ("release_tag_pattern",), f"is {pattern!r}; allowed: a tag with {{version}} in it")
+        pattern = "v{version}"
+    return ComfyH3(_str_list(section, "files", problems, base), _str_list(section, "nodes", problems, base),
+                   tuple(modules), _str_list(section, "encoders", problems, base), pattern, dict(update))
+
+
+def parse_sampling(section: Any, problems: Problems) -> Sampling:
+    """The section's values over Sampling's defaults (a catalog may leave any of them, or all, out)."""
+    if section is None:
+        return Sampling()
+    if not isinstance(section, dict):
+        problems.add(("sampling",), "must be a mapping (steps, sampler, scheduler, cfg, fps, ...)")
+        return Sampling()
+    defaults = asdict(Sampling())
+    values = {}
+    for key, default in defaults.items():
+        v = section.get(key, default)
+        if isinstance(default, str):
+            ok = isinstance(v, str) and bool(v)
+        elif isinstance(default, int):
+            ok = _whole(v, 0 if key == "seed" else 1)
+        else:
+            ok = _number(v) and v > 0
+        if not ok:
+            kind = "a name" if isinstance(default, str) else "a whole number" if isinstance(default, int) else "a number > 0"
+            problems.add(("sampling", key), f"is {v!r}; allowed: {kind}")
+            continue
+        values[key] = v  # as written: an fps of 24 stays the whole number the reports print
+    return Sampling(**{**defaults, **values})
+
+
+def parse_limits(section: dict, problems: Problems) -> Limits | None:
+    values = {}
+    for key in LIMIT_KEYS:
+        v = section.get(key)
+        if not (isinstance(v, list) and len(v) in (2, 3) and all(_whole(x, 0) for x in v) and v[0] <= v[1]
+                and (len(v) == 2 or v[2] > 0)):
+            problems.add(("limits", key), f"is {v!r}; allowed: [MIN, MAX] or [MIN, MAX, MULTIPLE] whole numbers")
+            continue
+        values[key] = tuple(v)
+    return Limits(**values) if len(values) == len(LIMIT_KEYS) else None
+
+
+def parse_placement(data: dict) -> tuple:
+    """The `placement:` rules (format_support.check has checked them)."""
+    return tuple(Placement(r["part"], r["backend"], tuple(r["formats"]), r["evidence_from"], str(r["source"]))
+                 for r in data.get("placement") or ())
+
+
+def parse_reported_setups(data: dict, problems: Problems) -> tuple:
+    """The `reported_setups:` (format_support.check has checked files and source), gpu_memory in bytes."""
+    out = []
+    for i, setup in enumerate(data.get("reported_setups") or ()):
+        if not isinstance(setup, dict) or not isinstance(setup.get("files"), dict):
+            continue
+        machine = setup.get("machine") or {}
+        limits = machine.get("gpu_memory") or [None, None]
+        sizes = [parse_size(x) if x is not None else None for x in limits] if isinstance(limits, list) else []
+        if len(sizes) != 2 or any(s is None and x is not None for s, x in zip(sizes, limits)):
+            problems.add(("reported_setups", i, "machine", "gpu_memory"),
+                         f"is {limits!r}; allowed: [MIN, MAX] sizes like \"9 GiB\" (null for open)")
+            continue
+        args = setup.get("comfyui_args") or []
+        out.append(ReportedSetup(str(setup.get("id") or i), machine.get("backend"), tuple(sizes), dict(setup["files"]),
+                                 tuple(str(a) for a in args), str(setup["source"])))
+    return tuple(out)
+
+
+def parse_measured(data: dict, problems: Problems) -> tuple:
+    out = []
+    for i, point in enumerate(data.get("measured") or ()):
+        ok = isinstance(point, dict) and isinstance(point.get("id"), str) and all(
+            isinstance(point.get(k), dict) for k in ("machine", "settings", "reported"))
+        if not ok or not all(parse_size(v) for v in point["reported"].values()):
+            problems.add(("measured", i), "must be {id, machine: {...}, settings: {...}, reported: {QUANTITY: SIZE}, "
+                                          "source}")
+            continue
+        out.append(MeasuredPoint(point["id"], dict(point["machine"]), dict(point["settings"]), dict(point["reported"]),
+                                 str(point.get("source") or ""), point.get("assumption")))
+    return tuple(out)

@@ -105,7 +105,7 @@ class Catalog:
     tokens: Tokens
     memory: MemoryModel
     comfyui: ComfyMemory
-    formats: dict  # name -> the format's mapping (quality, requires, runs_on, bits_per_weight, compute, probe_as)
+    formats: dict  # name -> format_support.Format
     limits: Limits
     dit: list[Weight]
     text_encoder: list[Weight]
@@ -135,8 +135,9 @@ class Catalog:
     def streamed_block_factor(self, weight: Weight, backend: str) -> float:
         """Bytes in memory per byte of file for one block h3kit's streamed loader computes with: a GGUF block is
         dequantized into the compute dtype (formats.<f>.bits_per_weight), other files are cast as ComfyUI casts."""
-        bits = self.formats.get(weight.format, {}).get("bits_per_weight")
-        if isinstance(bits, (int, float)) and bits > 0:
+        fmt = self.formats.get(weight.format)
+        bits = fmt.bits_per_weight if fmt else None
+        if bits:
             return DTYPE_BYTES[self.comfyui.dtype_on(backend)] * 8 / bits
         return self.comfyui.held_factor(weight.part, weight.format, backend)
 
@@ -274,7 +275,8 @@ def check_catalog(doc: YamlDoc) -> Catalog:
     setups, measured = parse_reported_setups(data, problems), parse_measured(data, problems)
     problems.raise_if_any("Restore the file from h3kit's checkout, or correct the value named (see the comments at its top).")
     return Catalog(doc.path, model, architecture, canvas, canvas_ladder, frames, frames_ladder, tokens,
-                   figures.memory_model(data["memory"]), figures.comfy_memory(data["comfyui"]), formats, limits,
+                   figures.memory_model(data["memory"]), figures.comfy_memory(data["comfyui"]),
+                   format_support.parse_formats(formats), limits,
                    **weights, lora=lora, sampling=sampling, comfyui_h3=comfyui_h3, loader_packs=dict(packs),
                    avoid_args=tuple(avoid), placement=parse_placement(data), reported_setups=setups,
                    measured=measured, sequence=speed.sequence(data), work=speed.work(data), presets=speed.presets(data))

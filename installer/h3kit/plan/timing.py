@@ -143,7 +143,8 @@ def rates_from_table(fingerprint: dict, catalog: Catalog, dtype: str, *, backend
         what = f"{tflops:g} TFLOPS {dt} dense, {bandwidth:g} GB/s ({row.source})"
     eff = table.efficiency[backend if backend in table.efficiency else "cpu"]
     linear_tflops = tflops
-    low = (catalog.formats.get(weight_format) or {}).get("compute") if weight_format else None
+    spec = catalog.formats.get(weight_format) if weight_format else None
+    low = spec.compute if spec else None
     if low and backend == "cuda" and row is not None and row.int8:
         linear_tflops = max(tflops, row.int8)  # quantized linears; attention stays in the compute dtype
         what += f"; {weight_format} linears at {row.int8:g} TOPS {low}"

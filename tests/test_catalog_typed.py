@@ -57,6 +57,8 @@ def test_sampling_limits_and_comfyui_needs_are_values():
     assert setup.backend == "cuda" and setup.gpu_memory == (None, 9 * 2**30)
     assert {p.id for p in CAT.measured} >= {"rtx4090-1344x768x73"}
     assert CAT.formats["int8_convrot"].requires.backends == ("cuda",) and CAT.formats["q8_0"].bits_per_weight == 8.5
+    lora = CAT.weight("h3-lora-turbo").file
+    assert lora.folder == "loras" and lora.bytes == 779_849_816 and lora.urls[0].startswith("https://huggingface.co/")
 
 
 def test_no_raw_yaml_is_left_on_a_catalog_or_a_profile():
@@ -90,6 +92,10 @@ BAD_SECTIONS = [
     ('release_tag_pattern: "v{version}"', 'release_tag_pattern: "v1"', "comfyui_h3.release_tag_pattern"),
     ('gpu_memory: [null, "9 GiB"]', 'gpu_memory: [null, "nine"]', "reported_setups[0].machine.gpu_memory"),
     ('comfyui_avoid_args: ["--fast",', 'comfyui_avoid_args: [7,', "comfyui_avoid_args"),
+    ("name: minimax_h3_turbo_v4_step600_ema.safetensors,", "nmae: minimax_h3_turbo_v4_step600_ema.safetensors,",
+     "lora[0].file.nmae"),
+    ("bytes: 779849816, sha256", 'bytes: "780 MB", sha256', "lora[0].file.bytes"),
+    ("folder: loras, loader: LoraLoaderModelOnly", "folder: [loras], loader: LoraLoaderModelOnly", "lora[0].file.folder"),
 ]
 
 

@@ -64,9 +64,9 @@ def small(monkeypatch, server, h3kit_home):
     for i, w in enumerate(real.dit + real.text_encoder + real.vae + real.audio_vae + real.lora):
         data = hashlib.sha256(w.id.encode()).digest() * (4000 + 100 * i)
         payloads[w.id] = data
-        f = dict(w.file, bytes=len(data))
+        f = dataclasses.replace(w.file, bytes=len(data))
         weights.append(dataclasses.replace(w, bytes=len(data), file=f))
-        for url in f.get("urls") or []:
+        for url in f.urls:
             server.add(urlsplit(url).path, data=data)
     by_kind = {k: [w for w in weights if w.part == k] for k in ("dit", "text_encoder", "vae", "audio_vae", "lora")}
     fake = dataclasses.replace(real, **by_kind)

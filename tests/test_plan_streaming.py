@@ -322,7 +322,7 @@ def test_a_32_gb_mac_streams_a_safetensors_dit_and_fits():
     plan = _plan(_fp("apple-m2pro-32gb"))
     s, st = plan["settings"], plan["settings"]["streaming"]
     assert s["dit_weights"] == "h3-dit-pruned-bf16" and st["enabled"] and plan["fits"]
-    assert CAT.weight(s["dit_weights"]).file["name"].endswith(".safetensors")
+    assert CAT.weight(s["dit_weights"]).file.name.endswith(".safetensors")
     # the plan's figures are the streamed run's, not ComfyUI holding the DiT
     assert plan["estimates"]["peak_ram_bytes"] == st["peak_ram_bytes"] <= plan["budget"]["ram_bytes"]
     assert plan["estimates"]["peak_gpu_bytes"] == st["peak_gpu_bytes"] <= plan["budget"]["gpu_bytes"]

@@ -217,10 +217,10 @@ def from_catalog(catalog: Catalog, weight=None) -> dict:
 
 def dit_path(install_path, weight) -> Path | None:
     """Where ComfyUI keeps the catalog's file for `weight` (models/<folder>/<name>), or None without a name."""
-    file = getattr(weight, "file", None) or {}
-    if install_path is None or not file.get("name"):
+    file = getattr(weight, "file", None)
+    if install_path is None or file is None or not file.name:
         return None
-    return Path(install_path) / "models" / (file.get("folder") or "diffusion_models") / file["name"]
+    return Path(install_path) / "models" / (file.folder or "diffusion_models") / file.name
 
 
 def arch_for(catalog: Catalog, weight, install_path=None) -> tuple[dict, str | None]:

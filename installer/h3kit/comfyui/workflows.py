@@ -106,10 +106,10 @@ def _canvas(settings: dict) -> tuple[int, int]:
 
 def _file(catalog, weight_id: str) -> LoadedFile:
     w = catalog.weight(weight_id)
-    if w is None or not (w.file or {}).get("name"):
+    if w is None or not w.file.name:
         raise BadInput(f"The plan names weight '{weight_id}', which the model catalog does not list with a file.",
                        "Re-run 'h3kit plan' with this h3kit version, or fix the override in config.yaml.")
-    return LoadedFile(w.file["name"], w.file.get("loader") or "")
+    return LoadedFile(w.file.name, w.file.loader)
 
 
 def build(kind: str, ws: WorkflowSettings, specs: dict) -> Graph:

@@ -25,24 +25,23 @@ from h3kit.data import throughput as throughput_mod
 from h3kit.data import settings as validate_settings
 from h3kit.data.architecture import (Architecture, Canvas, Frames, Tokens, parse_architecture, parse_canvas,
                                      parse_frames, parse_tokens)
-from h3kit.data.catalog_sections import (ComfyH3, Limits, Model, Sampling, parse_comfyui_h3, parse_limits,
-                                         parse_measured, parse_model, parse_placement, parse_reported_setups,
-                                         parse_sampling)
+from h3kit.data.catalog_sections import (LOAD_TIERS, ComfyH3, Limits, Model, Sampling, WeightFile, check_loads,
+                                         parse_comfyui_h3, parse_limits, parse_measured, parse_model,
+                                         parse_placement, parse_reported_setups, parse_sampling, parse_weight_file)
 from h3kit.data.figures import DTYPE_BYTES, ComfyMemory, MemoryModel
 from h3kit.data.yamlio import Problems, YamlDoc, is_one_of, load_yaml, parse_size
 
 CATALOG_SCHEMA = "h3kit.catalog/1"
 PROFILE_SCHEMA = "h3kit.profile/1"
 BACKENDS = ("cuda", "rocm", "xpu", "mps", "directml", "cpu")
-# How sure it is that ComfyUI loads a file (file.comfyui_loads), and the planner's preference tier for it.
-LOAD_TIERS = {"stock": 0, "with_loader_pack": 0, "with_h3kit_loader": 0, "unknown": 1, "reported_broken": 2}
 REQUIREMENT_KEYS = ("backends", "not_backends", "min_compute_capability", "min_cuda_driver", "compute_capability_major",
                     "loader_pack")
 
 
 @dataclass(frozen=True)
 class Weight:
-    """One weight file variant; `file` is what a download needs (folder, loader, name, urls, sha256)."""
+    """One weight file variant; `file` is what a download needs (folder, loader, name, urls, sha256) and whether
+    ComfyUI loads it."""
 
     id: str
     part: str  # dit | text_encoder | vae | audio_vae | lora
@@ -50,12 +49,12 @@ class Weight:
     bytes: int
     quality: int
     variant: str | None = None  # full | pruned (DiT only)
-    file: dict = field(default_factory=dict)
+    file: WeightFile = WeightFile()
 
     @property
     def comfyui_loads(self) -> str:
         """stock | with_loader_pack | with_h3kit_loader | unknown | reported_broken (file.comfyui_loads)."""
-        return self.file.get("comfyui_loads") or "unknown"
+        return self.file.comfyui_loads
 
     @property
     def load_tier(self) -> int:
@@ -65,8 +64,8 @@ class Weight:
     @property
     def load_report(self) -> str:
         """The load problem or uncertainty in words, with where it was reported."""
-        note = self.file.get("comfyui_compat") or self.file.get("unverified") or ""
-        src = self.file.get("comfyui_loads_source")
+        note = self.file.comfyui_compat or self.file.unverified or ""
+        src = self.file.comfyui_loads_source
         return f"{note}; see {src}" if note and src else note or (f"see {src}" if src else "")
 
 
@@ -193,34 +192,11 @@ def _weights(data: dict, problems: Problems, key: str, part: str, formats: dict)
             continue
         if part == "dit" and item.get("variant") not in ("full", "pruned"):
             problems.add(kp + ("variant",), f"is {item.get('variant')!r}; allowed: full, pruned")
-        _check_loads(data.get("loader_packs") or {}, problems, kp + ("file",), item.get("file") or {})
-        out.append(Weight(wid, part, fmt, size, int(formats[fmt].get("quality", 0)), item.get("variant"), dict(item.get("file") or {})))
+        check_loads(data.get("loader_packs") or {}, problems, kp + ("file",), item.get("file") or {})
+        # a bad `file:` is reported; the weight stays (the catalog is refused anyway) so its id raises nothing more
+        file = parse_weight_file(item.get("file") or {}, problems, kp + ("file",)) or WeightFile()
+        out.append(Weight(wid, part, fmt, size, int(formats[fmt].get("quality", 0)), item.get("variant"), file))
     return out
-
-
-def _check_loads(packs: dict, problems: Problems, kp: tuple, f: dict) -> None:
-    """file.comfyui_loads is one of LOAD_TIERS and agrees with loader_pack, comfyui_compat and its source."""
-    loads = f.get("comfyui_loads")
-    where = kp + ("comfyui_loads",)
-    if loads not in LOAD_TIERS:
-        hint = " (YAML reads yes/no as true/false)" if isinstance(loads, bool) else ""
-        problems.add(where, f"is {loads!r}{hint}; allowed: {', '.join(LOAD_TIERS)} (does ComfyUI load this file?)")
-        return
-    pack = f.get("loader_pack")
-    if loads == "stock" and pack:
-        problems.add(where, f"is 'stock' (ComfyUI's own loader) but loader_pack is {pack!r}; use with_loader_pack")
-    if loads in ("with_loader_pack", "with_h3kit_loader") and pack not in packs:
-        problems.add(where, f"is {loads!r} but loader_pack is {pack!r}; allowed: one of loader_packs "
-                            f"({', '.join(packs) or 'none listed'})")
-    if loads == "with_h3kit_loader" and not str(f.get("loader", "")).startswith("H3kit"):
-        problems.add(where, f"is 'with_h3kit_loader' but loader is {f.get('loader')!r}; name h3kit's node (H3kit...)")
-    if loads in ("with_loader_pack", "with_h3kit_loader", "reported_broken") and not isinstance(f.get("comfyui_loads_source"), str):
-        problems.add(where, f"is {loads!r} but comfyui_loads_source is missing; name where it was reported (a URL)")
-    if loads in ("reported_broken", "with_h3kit_loader") and not isinstance(f.get("comfyui_compat"), str):
-        problems.add(where, f"is {loads!r} but comfyui_compat is missing; say how loading fails"
-                            + (" with the stock node" if loads == "with_h3kit_loader" else ""))
-    if loads == "unknown" and not (isinstance(f.get("comfyui_compat"), str) or isinstance(f.get("unverified"), str)):
-        problems.add(where, "is 'unknown' but neither comfyui_compat nor unverified says why")
 
 
 def _begin(doc: YamlDoc, schema: str, layout: str, fix: str) -> tuple[Problems, dict]:

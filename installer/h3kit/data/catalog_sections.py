@@ -3,8 +3,9 @@
 `model` (its id and the first ComfyUI release that runs it), `comfyui_h3`
 (what a ComfyUI tree and its Python need for H3), `sampling` (the generated
 workflows' defaults), `limits` (ranges the settings checks accept),
-`placement` and `reported_setups` (where weights run, setups users reported)
-and `measured` (points users reported, for scripts/validate_estimator.py).
+`placement` and `reported_setups` (where weights run, setups users reported),
+`measured` (points users reported, for scripts/validate_estimator.py) and
+each weight file's `comfyui_loads` (does ComfyUI load it, and who says so).
 Each is checked with file:line here; callers read attributes.
 """
 
@@ -17,6 +18,63 @@ from typing import Any
 from h3kit.data.yamlio import Problems, parse_size
 
 LIMIT_KEYS = ("vae_tile_size", "vae_tile_overlap", "vae_temporal_tile")
+# How sure it is that ComfyUI loads a file (file.comfyui_loads), and the planner's preference tier for it.
+LOAD_TIERS = {"stock": 0, "with_loader_pack": 0, "with_h3kit_loader": 0, "unknown": 1, "reported_broken": 2}
+
+
+@dataclass(frozen=True)
+class WeightFile:
+    """A weight's `file:`: where ComfyUI keeps it, the node that loads it, where it is downloaded from, and
+    whether ComfyUI is reported to load it (comfyui_loads, with the report's source and the problem in words)."""
+
+    name: str | None = None  # as published (ComfyUI's loaders list files by name)
+    folder: str = ""  # under ComfyUI's models/
+    loader: str = ""  # the ComfyUI node that loads it
+    bytes: int | None = None  # exact size where it was confirmed
+    sha256: str | None = None  # only a hash the publisher printed
+    urls: tuple = ()  # in order of preference
+    loader_pack: str | None = None  # the custom node pack the loader comes from
+    source: str | None = None  # where name, bytes and urls were confirmed
+    comfyui_loads: str = "unknown"  # one of LOAD_TIERS
+    comfyui_compat: str | None = None  # a known problem loading it
+    comfyui_loads_source: str | None = None
+    unverified: str | None = None  # why no public file backs this entry
+
+
+def _text_or_null(v: Any) -> bool:
+    return v is None or isinstance(v, str)
+
+
+# file: keys -> (the check, what is allowed); comfyui_loads is check_loads's.
+FILE_KEYS = {
+    "name": (_text_or_null, "text or null"), "folder": (lambda v: isinstance(v, str), "text"),
+    "loader": (lambda v: isinstance(v, str), "text"),
+    "bytes": (lambda v: v is None or _whole(v), "a whole number of bytes or null"),
+    "sha256": (_text_or_null, "text or null"),
+    "urls": (lambda v: isinstance(v, list) and all(isinstance(u, str) for u in v), "a list of URLs"),
+    "loader_pack": (_text_or_null, "text or null"), "source": (_text_or_null, "text or null"),
+    "comfyui_loads": (lambda v: v in LOAD_TIERS, ", ".join(LOAD_TIERS)),
+    "comfyui_compat": (_text_or_null, "text or null"), "comfyui_loads_source": (_text_or_null, "text or null"),
+    "unverified": (_text_or_null, "text or null"),
+}
+
+
+def parse_weight_file(f: dict, problems: Problems, kp: tuple) -> WeightFile | None:
+    """The `file:` mapping of one weight, each key's type checked (check_loads checks how they agree)."""
+    ok = True
+    for key, value in f.items():
+        if key not in FILE_KEYS:
+            problems.add(kp + (key,), f"is not a file key; allowed: {', '.join(FILE_KEYS)}")
+            ok = False
+        elif not FILE_KEYS[key][0](value):
+            if key != "comfyui_loads":  # check_loads has said what is wrong with it
+                problems.add(kp + (key,), f"is {value!r}; allowed: {FILE_KEYS[key][1]}")
+            ok = False
+    if not ok or f.get("comfyui_loads") not in LOAD_TIERS:  # a missing comfyui_loads: check_loads said so
+        return None
+    return WeightFile(f.get("name"), f.get("folder", ""), f.get("loader", ""), f.get("bytes"), f.get("sha256"),
+                      tuple(f.get("urls") or ()), f.get("loader_pack"), f.get("source"), f["comfyui_loads"],
+                      f.get("comfyui_compat"), f.get("comfyui_loads_source"), f.get("unverified"))
 
 
 @dataclass(frozen=True)
@@ -244,3 +302,28 @@ def parse_measured(data: dict, problems: Problems) -> tuple:
         out.append(MeasuredPoint(point["id"], dict(point["machine"]), dict(point["settings"]), dict(point["reported"]),
                                  str(point.get("source") or ""), point.get("assumption")))
     return tuple(out)
+
+
+def check_loads(packs: dict, problems: Problems, kp: tuple, f: dict) -> None:
+    """file.comfyui_loads is one of LOAD_TIERS and agrees with loader_pack, comfyui_compat and its source."""
+    loads = f.get("comfyui_loads")
+    where = kp + ("comfyui_loads",)
+    if loads not in LOAD_TIERS:
+        hint = " (YAML reads yes/no as true/false)" if isinstance(loads, bool) else ""
+        problems.add(where, f"is {loads!r}{hint}; allowed: {', '.join(LOAD_TIERS)} (does ComfyUI load this file?)")
+        return
+    pack = f.get("loader_pack")
+    if loads == "stock" and pack:
+        problems.add(where, f"is 'stock' (ComfyUI's own loader) but loader_pack is {pack!r}; use with_loader_pack")
+    if loads in ("with_loader_pack", "with_h3kit_loader") and pack not in packs:
+        problems.add(where, f"is {loads!r} but loader_pack is {pack!r}; allowed: one of loader_packs "
+                            f"({', '.join(packs) or 'none listed'})")
+    if loads == "with_h3kit_loader" and not str(f.get("loader", "")).startswith("H3kit"):
+        problems.add(where, f"is 'with_h3kit_loader' but loader is {f.get('loader')!r}; name h3kit's node (H3kit...)")
+    if loads in ("with_loader_pack", "with_h3kit_loader", "reported_broken") and not isinstance(f.get("comfyui_loads_source"), str):
+        problems.add(where, f"is {loads!r} but comfyui_loads_source is missing; name where it was reported (a URL)")
+    if loads in ("reported_broken", "with_h3kit_loader") and not isinstance(f.get("comfyui_compat"), str):
+        problems.add(where, f"is {loads!r} but comfyui_compat is missing; say how loading fails"
+                            + (" with the stock node" if loads == "with_h3kit_loader" else ""))
+    if loads == "unknown" and not (isinstance(f.get("comfyui_compat"), str) or isinstance(f.get("unverified"), str)):
+        problems.add(where, "is 'unknown' but neither comfyui_compat nor unverified says why")

@@ -92,13 +92,10 @@ def files_for_plan(plan: dict, catalog=None) -> list[ModelFile]:
         if w is None:
             raise BadInput(f"The plan names weight '{wid}', which the model catalog does not list.",
                            "Re-run 'h3kit plan' with this h3kit version, or fix the override in config.yaml.")
-        f = w.file or {}
-        pack_name = f.get("loader_pack")
-        pack = dict(packs.get(pack_name) or {}, name=pack_name) if pack_name else None
-        out.append(ModelFile(w.id, w.part, f.get("name") or f"{w.id}.safetensors", w.bytes, f.get("bytes"),
-                             f.get("folder", ""), list(f.get("urls") or []), f.get("sha256"),
-                             f.get("loader", ""), pack, f.get("comfyui_compat"), f.get("unverified"),
-                             w.comfyui_loads))
+        f = w.file
+        pack = dict(packs.get(f.loader_pack) or {}, name=f.loader_pack) if f.loader_pack else None
+        out.append(ModelFile(w.id, w.part, f.name or f"{w.id}.safetensors", w.bytes, f.bytes, f.folder, list(f.urls),
+                             f.sha256, f.loader, pack, f.comfyui_compat, f.unverified, w.comfyui_loads))
     return out
 
 

@@ -67,8 +67,8 @@ def _doubtful_loras(cat: Catalog, presets: dict) -> dict:
     out = {}
     for name, p in presets.items():
         w = cat.weight(p.lora) if p.lora else None
-        if w is not None and (w.load_tier or w.file.get("unverified")):
-            out[name] = f"its LoRA {w.file.get('name') or w.id} is not known to load in ComfyUI ({w.load_report})"
+        if w is not None and (w.load_tier or w.file.unverified):
+            out[name] = f"its LoRA {w.file.name or w.id} is not known to load in ComfyUI ({w.load_report})"
     return out
 
 

@@ -52,12 +52,12 @@ def _doubtful(cat: Catalog, c: Candidate, lora: Weight | None) -> list[str]:
     """The chosen files not known to load or run here, each with why."""
     out = []
     for label, w in list(_files(c)) + ([("LoRA", lora)] if lora is not None else []):
-        name = w.file.get("name") or w.id
+        name = w.file.name or w.id
         ev = _evidence(cat, c, w)
         if ev.status == "fails":
             out.append(f"the {label} {name}: {ev.phrase()}")
-        elif w.file.get("unverified"):
-            out.append(f"the {label} {name}: {w.file['unverified']}")
+        elif w.file.unverified:
+            out.append(f"the {label} {name}: {w.file.unverified}")
         elif w.load_tier:
             state = "is reported not to load" if w.comfyui_loads == "reported_broken" else "is not known to load"
             out.append(f"the {label} {name} {state} in ComfyUI ({w.load_report})")

@@ -57,6 +57,8 @@ def test_sampling_limits_and_comfyui_needs_are_values():
     assert setup.backend == "cuda" and setup.gpu_memory == (None, 9 * 2**30)
     assert {p.id for p in CAT.measured} >= {"rtx4090-1344x768x73"}
     assert CAT.formats["int8_convrot"].requires.backends == ("cuda",) and CAT.formats["q8_0"].bits_per_weight == 8.5
+    gguf = CAT.loader_packs["ComfyUI-GGUF"]
+    assert gguf.git == "https://github.com/city96/ComfyUI-GGUF" and gguf.folder == "ComfyUI-GGUF" and gguf.nodes
     lora = CAT.weight("h3-lora-turbo").file
     assert lora.folder == "loras" and lora.bytes == 779_849_816 and lora.urls[0].startswith("https://huggingface.co/")
 

@@ -111,7 +111,7 @@ def run(args, ctx: Context) -> Outcome:
     doc: dict = {}
     if args.with_loaders:
         files = models.files_for_plan(plan)
-        packs = {f.loader_pack["name"]: f.loader_pack for f in files if f.loader_pack}
+        packs = {f.loader_pack.name: f.loader_pack for f in files if f.loader_pack}
         doc["loader_packs"] = [models.install_loader_pack(ctx, p, comfy) for p in packs.values()]
     if ctx.dry_run:
         status = models.status_doc(ctx, plan, comfy)

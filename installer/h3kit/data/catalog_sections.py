@@ -78,6 +78,36 @@ def parse_weight_file(f: dict, problems: Problems, kp: tuple) -> WeightFile | No
 
 
 @dataclass(frozen=True)
+class LoaderPack:
+    """A custom node pack some weight files' loaders come from (the catalog's `loader_packs:`)."""
+
+    name: str
+    git: str | None = None  # the repository h3kit clones
+    folder: str = ""  # under ComfyUI's custom_nodes/
+    requirements: str = "requirements.txt"  # installed with ComfyUI's own python -m pip
+    nodes: tuple = ()
+    source: str | None = None
+
+
+def parse_loader_packs(section: Any, problems: Problems) -> dict:
+    """name -> LoaderPack."""
+    if section is None:
+        return {}
+    if not isinstance(section, dict):
+        problems.add(("loader_packs",), "must map a pack's name to {git, folder, requirements, nodes, source}")
+        return {}
+    out = {}
+    for name, p in section.items():
+        kp = ("loader_packs", name)
+        if not isinstance(p, dict) or not all(isinstance(p.get(k), str) for k in ("git", "folder")):
+            problems.add(kp, "must be {git: URL, folder: NAME, requirements: FILE, nodes: [...], source}")
+            continue
+        out[name] = LoaderPack(str(name), p["git"], p["folder"], str(p.get("requirements") or "requirements.txt"),
+                               _str_list(p, "nodes", problems, kp), p.get("source"))
+    return out
+
+
+@dataclass(frozen=True)
 class Model:
     id: str
     name: str

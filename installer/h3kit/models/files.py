@@ -17,6 +17,7 @@ from pathlib import Path
 
 from h3kit.comfyui import manifest as manifest_mod
 from h3kit.core.errors import BadInput
+from h3kit.data.catalog_sections import LoaderPack
 from h3kit.models.download import ROUNDED_SIZE_TOLERANCE, Want
 
 SCHEMA = "h3kit.models/1"
@@ -36,7 +37,7 @@ class ModelFile:
     urls: list
     sha256: str | None
     loader: str
-    loader_pack: dict | None  # {name, git, folder, requirements, nodes} or None
+    loader_pack: LoaderPack | None
     comfyui_compat: str | None = None
     unverified: str | None = None
     comfyui_loads: str = "unknown"  # the catalog's file.comfyui_loads
@@ -58,7 +59,7 @@ class ModelFile:
         return abs(size - self.bytes) <= self.bytes * ROUNDED_SIZE_TOLERANCE
 
     def to_json(self) -> dict:
-        pack = {"name": self.loader_pack["name"], "git": self.loader_pack.get("git")} if self.loader_pack else None
+        pack = {"name": self.loader_pack.name, "git": self.loader_pack.git} if self.loader_pack else None
         return {"id": self.weight_id, "part": self.part, "name": self.name, "bytes": self.bytes,
                 "exact_bytes": self.exact_bytes, "folder": self.folder, "urls": list(self.urls),
                 "sha256": self.sha256, "loader": {"node": self.loader, "pack": pack},
@@ -93,7 +94,7 @@ def files_for_plan(plan: dict, catalog=None) -> list[ModelFile]:
             raise BadInput(f"The plan names weight '{wid}', which the model catalog does not list.",
                            "Re-run 'h3kit plan' with this h3kit version, or fix the override in config.yaml.")
         f = w.file
-        pack = dict(packs.get(f.loader_pack) or {}, name=f.loader_pack) if f.loader_pack else None
+        pack = (packs.get(f.loader_pack) or LoaderPack(f.loader_pack)) if f.loader_pack else None
         out.append(ModelFile(w.id, w.part, f.name or f"{w.id}.safetensors", w.bytes, f.bytes, f.folder, list(f.urls),
                              f.sha256, f.loader, pack, f.comfyui_compat, f.unverified, w.comfyui_loads))
     return out
@@ -106,8 +107,8 @@ def loader_packs(files: list[ModelFile], comfyui_dir: Path | None) -> list[dict]
         if not f.loader_pack:
             continue
         p = f.loader_pack
-        entry = seen.setdefault(p["name"], {"name": p["name"], "git": p.get("git"), "folder": p.get("folder", p["name"]),
-                                            "needed_by": [], "installed": None})
+        entry = seen.setdefault(p.name, {"name": p.name, "git": p.git, "folder": p.folder or p.name,
+                                         "needed_by": [], "installed": None})
         entry["needed_by"].append(f.name)
         if comfyui_dir is not None:
             entry["installed"] = (Path(comfyui_dir) / "custom_nodes" / entry["folder"]).is_dir()

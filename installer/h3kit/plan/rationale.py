@@ -87,7 +87,7 @@ def _loads_rationale(cat: Catalog, c: Candidate) -> list[str]:
         elif w.comfyui_loads == "with_loader_pack":
             pack = w.file.loader_pack
             out.append(f"{what} loads with the custom node pack {pack} "
-                       f"({(packs.get(pack) or {}).get('git', 'see loader_packs')}), not ComfyUI's own loader; "
+                       f"({packs[pack].git if pack in packs else 'see loader_packs'}), not ComfyUI's own loader; "
                        f"reported loading: {w.file.comfyui_loads_source}. "
                        "'h3kit models fetch --with-loaders' installs the pack.")
         elif w.load_tier and not _user_set(c, key):

@@ -6,9 +6,9 @@ settings live in its own file. This module reads them, checks them (errors
 name file:line and key) and turns them into typed values -- sizes in bytes,
 canvases as tuples, the model's shape in data/architecture.py, its other
 sections in data/catalog_sections.py -- so the planner does arithmetic and
-never parses; no raw YAML outlives the check. It
-also answers two questions the planner asks: which weight variants exist,
-and can this machine run a given format.
+never parses; no raw YAML outlives the check. It also answers two questions
+the planner asks: which weight variants exist, and can this machine run a
+given format.
 """
 
 from __future__ import annotations

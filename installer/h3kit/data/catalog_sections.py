@@ -212,14 +212,13 @@ def _number(v: Any) -> bool:
 
 def parse_model(section: dict, problems: Problems) -> Model | None:
     mid, version = section.get("id"), section.get("comfyui_min_version")
-    if not isinstance(mid, str):
+    id_ok, version_ok = isinstance(mid, str), isinstance(version, str) and bool(version.strip())
+    if not id_ok:
         problems.add(("model", "id"), "must be the model's id (a string)")
-    if not isinstance(version, str) or not version.strip():
+    if not version_ok:
         problems.add(("model", "comfyui_min_version"), f"is {version!r}; allowed: a ComfyUI version in quotes, "
                                                        "like \"0.31.0\"")
-    if not isinstance(mid, str) or not isinstance(version, str) or not version.strip():
-        return None
-    return Model(mid, str(section.get("name") or mid), version)
+    return Model(mid, str(section.get("name") or mid), version) if id_ok and version_ok else None
 
 
 def _str_list(section: dict, key: str, problems: Problems, base: tuple) -> tuple:

@@ -374,7 +374,8 @@ def check_profile(doc: YamlDoc, catalog: Catalog) -> Profile:
 def _other_kind(doc: YamlDoc) -> bool:
     """A file that says it is another h3kit document (the torch wheel table, ComfyUI node signatures) shares
     the profiles/ folder but is not a profile; a profile with a mistyped schema version is still checked."""
-    schema = doc.data.get("schema") if isinstance(doc.data, dict) else None
+    data = doc.data  # the loader's own look at the file, before it is checked as a profile
+    schema = data.get("schema") if isinstance(data, dict) else None
     return isinstance(schema, str) and schema.startswith("h3kit.") and not schema.startswith("h3kit.profile/")
 
 

@@ -36,7 +36,7 @@ def test_calibration_measures_comfyuis_h3_at_the_files_width(tmp_path, h3kit_hom
     h3 = doc["h3_model"]
     assert h3["status"] == "measured", h3
     assert h3["arch"]["hidden"] == 512 and h3["arch"]["blocks_total"] == 5
-    assert h3["arch"]["from"].startswith("file header") and dit["name"] in h3["arch"]["from"]
+    assert h3["arch"]["from"].startswith("file header") and dit.name in h3["arch"]["from"]
     est = doc["estimates"]
     assert est["kind"] == "measured" and est["arch"]["hidden"] == 512
     assert est["timing"]["source"].startswith("calibrated ") and "ComfyUI's Python (cpu" in est["timing"]["source"]

@@ -32,7 +32,6 @@ memory figures against published user reports (docs/plan.md).
 from __future__ import annotations
 
 import argparse
-import copy
 import dataclasses
 import json
 import os
@@ -92,16 +91,16 @@ def rows() -> list[dict]:
     cat = catalog_mod.load()
     profiles = catalog_mod.load_profiles(cat)
     out = []
-    for point in cat.data["measured"]:
-        config = Config(overrides=typed(point["settings"]))  # as config.yaml's overrides would be, once loaded
-        plan = make_plan(machine_fingerprint(point["machine"]), cat, profiles, config=config)
-        for what, reported in point["reported"].items():
+    for point in cat.measured:
+        config = Config(overrides=typed(point.settings))  # as config.yaml's overrides would be, once loaded
+        plan = make_plan(machine_fingerprint(point.machine), cat, profiles, config=config)
+        for what, reported in point.reported.items():
             st = plan["settings"]
             # DiT bytes on the GPU at a time: the resident blocks plus the two shard buffers in flight.
             on_gpu = st["preload_bytes"] + (0 if st["streaming"]["resident"] else 2 * st["shard_size_bytes"])
             estimate = plan["estimates"]["peak_gpu_bytes"] if what == "peak_gpu" else on_gpu
             rep = parse_size(reported)
-            out.append({"id": point["id"], "quantity": "peak GPU" if what == "peak_gpu" else "DiT on GPU",
+            out.append({"id": point.id, "quantity": "peak GPU" if what == "peak_gpu" else "DiT on GPU",
                         "reported_gb": rep / 1e9, "estimate_gb": estimate / 1e9,
                         "error_pct": 100.0 * (estimate - rep) / rep, "profile": plan["profile"], "fits": plan["fits"]})
     return out
@@ -170,8 +169,8 @@ def estimate(comfy: Path, python: Path, dit_file: Path, case: dict, n_text: int,
     arch = arch_mod.from_file(dit_file)
     plan = {"settings": {"comfyui_args": ["--cpu"], "canvas": case["canvas"], "frames": case["frames"], "steps": 2,
                          "cfg": 1.0, "quantization": "bf16"}}
-    work_cat = copy.copy(cat)  # the prompt's real text rows, in the estimate as in the runner
-    work_cat.sequence = dataclasses.replace(cat.sequence, text_tokens=n_text)
+    # the prompt's real text rows, in the estimate as in the runner
+    work_cat = dataclasses.replace(cat, sequence=dataclasses.replace(cat.sequence, text_tokens=n_text))
     work = {"canvas": case["canvas"], "frames": case["frames"], "steps": 2, "cfg": 1.0}
     rows = timing.sequence_tokens(work_cat, case["canvas"][0], case["canvas"][1], case["frames"])
     points = est_mod.measure_points(rows, arch, timing.rates_from_table(fingerprint(), cat, "float32", backend="cpu"),

@@ -96,11 +96,11 @@ def test_arch_for_uses_the_file_in_the_comfyui_models_folder(tmp_path):
     cat = catalog_mod.load()
     weight = cat.dit[0]
     comfy = tmp_path / "ComfyUI"
-    (comfy / "models" / weight.file["folder"]).mkdir(parents=True)
-    a, why = arch.arch_for(cat.data, weight, comfy)
-    assert a["from"] == "catalog" and a["hidden"] == cat.data["architecture"]["hidden"] and "not in" in why
-    write_safetensors(comfy / "models" / weight.file["folder"] / weight.file["name"], h3_shapes(blocks=7))
-    a, why = arch.arch_for(cat.data, weight, comfy)
+    (comfy / "models" / weight.file.folder).mkdir(parents=True)
+    a, why = arch.arch_for(cat, weight, comfy)
+    assert a["from"] == "catalog" and a["hidden"] == cat.architecture.hidden and "not in" in why
+    write_safetensors(comfy / "models" / weight.file.folder / weight.file.name, h3_shapes(blocks=7))
+    a, why = arch.arch_for(cat, weight, comfy)
     assert why is None and a["blocks_total"] == 7 and a["from"].startswith("file header")
 
 
@@ -108,10 +108,10 @@ def test_arch_for_uses_the_file_in_the_comfyui_models_folder(tmp_path):
 def test_an_unreadable_file_falls_back_to_the_catalog_with_the_reason(tmp_path, content):
     cat = catalog_mod.load()
     weight = cat.dit[0]
-    target = tmp_path / "models" / weight.file["folder"] / weight.file["name"]
+    target = tmp_path / "models" / weight.file.folder / weight.file.name
     target.parent.mkdir(parents=True)
     target.write_bytes(content)
-    a, why = arch.arch_for(cat.data, weight, tmp_path)
+    a, why = arch.arch_for(cat, weight, tmp_path)
     assert a["from"] == "catalog" and "could not be read" in why
 
 

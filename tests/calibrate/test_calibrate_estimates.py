@@ -24,7 +24,7 @@ def catobj():
 
 @pytest.fixture(scope="module")
 def cat(catobj):
-    return catobj.data
+    return catobj
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,7 @@ def h3_model(a=2e-4, b=1e-8, fixed=3.0, baseline=1.5 * GB, per_block=2.4 * GB, a
 
 def test_measured_rates_go_through_the_plans_formula(catobj, cpu_case):
     fp, plan = cpu_case
-    arch = calibrate.arch.from_catalog(catobj.data, catobj.weight(plan["settings"]["dit_weights"]))
+    arch = calibrate.arch.from_catalog(catobj, catobj.weight(plan["settings"]["dit_weights"]))
     est = est_mod.clip_estimate(catobj, plan, fp, h3_model(), arch, day="2026-12-01", device="cpu")
     s = plan["settings"]
     streaming = s.get("streaming") or {}
@@ -77,7 +77,7 @@ def test_measured_rates_go_through_the_plans_formula(catobj, cpu_case):
 
 def test_twice_the_block_rate_roughly_doubles_the_step(catobj, cpu_case):
     fp, plan = cpu_case
-    arch = calibrate.arch.from_catalog(catobj.data)
+    arch = calibrate.arch.from_catalog(catobj)
     slow = est_mod.clip_estimate(catobj, plan, fp, h3_model(a=4e-4, b=2e-8, fixed=0.0), arch, day="d", device="cpu")
     fast = est_mod.clip_estimate(catobj, plan, fp, h3_model(a=2e-4, b=1e-8, fixed=0.0), arch, day="d", device="cpu")
     ratio = slow["time"]["seconds_per_step"] / fast["time"]["seconds_per_step"]
@@ -86,7 +86,7 @@ def test_twice_the_block_rate_roughly_doubles_the_step(catobj, cpu_case):
 
 def test_without_a_measurement_it_is_a_table_estimate_and_says_so(catobj, cpu_case):
     fp, plan = cpu_case
-    arch = calibrate.arch.from_catalog(catobj.data)
+    arch = calibrate.arch.from_catalog(catobj)
     est = est_mod.clip_estimate(catobj, plan, fp, {"status": "skipped", "reason": "no ComfyUI folder was given"}, arch,
                            day="d", device="cpu")
     table = timing.rates_from_table(fp, catobj, "float32")
@@ -133,7 +133,7 @@ def test_a_measured_streaming_overhead_replaces_the_plans_share_in_the_clip_time
     fp, plan = cpu_case
     st = plan["settings"]["streaming"]
     assert st["enabled"] and st["pass_overhead"] > 0.5  # the 16 GB CPU box streams, at h3.c's +84% prior
-    arch = calibrate.arch.from_catalog(catobj.data, catobj.weight(plan["settings"]["dit_weights"]))
+    arch = calibrate.arch.from_catalog(catobj, catobj.weight(plan["settings"]["dit_weights"]))
     planned = est_mod.clip_estimate(catobj, plan, fp, h3_model(), arch, day="d", device="cpu")
     disk = {"status": "measured", "gb_per_s": 3.0, "cache_dropped": True, "direct_read_bytes_per_s": 8e9}
     fig = prefetch_figures(plan, planned, disk, cpu=True)
@@ -184,7 +184,7 @@ def test_a_streamed_plan_holds_only_its_resident_blocks_and_the_read_ring_off_th
 def test_alternatives_are_faster_and_carry_their_minutes(catobj):
     fp = Fingerprint.from_json(json.loads((FIXTURES / "nvidia-rtx3060-12gb-32gb.json").read_text()))
     plan = make_plan(fp, catobj, catalog_mod.load_profiles(catobj))
-    arch = calibrate.arch.from_catalog(catobj.data)
+    arch = calibrate.arch.from_catalog(catobj)
     gpu = {**h3_model(a=2e-6, b=1e-10, fixed=0.3), "device": "cuda", "dtype": "bfloat16"}
     est = est_mod.clip_estimate(catobj, plan, fp, gpu, arch, day="d", device="cuda")
     assert est["alternatives"]
@@ -199,8 +199,8 @@ def test_alternatives_are_faster_and_carry_their_minutes(catobj):
 
 def test_the_native_kernel_figure_is_only_an_appendix(catobj, cpu_case):
     fp, plan = cpu_case
-    appendix = calibrate.native_appendix(catobj.data, plan, {"native_gflops": 50.0}, 20 * GB)
-    est = est_mod.clip_estimate(catobj, plan, fp, h3_model(), calibrate.arch.from_catalog(catobj.data), day="d",
+    appendix = calibrate.native_appendix(catobj, plan, {"native_gflops": 50.0}, 20 * GB)
+    est = est_mod.clip_estimate(catobj, plan, fp, h3_model(), calibrate.arch.from_catalog(catobj), day="d",
                            device="cpu", native_appendix=appendix)
     assert est["native_appendix"]["label"].startswith("native-kernel")
     assert est["seconds_per_step"] != appendix["seconds_per_step"]
@@ -218,9 +218,9 @@ def _plan(**settings) -> dict:
 
 
 def test_tokens_follow_the_catalog_rule(cat):
-    px = cat["tokens"]["spatial_tokens_px"]
-    tc = cat["tokens"]["temporal_compression"]
-    assert calibrate.tokens_for(cat["tokens"], 256, 256, 22) == (256 // px) ** 2 * -(-22 // tc)
+    px = cat.tokens.spatial_tokens_px
+    tc = cat.tokens.temporal_compression
+    assert calibrate.tokens_for(cat.tokens, 256, 256, 22) == (256 // px) ** 2 * -(-22 // tc)
 
 
 def test_native_appendix_scales_with_the_measured_rate_and_is_labelled(cat):
@@ -228,8 +228,8 @@ def test_native_appendix_scales_with_the_measured_rate_and_is_labelled(cat):
     fast = calibrate.native_appendix(cat, _plan(), {"native_gflops": 20.0}, 20 * GB)
     assert slow["label"] == "native-kernel estimate (appendix)"
     assert slow["compute_seconds_per_step"] == pytest.approx(2 * fast["compute_seconds_per_step"])
-    assert slow["flops_per_pass"] == calibrate.flops_per_pass(cat["architecture"]["blocks"], cat["architecture"]["hidden"],
-                                                              cat["architecture"]["ffn"], slow["tokens"])
+    assert slow["flops_per_pass"] == calibrate.flops_per_pass(cat.architecture.blocks, cat.architecture.hidden,
+                                                              cat.architecture.ffn, slow["tokens"])
     for key in ("tokens", "flops_per_pass", "compute_seconds_per_step", "stream_seconds_per_step",
                 "seconds_per_step", "peak_ram_bytes"):
         assert slow["formulas"][key]
@@ -270,7 +270,7 @@ def test_the_runner_times_up_to_the_plans_rows_when_affordable(catobj, cpu_case)
     small = {"hidden": 1024, "heads": 8, "head_dim": 128, "ffn": 2720}
     assert est_mod.measure_points(920, small, table, quick=True) == [460, 920]
     assert est_mod.measure_points(920, small, table, quick=False) == [230, 460, 920]
-    full = calibrate.arch.from_catalog(catobj.data)
+    full = calibrate.arch.from_catalog(catobj)
     pts = est_mod.measure_points(15655, full, table, quick=True)
     assert max(pts) < 15655 and len(pts) == 2  # a call at 15k rows of the real width would take minutes here
     a = table["block_s_per_token"]

@@ -75,7 +75,7 @@ def test_not_run_reasons_without_a_server(tmp_path):
     assert "pass --with-model" in calibrate.run_with_model(False, install, cat, plan=PLAN)["reason"]
     assert "needs a ComfyUI" in calibrate.run_with_model(True, None, cat, plan=PLAN)["reason"]
     out = calibrate.run_with_model(True, install, cat, plan=PLAN)
-    dit = cat.weight(PLAN["settings"]["dit_weights"]).file["name"]
+    dit = cat.weight(PLAN["settings"]["dit_weights"]).file.name
     assert out["status"] == "not run" and dit in out["reason"]
     wf, _ = real_model.workflow_for(install, PLAN, cat)
     for folder, name in real_model.needed_files(wf):  # all present: the next step would start ComfyUI

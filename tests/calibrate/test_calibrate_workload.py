@@ -97,8 +97,8 @@ def test_decide_adds_workload_and_timing_with_a_real_estimate(cat, plan):
     fp = Fingerprint.from_json(json.loads((FIXTURES / "nvidia-rtx3060-12gb-32gb.json").read_text()))
     h3 = {"status": "measured", "device": "cuda", "dtype": "bfloat16",
           "fit": {"block_s_per_token": 1e-6, "block_s_per_token2": 1e-11, "step_fixed_s": 0.2}}
-    arch = est_mod.arch_mod.from_catalog(cat.data) if hasattr(est_mod, "arch_mod") else \
-        __import__("h3kit.calibrate.arch", fromlist=["x"]).from_catalog(cat.data)
+    arch = est_mod.arch_mod.from_catalog(cat) if hasattr(est_mod, "arch_mod") else \
+        __import__("h3kit.calibrate.arch", fromlist=["x"]).from_catalog(cat)
     est = est_mod.clip_estimate(cat, plan, fp, h3, arch, day="2026-12-01", device="cuda")
 
     def minutes(canvas, frames, steps, cfg):

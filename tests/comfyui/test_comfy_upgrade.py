@@ -30,7 +30,7 @@ from h3kit.data import catalog as catalog_mod
 from tests.fixtures.comfyui.comfy_tree import FAKE_FOLDER_PATHS, make_comfyui
 
 CAT = catalog_mod.load()
-H3_FILES = CAT.data["comfyui_h3"]["files"]
+H3_FILES = list(CAT.comfyui_h3.files)
 OLD_REQS = "torch\ntorchvision\nh3-test-dep==1.0\n"
 NEW_REQS = "torch\ntorchvision\ntorchaudio\nh3-test-dep>=2.0\ncomfy-tiny-dep\nav>=16\ncomfy-kitchen\ncomfy-aimdo\n"
 
@@ -265,11 +265,11 @@ def test_portable_and_desktop_get_their_update_action_and_no_change(tmp_path):
     with pytest.raises(NotReady) as err:
         comfy_setup.upgrade_to_h3(ctx(), ComfyInstall(portable, "test", "portable"), CAT)
     assert "ComfyUI 0.8.0 cannot run MiniMax H3" in err.value.message
-    assert err.value.fix == CAT.data["comfyui_h3"]["update"]["portable"] and "update_comfyui.bat" in err.value.fix
+    assert err.value.fix == CAT.comfyui_h3.update["portable"] and "update_comfyui.bat" in err.value.fix
     assert digest(portable.parent) == before
     with pytest.raises(NotReady) as err:
         comfy_setup.upgrade_to_h3(ctx(), ComfyInstall(make_comfyui(tmp_path / "d", h3=False), "test", "desktop"), CAT)
-    assert err.value.fix == CAT.data["comfyui_h3"]["update"]["desktop"]
+    assert err.value.fix == CAT.comfyui_h3.update["desktop"]
     with pytest.raises(NotReady) as err:  # a plain folder without git
         comfy_setup.upgrade_to_h3(ctx(), ComfyInstall(make_comfyui(tmp_path / "f", h3=False), "test", "plain"), CAT)
     assert "not a git checkout" in err.value.message and "--new-comfyui" in err.value.fix

@@ -22,8 +22,8 @@ class _Install:
 def test_the_catalog_names_0_31_as_the_first_release_with_h3():
     minimum, need = h3_support.requirements(CAT)
     assert minimum == "0.31.0"
-    assert "comfy_extras/nodes_minimax_h3.py" in need["files"]
-    assert {m["import"] for m in need["modules"]} >= {"torchaudio", "av", "comfy_kitchen", "comfy_aimdo"}
+    assert "comfy_extras/nodes_minimax_h3.py" in need.files
+    assert {m.import_name for m in need.modules} >= {"torchaudio", "av", "comfy_kitchen", "comfy_aimdo"}
 
 
 def test_a_0_8_0_tree_is_below_h3_and_the_sentence_names_the_release(tmp_path):

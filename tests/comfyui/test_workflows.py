@@ -46,15 +46,15 @@ def test_the_plan_reaches_the_graph():
     api = json.loads(workflows.pack_files(plan, CAT, "p")[f"{workflows.API_DIR}/h3kit_text_to_video.json"])
     (encode,) = _nodes(api, "MiniMaxH3ImageToVideo")
     assert [encode["inputs"][k] for k in ("width", "height", "length")] == [*s["canvas"], s["frames"]]
-    assert _nodes(api, "UNETLoader")[0]["inputs"]["unet_name"] == CAT.weight(s["dit_weights"]).file["name"]
-    assert _nodes(api, "CLIPLoader")[0]["inputs"]["clip_name"] == CAT.weight(s["text_encoder_weights"]).file["name"]
+    assert _nodes(api, "UNETLoader")[0]["inputs"]["unet_name"] == CAT.weight(s["dit_weights"]).file.name
+    assert _nodes(api, "CLIPLoader")[0]["inputs"]["clip_name"] == CAT.weight(s["text_encoder_weights"]).file.name
     vaes = {n["inputs"]["vae_name"] for n in _nodes(api, "VAELoader")}
-    assert vaes == {CAT.weight(s["vae_weights"]).file["name"], CAT.weight(s["audio_vae_weights"]).file["name"]}
-    sampling = CAT.data["sampling"]
-    assert _nodes(api, "BasicScheduler")[0]["inputs"]["steps"] == sampling["steps"]
-    assert _nodes(api, "KSamplerSelect")[0]["inputs"]["sampler_name"] == sampling["sampler"]
+    assert vaes == {CAT.weight(s["vae_weights"]).file.name, CAT.weight(s["audio_vae_weights"]).file.name}
+    sampling = CAT.sampling
+    assert _nodes(api, "BasicScheduler")[0]["inputs"]["steps"] == sampling.steps
+    assert _nodes(api, "KSamplerSelect")[0]["inputs"]["sampler_name"] == sampling.sampler
     shift = _nodes(api, "MiniMaxH3SigmaShift")[0]["inputs"]
-    assert (shift["shift_video"], shift["shift_audio"]) == (sampling["shift_video"], sampling["shift_audio"])
+    assert (shift["shift_video"], shift["shift_audio"]) == (sampling.shift_video, sampling.shift_audio)
     assert _nodes(api, "H3kitTiledVAEDecode") and _nodes(api, "VAEDecodeAudio")
     (create,) = _nodes(api, "CreateVideo")
     assert "audio" in create["inputs"] and create["inputs"]["fps"] == 24.0
@@ -64,7 +64,7 @@ def test_the_plan_reaches_the_graph():
 def test_gguf_weights_use_the_loader_the_catalog_names():
     plan = _plan("nvidia-rtx4060-8gb-16gb")
     api = json.loads(workflows.pack_files(plan, CAT, "p")[f"{workflows.API_DIR}/h3kit_text_to_video.json"])
-    loader = CAT.weight(plan["settings"]["dit_weights"]).file["loader"]
+    loader = CAT.weight(plan["settings"]["dit_weights"]).file.loader
     assert _nodes(api, loader), f"no {loader} in the graph"
 
 
@@ -102,7 +102,7 @@ def test_apply_after_a_config_edit_changes_canvas_frames_files_and_tiles(tmp_pat
     after = json.loads(t2v.read_text(encoding="utf-8"))
     (encode,) = _nodes(after, "MiniMaxH3ImageToVideo")
     assert (encode["inputs"]["width"], encode["inputs"]["height"], encode["inputs"]["length"]) == (640, 384, 124)
-    assert _nodes(after, "UNETLoader")[0]["inputs"]["unet_name"] == CAT.weight("h3-dit-pruned-fp8_scaled").file["name"]
+    assert _nodes(after, "UNETLoader")[0]["inputs"]["unet_name"] == CAT.weight("h3-dit-pruned-fp8_scaled").file.name
     assert after != before
     profile = json.loads((node / "h3kit_profile.json").read_text(encoding="utf-8"))
     assert profile["settings"]["vae_tile_size"] == 192  # the tiled-decode node in the workflow reads this

@@ -114,8 +114,8 @@ def test_missing_config_is_defaults(tmp_path):
 def test_catalog_ids_are_stable_and_have_a_file_slot():
     cat = catalog_mod.load()
     for w in cat.dit + cat.text_encoder + cat.vae + cat.audio_vae:
-        assert w.id.startswith("h3-") and w.file.get("folder") in ("diffusion_models", "text_encoders", "vae")
-        assert w.file.get("loader")
+        assert w.id.startswith("h3-") and w.file.folder in ("diffusion_models", "text_encoders", "vae")
+        assert w.file.loader
     assert cat.blocks == 50
     assert cat.block_bytes(cat.weight("h3-dit-pruned-bf16")) * 50 >= cat.weight("h3-dit-pruned-bf16").bytes
 

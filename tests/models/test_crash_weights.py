@@ -41,12 +41,11 @@ real = catalog_mod.load()
 weights, payloads = [], {}
 for i, w in enumerate(real.dit + real.text_encoder + real.vae + real.audio_vae + real.lora):
     data = hashlib.sha256(w.id.encode()).digest() * (300 + 10 * i)
-    f = dict(w.file, bytes=len(data), sha256=hashlib.sha256(data).hexdigest() if i % 2 else None)
+    f = dataclasses.replace(w.file, bytes=len(data), sha256=hashlib.sha256(data).hexdigest() if i % 2 else None)
     weights.append(dataclasses.replace(w, bytes=len(data), file=f))
-    payloads[f.get("name") or w.id + ".safetensors"] = data
+    payloads[f.name or w.id + ".safetensors"] = data
 kinds = {k: [w for w in weights if w.part == k] for k in ("dit", "text_encoder", "vae", "audio_vae", "lora")}
-fake = catalog_mod.Catalog(real.doc, real.formats, kinds["dit"], kinds["text_encoder"], kinds["vae"],
-                           kinds["audio_vae"], kinds["lora"])
+fake = dataclasses.replace(real, **kinds)
 model_files._catalog = lambda catalog=None: catalog or fake
 if sys.argv[1] == "make-usb":
     for name, data in payloads.items():

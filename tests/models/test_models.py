@@ -27,6 +27,7 @@ from h3kit.comfyui.manifest import load_or_new
 from h3kit.core import files as core_files
 from h3kit.core.errors import NotReady  # noqa: E402 (sorted below)
 from h3kit.data import catalog as catalog_mod
+from h3kit.data.catalog_sections import LoaderPack
 from h3kit.fingerprint.schema import load_file
 from h3kit.models import download, store
 from h3kit.models import files as model_files
@@ -64,13 +65,12 @@ def small(monkeypatch, server, h3kit_home):
     for i, w in enumerate(real.dit + real.text_encoder + real.vae + real.audio_vae + real.lora):
         data = hashlib.sha256(w.id.encode()).digest() * (4000 + 100 * i)
         payloads[w.id] = data
-        f = dict(w.file, bytes=len(data))
+        f = dataclasses.replace(w.file, bytes=len(data))
         weights.append(dataclasses.replace(w, bytes=len(data), file=f))
-        for url in f.get("urls") or []:
+        for url in f.urls:
             server.add(urlsplit(url).path, data=data)
     by_kind = {k: [w for w in weights if w.part == k] for k in ("dit", "text_encoder", "vae", "audio_vae", "lora")}
-    fake = catalog_mod.Catalog(real.doc, real.formats, by_kind["dit"], by_kind["text_encoder"], by_kind["vae"],
-                               by_kind["audio_vae"], by_kind["lora"])
+    fake = dataclasses.replace(real, **by_kind)
     monkeypatch.setattr(model_files, "_catalog", lambda catalog=None: catalog or fake)
     monkeypatch.setattr(store, "Downloader", functools.partial(download.Downloader, sleep=lambda s: None,
                                                                 progress=False, token=""))
@@ -237,8 +237,7 @@ def test_with_loaders_installs_the_pack_with_comfyuis_python(small, comfy, tmp_p
         subprocess.run(["git", *cmd], cwd=pack_src, check=True, capture_output=True, timeout=60)
     (comfy / "venv" / "bin").mkdir(parents=True)
     os.symlink(sys.executable, comfy / "venv" / "bin" / "python")
-    pack = {"name": "ComfyUI-GGUF", "folder": "ComfyUI-GGUF", "requirements": "requirements.txt",
-            "git": "https://github.com/city96/ComfyUI-GGUF"}
+    pack = LoaderPack("ComfyUI-GGUF", "https://github.com/city96/ComfyUI-GGUF", "ComfyUI-GGUF")
     ctx = Context()
     got = models.install_loader_pack(ctx, pack, comfy, git_url=str(pack_src))
     assert got["installed"] and (comfy / "custom_nodes" / "ComfyUI-GGUF" / "__init__.py").is_file()
@@ -249,7 +248,7 @@ def test_with_loaders_installs_the_pack_with_comfyuis_python(small, comfy, tmp_p
     assert models.install_loader_pack(ctx, pack, comfy)["why"] == "already there"
 
 
-def _pack_repo(tmp_path: Path) -> tuple[Path, dict]:
+def _pack_repo(tmp_path: Path) -> tuple[Path, LoaderPack]:
     """A one-commit git repository standing in for ComfyUI-GGUF, and its pack entry."""
     import subprocess
 
@@ -258,7 +257,7 @@ def _pack_repo(tmp_path: Path) -> tuple[Path, dict]:
     (pack_src / "__init__.py").write_text("NODE_CLASS_MAPPINGS = {}\n")
     for cmd in (["init", "-q"], ["add", "-A"], ["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "x"]):
         subprocess.run(["git", *cmd], cwd=pack_src, check=True, capture_output=True, timeout=60)
-    return pack_src, {"name": "ComfyUI-GGUF", "folder": "ComfyUI-GGUF", "requirements": "requirements.txt"}
+    return pack_src, LoaderPack("ComfyUI-GGUF", folder="ComfyUI-GGUF")
 
 
 def test_a_clone_killed_midway_is_named_in_the_record_and_redone(small, comfy, tmp_path):
@@ -278,7 +277,7 @@ def test_a_clone_killed_midway_is_named_in_the_record_and_redone(small, comfy, t
     assert entry is not None and not entry.pending
     # A folder the record does not name is the user's: left alone.
     (comfy / "custom_nodes" / "Theirs").mkdir()
-    theirs = dict(pack, folder="Theirs")
+    theirs = dataclasses.replace(pack, folder="Theirs")
     assert models.install_loader_pack(ctx, theirs, comfy, git_url=str(pack_src))["why"] == "already there"
 
 
@@ -331,7 +330,7 @@ def test_yes_fetches_only_files_reported_to_load_and_names_the_rest(tmp_path, mo
         return {"files": []}
 
     monkeypatch.setattr(ensure, "fetch", fake_fetch)
-    monkeypatch.setattr(ensure, "install_loader_pack", lambda ctx, pack, comfyui_dir, config=None: {"name": pack["name"]})
+    monkeypatch.setattr(ensure, "install_loader_pack", lambda ctx, pack, comfyui_dir, config=None: {"name": pack.name})
     files = ensure.files_for_plan(plan)
     doubtful = ensure.distrusted(plan, files)
     assert len(doubtful) == 2, "the plan names files not reported to load"
@@ -371,7 +370,7 @@ def test_interactive_question_per_doubtful_file_defaults_to_no(tmp_path, monkeyp
     fetched = {}
     monkeypatch.setattr(ensure, "fetch", lambda ctx, plan, d, *, config=None, skip_names=frozenset():
                         fetched.setdefault("skip", set(skip_names)) or {"files": []})
-    monkeypatch.setattr(ensure, "install_loader_pack", lambda ctx, pack, d, config=None: {"name": pack["name"]})
+    monkeypatch.setattr(ensure, "install_loader_pack", lambda ctx, pack, d, config=None: {"name": pack.name})
     doubtful = sorted(ensure.distrusted(plan, ensure.files_for_plan(plan)))
     files_in_order = [r.name for r in ensure.files_for_plan(plan) if r.name in doubtful]
     ctx = Scripted(answers=["y"] + [""] * (len(files_in_order) - 1) + ["y"])
@@ -451,7 +450,7 @@ def test_install_yes_on_each_reference_machine_loads_everything_or_stops_before_
     planned file in ComfyUI's folders, or exit 3 with the plan's plain sentence and not one byte downloaded."""
     from h3kit.models import ensure
 
-    monkeypatch.setattr(ensure, "install_loader_pack", lambda ctx, pack, d, config=None: {"name": pack["name"]})
+    monkeypatch.setattr(ensure, "install_loader_pack", lambda ctx, pack, d, config=None: {"name": pack.name})
     comfy = comfy_tree.make_comfyui(tmp_path / "ComfyUI")
     theirs = {p for p in (comfy / "models").rglob("*") if p.is_file()}  # the user's own files in the tree
     code, doc, err = _json(run_cli, "install", "--comfyui", str(comfy), "--fingerprint", str(fp), "--yes",
@@ -474,7 +473,7 @@ def test_install_yes_stops_before_any_download_when_the_plan_holds_a_file_not_kn
     decides from the plan before the models step -- not one file is fetched, not even the ones that load."""
     from h3kit.models import ensure
 
-    monkeypatch.setattr(ensure, "install_loader_pack", lambda ctx, pack, d, config=None: {"name": pack["name"]})
+    monkeypatch.setattr(ensure, "install_loader_pack", lambda ctx, pack, d, config=None: {"name": pack.name})
     cfg = h3kit_home / "config.yaml"
     cfg.write_text(cfg.read_text() + "overrides:\n  preset: fast\n")
     comfy = comfy_tree.make_comfyui(tmp_path / "ComfyUI")
@@ -549,7 +548,7 @@ def test_loader_pack_from_a_local_zip_or_folder_when_github_is_unreachable(small
     import time
 
     pack_src, pack = _pack_repo(tmp_path)
-    pack["git"] = f"http://127.0.0.1:{closed_port()}/city96/ComfyUI-GGUF"
+    pack = dataclasses.replace(pack, git=f"http://127.0.0.1:{closed_port()}/city96/ComfyUI-GGUF")
     start = time.monotonic()
     with pytest.raises(NotReady) as exc:
         models.install_loader_pack(Context(), pack, comfy)
@@ -579,7 +578,7 @@ def test_an_unreachable_loader_pack_does_not_stop_the_weights(small, comfy, monk
     real = ensure.install_loader_pack
     dead = f"http://127.0.0.1:{closed_port()}/city96/ComfyUI-GGUF"
     monkeypatch.setattr(ensure, "install_loader_pack",
-                        lambda ctx, pack, comfyui_dir, config=None: real(ctx, dict(pack, git=dead), comfyui_dir,
+                        lambda ctx, pack, comfyui_dir, config=None: real(ctx, dataclasses.replace(pack, git=dead), comfyui_dir,
                                                                          config=config))
     plan = json.loads((FIXTURES_PLANS / "cpu-only-16gb.json").read_text(encoding="utf-8"))
     with pytest.raises(NotReady) as exc:

@@ -48,14 +48,14 @@ def test_every_file_that_is_not_known_to_load_is_warned_about_with_its_source(na
     assert set(plan["comfyui_loads"]) == {"dit", "text_encoder", "vae", "audio_vae"}
     for w in _chosen(plan):
         assert plan["comfyui_loads"][w.part] == w.comfyui_loads
-        name_ = w.file["name"]
+        name_ = w.file.name
         if w.comfyui_loads == "reported_broken":
             warning = next(x for x in plan["warnings"] if name_ in x)
-            assert "reported not to load" in warning and w.file["comfyui_loads_source"] in warning
-            assert any(r.startswith("Fallback:") and name_ in r and w.file["comfyui_loads_source"] in r
+            assert "reported not to load" in warning and w.file.comfyui_loads_source in warning
+            assert any(r.startswith("Fallback:") and name_ in r and w.file.comfyui_loads_source in r
                        for r in plan["rationale"])
         elif w.comfyui_loads == "with_loader_pack":
-            pack = w.file["loader_pack"]
+            pack = w.file.loader_pack
             assert any(name_ in r and f"custom node pack {pack}" in r for r in plan["rationale"])
         elif w.comfyui_loads == "stock":
             assert not any(name_ in x for x in plan["warnings"])
@@ -82,10 +82,9 @@ def _as_before_h3kits_loaders(parts=("dit", "text_encoder")) -> catalog_mod.Cata
     """The shipped catalog with h3kit's GGUF loader nodes taken away for `parts`: the metadata-less H3 GGUFs are
     reported not to load again (stock ComfyUI-GGUF refuses them), as before tests/real_comfyui/test_gguf_loaders_real_comfyui.py."""
     def back(ws):
-        return [dataclasses.replace(w, file=dict(w.file, comfyui_loads="reported_broken"))
+        return [dataclasses.replace(w, file=dataclasses.replace(w.file, comfyui_loads="reported_broken"))
                 if w.comfyui_loads == "with_h3kit_loader" and w.part in parts else w for w in ws]
-    return catalog_mod.Catalog(CAT.doc, CAT.formats, back(CAT.dit), back(CAT.text_encoder), CAT.vae, CAT.audio_vae,
-                               CAT.lora)
+    return dataclasses.replace(CAT, dit=back(CAT.dit), text_encoder=back(CAT.text_encoder))
 
 
 BEFORE = _as_before_h3kits_loaders()

@@ -15,7 +15,7 @@ from h3kit.plan import make_plan as _make_plan
 FPS = {p.stem: json.loads(p.read_text()) for p in sorted((Path(__file__).parents[1] / "fixtures" / "fingerprints").glob("*.json"))}
 CAT = catalog_mod.load()
 PROFILES = catalog_mod.load_profiles(CAT)
-QUALITY = {name: spec["quality"] for name, spec in CAT.formats.items()}
+QUALITY = {name: spec.quality for name, spec in CAT.formats.items()}
 
 
 def make_plan(fp: dict, **kw) -> dict:

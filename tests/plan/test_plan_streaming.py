@@ -324,7 +324,7 @@ def test_a_32_gb_mac_streams_a_safetensors_dit_and_fits():
     plan = _plan(_fp("apple-m2pro-32gb"))
     s, st = plan["settings"], plan["settings"]["streaming"]
     assert s["dit_weights"] == "h3-dit-pruned-bf16" and st["enabled"] and plan["fits"]
-    assert CAT.weight(s["dit_weights"]).file["name"].endswith(".safetensors")
+    assert CAT.weight(s["dit_weights"]).file.name.endswith(".safetensors")
     # the plan's figures are the streamed run's, not ComfyUI holding the DiT
     assert plan["estimates"]["peak_ram_bytes"] == st["peak_ram_bytes"] <= plan["budget"]["ram_bytes"]
     assert plan["estimates"]["peak_gpu_bytes"] == st["peak_gpu_bytes"] <= plan["budget"]["gpu_bytes"]
@@ -350,7 +350,7 @@ def test_streaming_costs_time_in_the_estimate():
     st = plan["settings"]["streaming"]
     assert t["stream_pass_overhead"] == st["pass_overhead"] > 0.5
     from h3kit.plan.timing import estimate_clip
-    plain = estimate_clip(CAT.data["architecture"], plan["settings"]["timing"], plan["settings"]["canvas"],
+    plain = estimate_clip({"blocks": CAT.blocks}, plan["settings"]["timing"], plan["settings"]["canvas"],
                           plan["settings"]["frames"], plan["settings"]["steps"], plan["settings"]["cfg"], CAT)
     assert t["seconds_per_step"] == pytest.approx(plain["seconds_per_step"] * (1 + st["pass_overhead"]), rel=1e-3)
 
@@ -412,7 +412,7 @@ def test_the_cast_is_data_in_the_catalog():
     assert cu.dtype_on("cpu") == "float32" and cu.dtype_on("mps") == "bfloat16" and cu.dtype_on("cuda") == "bfloat16"
     assert cu.held_factor("dit", "bf16", "cpu") == 2.0 and cu.held_factor("dit", "q8_0", "cpu") == 1.0
     assert cu.held_factor("text_encoder", "bf16", "cpu") == 1.0  # ComfyUI loads text encoders in float16 there
-    assert "compute_dtype" in CAT.data["comfyui"] and "cast_formats" in CAT.data["comfyui"]
+    assert dict(cu.compute_dtype)["cpu"] == "float32" and dict(cu.cast_formats) == {"bf16": 2, "fp16": 2}
 
 
 def test_without_dynamic_vram_stream_from_disk_does_not_hide_the_dit_from_ram():

@@ -51,8 +51,8 @@ def test_the_catalog_presets_follow_the_sources():
     assert {x.cfg for x in p.values()} == {1.0}  # H3 fails silently with another cfg (FACTS.md)
     assert p["fast"].lora == "h3-lora-turbo" and p["balanced"].lora is None and p["quality"].lora is None
     lora = CAT.weight("h3-lora-turbo")
-    assert lora.bytes == lora.file["bytes"] == 779_849_816 and lora.file["sha256"] is None
-    assert lora.file["folder"] == "loras" and lora.file["loader"] == "LoraLoaderModelOnly"
+    assert lora.bytes == lora.file.bytes == 779_849_816 and lora.file.sha256 is None
+    assert lora.file.folder == "loras" and lora.file.loader == "LoraLoaderModelOnly"
 
 
 @pytest.mark.parametrize("kind", ["t2v", "i2v"])
@@ -188,7 +188,7 @@ def test_the_streamed_loader_replaces_unetloader_exactly_when_the_plan_streams()
     ((dit_id, node),) = _nodes(api, "H3kitStreamedDiTLoader")
     assert not _nodes(api, "UNETLoader")
     s = streamed["settings"]
-    assert node["inputs"] == {"unet_name": CAT.weight(s["dit_weights"]).file["name"], "weight_dtype": "default",
+    assert node["inputs"] == {"unet_name": CAT.weight(s["dit_weights"]).file.name, "weight_dtype": "default",
                               "preload_bytes": 2 * 804_514_484, "shard_size_bytes": s["shard_size_bytes"],
                               "prefetch_blocks": 3}
     assert _nodes(api, "MiniMaxH3SigmaShift")[0][1]["inputs"]["model"] == [dit_id, 0]

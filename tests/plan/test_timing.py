@@ -19,7 +19,7 @@ from h3kit.data.speed import PRESET_ORDER
 FPS = {p.stem: json.loads(p.read_text()) for p in sorted((Path(__file__).parents[1] / "fixtures" / "fingerprints").glob("*.json"))}
 CAT = catalog_mod.load()
 PROFILES = catalog_mod.load_profiles(CAT)
-ARCH = CAT.data["architecture"]
+ARCH = {"blocks": CAT.blocks}
 TABLE = throughput_mod.load()
 RATES = ("block_s_per_token", "block_s_per_token2", "step_fixed_s", "step_fixed_s_per_token", "text_encode_s",
          "decode_s_per_pixel_frame")

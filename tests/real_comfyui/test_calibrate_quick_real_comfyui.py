@@ -28,7 +28,7 @@ DIMS = {"hidden_size": 512, "num_layers": 5, "num_attention_heads": 4, "attentio
 def test_calibration_measures_comfyuis_h3_at_the_files_width(tmp_path, h3kit_home, run_cli, native_library_env):
     comfy = comfy_h3.make_test_comfyui(REAL, tmp_path / "ComfyUI")
     dit = catalog_mod.load().weight("h3-dit-pruned-bf16").file
-    comfy_h3.write_tiny_files(comfy, PYTHON, {"dit": f"{dit['folder']}/{dit['name']}"}, DIMS)
+    comfy_h3.write_tiny_files(comfy, PYTHON, {"dit": f"{dit.folder}/{dit.name}"}, DIMS)
     (h3kit_home / "config.yaml").write_text(CONFIG, encoding="utf-8")
     code, out, err = run_cli("calibrate", "--quick", "--comfyui", str(comfy), "--json")
     assert code == 0, err
@@ -36,7 +36,7 @@ def test_calibration_measures_comfyuis_h3_at_the_files_width(tmp_path, h3kit_hom
     h3 = doc["h3_model"]
     assert h3["status"] == "measured", h3
     assert h3["arch"]["hidden"] == 512 and h3["arch"]["blocks_total"] == 5
-    assert h3["arch"]["from"].startswith("file header") and dit["name"] in h3["arch"]["from"]
+    assert h3["arch"]["from"].startswith("file header") and dit.name in h3["arch"]["from"]
     est = doc["estimates"]
     assert est["kind"] == "measured" and est["arch"]["hidden"] == 512
     assert est["timing"]["source"].startswith("calibrated ") and "ComfyUI's Python (cpu" in est["timing"]["source"]

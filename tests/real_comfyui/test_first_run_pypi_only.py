@@ -98,7 +98,7 @@ def test_a_new_user_on_a_pypi_only_machine(tmp_path):
     from h3kit.data import catalog as catalog_mod
 
     cat = catalog_mod.load()
-    names = {part: f"{cat.weight(plan['settings'][key]).file['folder']}/{cat.weight(plan['settings'][key]).file['name']}"
+    names = {part: f"{cat.weight(plan['settings'][key]).file.folder}/{cat.weight(plan['settings'][key]).file.name}"
              for key, part in comfy_h3.PART_OF.items()}
     comfy_h3.write_tiny_files(comfy, python, names)
 

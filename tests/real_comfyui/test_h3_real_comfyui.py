@@ -46,7 +46,7 @@ def _names(plan: dict) -> dict[str, str]:
     out = {}
     for key, part in PART_OF.items():
         f = cat.weight(plan["settings"][key]).file
-        out[part] = f"{f['folder']}/{f['name']}"
+        out[part] = f"{f.folder}/{f.name}"
     return out
 
 

@@ -91,14 +91,14 @@ def test_the_fast_presets_lora_runs_in_comfyui_and_changes_the_video(h3kit_home,
     names = {}
     for key, part in PART_OF.items():
         f = cat.weight(plan["settings"][key]).file
-        names[part] = f"{f['folder']}/{f['name']}"
+        names[part] = f"{f.folder}/{f.name}"
     comfy_h3.write_tiny_files(comfy, PYTHON, names)
     lora_file = cat.weight("h3-lora-turbo").file
-    patched = tiny_lora(comfy / "models" / lora_file["folder"] / lora_file["name"])
+    patched = tiny_lora(comfy / "models" / lora_file.folder / lora_file.name)
 
     api = installed_text_to_video(run_cli, comfy, roomy)
     (lora_id,) = [k for k, n in api.items() if n["class_type"] == "LoraLoaderModelOnly"]
-    assert api[lora_id]["inputs"]["lora_name"] == lora_file["name"] and api[lora_id]["inputs"]["strength_model"] == 1.0
+    assert api[lora_id]["inputs"]["lora_name"] == lora_file.name and api[lora_id]["inputs"]["strength_model"] == 1.0
     assert next(n for n in api.values() if n["class_type"] == "BasicScheduler")["inputs"]["steps"] == 2
 
     without = json.loads(json.dumps(api))
@@ -134,8 +134,8 @@ def test_the_streamed_loader_in_the_generated_workflow_gives_stock_output(h3kit_
     plan = json.loads(out)
     assert plan["settings"]["streaming"]["enabled"], plan["settings"]["streaming"]
     cat = catalog_mod.load()
-    comfy_h3.write_tiny_files(comfy, PYTHON, {part: f"{cat.weight(plan['settings'][key]).file['folder']}/"
-                                                    f"{cat.weight(plan['settings'][key]).file['name']}"
+    comfy_h3.write_tiny_files(comfy, PYTHON, {part: f"{cat.weight(plan['settings'][key]).file.folder}/"
+                                                    f"{cat.weight(plan['settings'][key]).file.name}"
                                               for key, part in PART_OF.items()})
     api = installed_text_to_video(run_cli, comfy, roomy)
     (dit_id,) = [k for k, n in api.items() if n["class_type"] == "H3kitStreamedDiTLoader"]

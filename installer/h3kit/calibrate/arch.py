@@ -28,6 +28,7 @@ import struct
 from pathlib import Path
 
 from h3kit.bundled import h3k_safetensors
+from h3kit.data.catalog import Catalog
 
 MAX_HEADER = h3k_safetensors.MAX_HEADER  # also the bound on one GGUF string
 GGUF_MAGIC = b"GGUF"
@@ -203,11 +204,11 @@ def from_file(path: Path) -> dict:
     return arch
 
 
-def from_catalog(catalog: dict, weight=None) -> dict:
+def from_catalog(catalog: Catalog, weight=None) -> dict:
     """The catalog's architecture, in the same shape (parameter split unknown: block bytes by the file size)."""
-    a = catalog["architecture"]
-    arch = {"hidden": a["hidden"], "heads": a["heads"], "head_dim": a["head_dim"], "ffn": a["ffn"],
-            "text_dim": a.get("text_dim"), "blocks_total": a["blocks"], "refiner_blocks": a.get("text_refiner_blocks"),
+    a = catalog.architecture
+    arch = {"hidden": a.hidden, "heads": a.heads, "head_dim": a.head_dim, "ffn": a.ffn,
+            "text_dim": a.text_dim, "blocks_total": a.blocks, "refiner_blocks": a.text_refiner_blocks,
             "from": "catalog"}
     if weight is not None:
         arch["file_bytes"] = weight.bytes
@@ -216,13 +217,13 @@ def from_catalog(catalog: dict, weight=None) -> dict:
 
 def dit_path(install_path, weight) -> Path | None:
     """Where ComfyUI keeps the catalog's file for `weight` (models/<folder>/<name>), or None without a name."""
-    file = getattr(weight, "file", None) or {}
-    if install_path is None or not file.get("name"):
+    file = getattr(weight, "file", None)
+    if install_path is None or file is None or not file.name:
         return None
-    return Path(install_path) / "models" / (file.get("folder") or "diffusion_models") / file["name"]
+    return Path(install_path) / "models" / (file.folder or "diffusion_models") / file.name
 
 
-def arch_for(catalog: dict, weight, install_path=None) -> tuple[dict, str | None]:
+def arch_for(catalog: Catalog, weight, install_path=None) -> tuple[dict, str | None]:
     """(arch, why the catalog was used or None): the file's header when the file is there, else the catalog."""
     path = dit_path(install_path, weight)
     if path is None or not path.is_file():

@@ -180,24 +180,22 @@ def workload_options(plan: dict, cat) -> list[dict]:
     s = plan.get("settings") or {}
     max_canvas = tuple(s.get("max_canvas") or cat.canvas_ladder[0])
     max_frames = int(s.get("max_frames") or cat.frames_ladder[0])
-    sampling = cat.data.get("sampling") or {}
-    steps = int(s.get("steps") or sampling.get("steps") or 20)
-    cfg = float(s.get("cfg") if s.get("cfg") is not None else sampling.get("cfg", 1.0))
+    steps = int(s.get("steps") or cat.sampling.steps)
+    cfg = float(s.get("cfg") if s.get("cfg") is not None else cat.sampling.cfg)
     runs = [(steps, cfg, s.get("preset"))]
-    fast = (cat.data.get("presets") or {}).get("fast")
-    if isinstance(fast, dict) and fast.get("steps") and int(fast["steps"]) < steps:
-        runs.append((int(fast["steps"]), float(fast.get("cfg", cfg)), "fast"))
+    fast = cat.presets.get("fast")
+    if fast is not None and fast.steps < steps:
+        runs.append((fast.steps, fast.cfg, "fast"))
     canvases = [tuple(c) for c in cat.canvas_ladder if c[0] <= max_canvas[0] and c[1] <= max_canvas[1]
                 and c[0] * c[1] <= max_canvas[0] * max_canvas[1]] or [max_canvas]
     frames = [int(f) for f in cat.frames_ladder if int(f) <= max_frames] or [max_frames]
-    presets = cat.data.get("presets") or {}
 
     def worth(c, f, p) -> bool:  # a preset's own floor: smaller canvases are not worth its steps (catalog)
-        spec = presets.get(p) if isinstance(presets, dict) and p else None
-        if not isinstance(spec, dict):
+        spec = cat.presets.get(p) if p else None
+        if spec is None:
             return True
-        lo = spec.get("min_canvas") or (0, 0)
-        return c[0] * c[1] >= lo[0] * lo[1] and f >= int(spec.get("min_frames") or 0)
+        lo = spec.min_canvas
+        return c[0] * c[1] >= lo[0] * lo[1] and f >= spec.min_frames
     out = [{"canvas": list(c), "frames": f, "steps": st, "cfg": g, "preset": p}
            for c in canvases for f in frames for st, g, p in runs if p != "fast" or worth(c, f, p)]
     return out
@@ -211,11 +209,11 @@ def decide_workload(plan: dict, cat, minutes_for) -> list[dict]:
     """Canvas, frames, steps (and preset) for the workflows: the best within target_minutes and the memory limits."""
     s = plan.get("settings") or {}
     target = float(s.get("target_minutes") or DEFAULT_TARGET_MINUTES)
-    sampling = cat.data.get("sampling") or {}
+    sampling = cat.sampling
     now = {"canvas": list(s.get("canvas") or s.get("max_canvas") or cat.canvas_ladder[-1]),
            "frames": int(s.get("frames") or s.get("max_frames") or cat.frames_ladder[-1]),
-           "steps": int(s.get("steps") or sampling.get("steps") or 20),
-           "cfg": float(s.get("cfg") if s.get("cfg") is not None else sampling.get("cfg", 1.0)),
+           "steps": int(s.get("steps") or sampling.steps),
+           "cfg": float(s.get("cfg") if s.get("cfg") is not None else sampling.cfg),
            "preset": s.get("preset")}
     m_now = minutes_for(now["canvas"], now["frames"], now["steps"], now["cfg"])
     options = workload_options(plan, cat) + [now]  # the plan's own values may lie between the ladders' rungs

@@ -35,7 +35,8 @@ from h3kit.calibrate.native_estimate import (  # noqa: F401  (the appendix's nam
     scaled_dit_config,
     streamed_per_step,
 )
-from h3kit.data.catalog import tokens_for
+from h3kit.data.architecture import tokens_for
+from h3kit.data.catalog import Catalog
 from h3kit.data.fingerprint import Fingerprint
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}
@@ -118,15 +119,15 @@ def measure_points(tokens: int, arch: dict, table: dict, quick: bool, blocks_bui
     return sorted({top, *(max(32, top // f) for f in fractions)})
 
 
-def workload(plan: dict, catalog: dict) -> dict:
+def workload(plan: dict, catalog: Catalog) -> dict:
     """What the plan's workflows run: canvas, frames, steps, cfg (the plan's defaults, else its limits)."""
     s = plan.get("settings") or {}
     streaming = s.get("streaming") or {}
-    sampling = catalog.get("sampling") or {}
+    sampling = catalog.sampling
     canvas = s.get("canvas") or s.get("max_canvas") or list(CALIBRATION_CANVAS[:2])
     return {"canvas": [int(canvas[0]), int(canvas[1])], "frames": int(s.get("frames") or s.get("max_frames") or 22),
-            "steps": int(s.get("steps") or sampling.get("steps") or 20),
-            "cfg": float(s.get("cfg") if s.get("cfg") is not None else sampling.get("cfg", 1.0)),
+            "steps": int(s.get("steps") or sampling.steps),
+            "cfg": float(s.get("cfg") if s.get("cfg") is not None else sampling.cfg),
             "preset": s.get("preset"), "quantization": s.get("quantization"),
             # h3kit's streamer makes each model call longer by this share (the plan's figure, an assumption
             # until the disk is calibrated); 0 when ComfyUI holds the model
@@ -135,7 +136,7 @@ def workload(plan: dict, catalog: dict) -> dict:
 
 def clip_time(arch: dict, timing: dict, work: dict, cat, tm) -> dict:
     """E.time for one workload: plan.timing.estimate_clip plus the workload it was for."""
-    fps = (cat.data.get("sampling") or {}).get("fps", 24)
+    fps = cat.sampling.fps
     res = tm.estimate_clip(_formula_arch(arch), timing, tuple(work["canvas"]), work["frames"], work["steps"],
                            work["cfg"], cat, pass_overhead=work.get("pass_overhead", 0.0))
     keys = ("source", "tokens", "seconds_per_step", "model_calls_per_step", "minutes_per_clip", "seconds_per_clip",
@@ -233,7 +234,7 @@ def memory_estimate(h3_model: dict | None, arch: dict, plan: dict, cat, fingerpr
 
 
 def _rule_tokens(cat, work: dict) -> int:
-    return tokens_for(cat.data["tokens"], work["canvas"][0], work["canvas"][1], work["frames"])
+    return tokens_for(cat.tokens, work["canvas"][0], work["canvas"][1], work["frames"])
 
 
 def _ladder_below(ladder, current, key):
@@ -246,12 +247,10 @@ def alternatives(arch: dict, timing: dict, work: dict, h3_model, plan: dict, cat
     """Faster (and, within the memory limits, better) workloads than the plan's, each with its minutes."""
     s = plan.get("settings") or {}
     options = []
-    presets = cat.data.get("presets") or {}
-    fast = presets.get("fast") if isinstance(presets, dict) else None
-    if isinstance(fast, dict) and fast.get("steps") and int(fast["steps"]) < work["steps"]:
-        options.append(("the fast preset", "fewer sampling steps" + (" with the turbo LoRA" if fast.get("lora") else ""),
-                        {**work, "steps": int(fast["steps"]), "cfg": float(fast.get("cfg", work["cfg"])),
-                         "preset": "fast"}))
+    fast = cat.presets.get("fast")
+    if fast is not None and fast.steps < work["steps"]:
+        options.append(("the fast preset", "fewer sampling steps" + (" with the turbo LoRA" if fast.lora else ""),
+                        {**work, "steps": fast.steps, "cfg": fast.cfg, "preset": "fast"}))
     elif work["steps"] >= 12 and work.get("preset") != "fast":
         options.append((f"{work['steps'] // 2} steps", "half the sampling steps (softer detail)",
                         {**work, "steps": work["steps"] // 2}))
@@ -328,7 +327,7 @@ def clip_estimate(cat, plan: dict, fingerprint: Fingerprint, h3_model: dict | No
         timing, from_table = dict(table), ["all"]
         why = (h3_model or {}).get("reason")
         kind, note = "table", TABLE_NOTE + (f"; the measurement did not run: {why}" if why else "")
-    work = workload(plan, cat.data)
+    work = workload(plan, cat)
     streams = bool(work.get("pass_overhead"))
     if pass_overhead is not None and streams:
         work["pass_overhead"] = float(pass_overhead)

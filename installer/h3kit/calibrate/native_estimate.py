@@ -13,7 +13,8 @@ returns carries its formula in `formulas`.
 
 from __future__ import annotations
 
-from h3kit.data.catalog import tokens_for
+from h3kit.data.architecture import tokens_for
+from h3kit.data.catalog import Catalog
 
 # The scaled DiT: H3's block shape (from the catalog) at a width this machine can run in seconds.
 SCALED = {"quick": {"blocks": 2, "hidden": 512}, "full": {"blocks": 4, "hidden": 1024}}
@@ -29,13 +30,13 @@ def native_kind(fmt: str | None) -> str:
     return "q4_0" if fmt and fmt.startswith(low_bits) else "q8_0"
 
 
-def scaled_dit_config(catalog: dict, plan: dict, quick: bool) -> dict:
+def scaled_dit_config(catalog: Catalog, plan: dict, quick: bool) -> dict:
     """The scaled-down H3-shaped DiT the runner builds: H3's ratios, a small width."""
-    arch = catalog["architecture"]
+    arch = catalog.architecture
     size = SCALED["quick" if quick else "full"]
     hidden = size["hidden"]
-    head_dim = arch["head_dim"]
-    ffn = int(round(hidden * arch["ffn"] / arch["hidden"] / 32)) * 32  # same FFN ratio, whole quant blocks
+    head_dim = arch.head_dim
+    ffn = int(round(hidden * arch.ffn / arch.hidden / 32)) * 32  # same FFN ratio, whole quant blocks
     quant = (plan.get("settings") or {}).get("quantization")
     return {
         "blocks": size["blocks"],
@@ -43,7 +44,7 @@ def scaled_dit_config(catalog: dict, plan: dict, quick: bool) -> dict:
         "heads": hidden // head_dim,
         "head_dim": head_dim,
         "ffn": ffn,
-        "tokens": tokens_for(catalog["tokens"], *CALIBRATION_CANVAS),
+        "tokens": tokens_for(catalog.tokens, *CALIBRATION_CANVAS),
         "canvas": list(CALIBRATION_CANVAS),
         "quantization": native_kind(quant),
         "plan_quantization": quant,
@@ -92,7 +93,7 @@ def _g(x) -> str:
     return "-" if x is None else f"{x:.3g}"
 
 
-def native_appendix(catalog: dict, plan: dict, measured: dict, dit_bytes: int | None) -> dict:
+def native_appendix(catalog: Catalog, plan: dict, measured: dict, dit_bytes: int | None) -> dict:
     """Seconds per sampling step and peak memory of the real model at the plan's settings.
 
     `measured` holds the rates the run found (`measured_rates`): native
@@ -100,12 +101,12 @@ def native_appendix(catalog: dict, plan: dict, measured: dict, dit_bytes: int | 
     there is a GPU, disk GB/s, and the scaled DiT's measured vs predicted
     RSS growth. Every value carries its formula in `formulas`.
     """
-    arch = catalog["architecture"]
+    arch = catalog.architecture
     s = plan.get("settings") or {}
     w, h = (s.get("max_canvas") or [CALIBRATION_CANVAS[0], CALIBRATION_CANVAS[1]])[:2]
     frames = s.get("max_frames") or CALIBRATION_CANVAS[2]
-    tokens = tokens_for(catalog["tokens"], w, h, frames)
-    flops = flops_per_pass(arch["blocks"], arch["hidden"], arch["ffn"], tokens)
+    tokens = tokens_for(catalog.tokens, w, h, frames)
+    flops = flops_per_pass(arch.blocks, arch.hidden, arch.ffn, tokens)
     device_tflops = measured.get("device_tflops")
     rate = device_tflops * 1e12 if device_tflops else (measured.get("native_gflops") or 0) * 1e9
     rate_name = "device bf16 matmul" if device_tflops else "native CPU matmul"
@@ -126,7 +127,7 @@ def native_appendix(catalog: dict, plan: dict, measured: dict, dit_bytes: int | 
     plan_est = plan.get("estimates") or {}
     plan_peak_ram = plan_est.get("peak_ram_bytes")
     moving = (plan_est.get("activation_bytes") or 0) + (s.get("shard_size_bytes") or 0) + (s.get("preload_bytes") or 0)
-    px, tc = catalog["tokens"]["spatial_tokens_px"], catalog["tokens"]["temporal_compression"]
+    px, tc = catalog.tokens.spatial_tokens_px, catalog.tokens.temporal_compression
     return {
         "label": "native-kernel estimate (appendix)",
         "canvas": [w, h, frames],
@@ -140,8 +141,8 @@ def native_appendix(catalog: dict, plan: dict, measured: dict, dit_bytes: int | 
         "memory_growth_ratio": growth,
         "formulas": {
             "tokens": f"(w/{px}) x (h/{px}) x ceil(frames/{tc}) = {tokens}",
-            "flops_per_pass": f"blocks x (2 x (4 h^2 + 3 h ffn) x T + 4 T^2 h) with blocks={arch['blocks']}, "
-                              f"h={arch['hidden']}, ffn={arch['ffn']}, T={tokens} (one model pass per step; "
+            "flops_per_pass": f"blocks x (2 x (4 h^2 + 3 h ffn) x T + 4 T^2 h) with blocks={arch.blocks}, "
+                              f"h={arch.hidden}, ffn={arch.ffn}, T={tokens} (one model pass per step; "
                               "classifier-free guidance doubles it)",
             "compute_seconds_per_step": f"flops_per_pass / measured {rate_name} rate "
                                         f"({_g(rate / 1e9 if rate else None)} GFLOP/s)",

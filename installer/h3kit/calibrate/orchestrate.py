@@ -197,14 +197,14 @@ def run(ctx: Session, *, comfyui_dir: str | None = None, quick: bool = True, wit
     if why_no_comfy:
         skipped.append(f"ComfyUI's Python: {why_no_comfy}; ran in h3kit's own Python ({python}), so the time "
                        "per clip is a table estimate")
-    dit = scaled_dit_config(cat.data, plan, quick)
+    dit = scaled_dit_config(cat, plan, quick)
     if dit["plan_quantization"] not in NATIVE_KINDS:
         skipped.append(f"the plan's quantization {dit['plan_quantization']!r} has no native kernel; "
                        f"the scaled DiT ran in {dit['quantization']}")
-    arch, why_catalog = arch_for(cat.data, dit_weight, install.path if install is not None else None)
+    arch, why_catalog = arch_for(cat, dit_weight, install.path if install is not None else None)
     device = device_of(fingerprint, plan)
     tm = estimates.timing_module()
-    work = estimates.workload(plan, cat.data)
+    work = estimates.workload(plan, cat)
     rows = tm.sequence_tokens(cat, work["canvas"][0], work["canvas"][1], work["frames"])
     points = estimates.measure_points(rows, arch, tm.rates_from_table(fingerprint, cat, estimates.compute_dtype(device),
                                                                  backend=device), quick)
@@ -228,7 +228,7 @@ def run(ctx: Session, *, comfyui_dir: str | None = None, quick: bool = True, wit
     inference = measured.get("inference") or {}
     device_rates = measured.get("device") or {}
     rates = measured_rates(native, device_rates, disk, inference, dit["quantization"])
-    appendix = native_appendix(cat.data, plan, rates, dit_weight.bytes if dit_weight else None)
+    appendix = native_appendix(cat, plan, rates, dit_weight.bytes if dit_weight else None)
     appendix["check"] = check_scaled(dit, inference, rates["native_gflops"])
     runner_failed = measured.get("reason") if measured.get("status") == "error" else None
     h3_model = measured.get("h3_model") or {"status": "error" if runner_failed else "skipped",

@@ -43,7 +43,7 @@ def h3_job(cat, plan: dict, arch: dict, device: str, points: list[int] | None = 
     (estimates.measure_points), up to the plan's own rows where a call there is affordable."""
     from h3kit.calibrate.estimates import workload
 
-    work = workload(plan, cat.data)
+    work = workload(plan, cat)
     keys = ("hidden", "heads", "head_dim", "ffn", "text_dim", "refiner_blocks", "blocks_total", "block_params",
             "other_params", "weight_dtype", "rope_inv_freq_len", "timestep_input_dim", "time_embed_hidden",
             "time_embed_dim", "adaln_curve_grid", "latents_dim", "audio_latents_dim", "from")

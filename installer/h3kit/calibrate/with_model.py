@@ -248,7 +248,7 @@ def run(install, plan: dict, fingerprint: Fingerprint, cat, *, cache_dir: Path, 
             with server:
                 say(f"calibrate --with-model: starting ComfyUI on {server.base} ...")
                 started_s = server.start()
-                reason = preflight(workflow, server.object_info(), cat.data["model"].get("comfyui_min_version"))
+                reason = preflight(workflow, server.object_info(), cat.model.comfyui_min_version)
                 if reason:
                     return not_run(reason, **base)
                 say(f"calibrate --with-model: running the installed workflow at {shown}, {steps} steps ...")

@@ -17,8 +17,7 @@ def add_arguments(p) -> None:
 
 def _describe(profile) -> dict:
     return {"name": profile.name, "description": profile.description, "file": str(profile.path),
-            "match": {k: v for k, v in profile.doc.data.get("match", {}).items()},
-            "settings": profile.written, "notes": profile.doc.data.get("notes")}
+            "match": dict(profile.written_match), "settings": dict(profile.written), "notes": profile.notes}
 
 
 def run(args, ctx: Context) -> Outcome:

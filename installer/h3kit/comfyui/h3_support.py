@@ -21,6 +21,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from h3kit.comfyui.inspect import comfyui_version, marked_json
+from h3kit.data.catalog_sections import ComfyH3
 
 H3_TIMEOUT = 120.0  # importing torchaudio and av after torch, on a cold disk
 
@@ -81,21 +82,21 @@ def version_at_least(version: str | None, minimum: str) -> bool:
         return False
 
 
-def requirements(catalog) -> tuple[str, dict]:
-    """(minimum ComfyUI version, the catalog's comfyui_h3 section)."""
-    return str(catalog.data["model"]["comfyui_min_version"]), dict(catalog.data.get("comfyui_h3") or {})
+def requirements(catalog) -> tuple[str, ComfyH3]:
+    """(minimum ComfyUI version, what the tree and its Python need: the catalog's comfyui_h3)."""
+    return catalog.model.comfyui_min_version, catalog.comfyui_h3
 
 
 def check_tree(comfyui_dir: Path, catalog) -> H3Support:
     minimum, need = requirements(catalog)
-    missing = [rel for rel in need.get("files", []) if not (Path(comfyui_dir) / rel).is_file()]
+    missing = [rel for rel in need.files if not (Path(comfyui_dir) / rel).is_file()]
     return H3Support(comfyui_version(Path(comfyui_dir)), minimum, missing)
 
 
 def script_args(catalog) -> list[str]:
     _, need = requirements(catalog)
-    modules = [m["import"] for m in need.get("modules", [])]
-    return ["-c", H3_SCRIPT, json.dumps(modules), json.dumps(list(need.get("encoders", [])))]
+    modules = [m.import_name for m in need.modules]
+    return ["-c", H3_SCRIPT, json.dumps(modules), json.dumps(list(need.encoders))]
 
 
 def add_python_report(support: H3Support, text: str, catalog) -> H3Support:
@@ -103,18 +104,18 @@ def add_python_report(support: H3Support, text: str, catalog) -> H3Support:
     _, need = requirements(catalog)
     report = marked_json(text, "H3KIT-H3")
     if report is None:
-        support.missing_modules = [dict(m, error="ComfyUI's Python gave no readable answer") for m in need.get("modules", [])]
+        support.missing_modules = [dict(m.to_json(), error="ComfyUI's Python gave no readable answer") for m in need.modules]
         return support
     support.python_checked = True
-    for m in need.get("modules", []):
-        got = (report.get("modules") or {}).get(m["import"]) or {"ok": False, "error": "not checked"}
+    for m in need.modules:
+        got = (report.get("modules") or {}).get(m.import_name) or {"ok": False, "error": "not checked"}
         if not got.get("ok"):
-            support.missing_modules.append(dict(m, error=got.get("error")))
-        elif m.get("min_version") and got.get("version") and not version_at_least(got["version"], m["min_version"]):
-            support.missing_modules.append(dict(m, error=f"version {got['version']} is older than {m['min_version']}"))
+            support.missing_modules.append(dict(m.to_json(), error=got.get("error")))
+        elif m.min_version and got.get("version") and not version_at_least(got["version"], m.min_version):
+            support.missing_modules.append(dict(m.to_json(), error=f"version {got['version']} is older than {m.min_version}"))
     encoders = report.get("encoders") or {}
     if report.get("av_error") is None:
-        support.missing_encoders = [c for c in need.get("encoders", []) if not encoders.get(c)]
+        support.missing_encoders = [c for c in need.encoders if not encoders.get(c)]
     return support
 
 
@@ -151,7 +152,7 @@ def fix(support: H3Support, install, catalog) -> str:
     python = f'"{install.python}"' if install.python else "ComfyUI's Python"
     if not support.tree_ready:
         if layout in ("portable", "desktop"):
-            return (need.get("update") or {}).get(layout, "update ComfyUI, then run h3kit doctor again")
+            return need.update.get(layout, "update ComfyUI, then run h3kit doctor again")
         if is_git_checkout(install.path):
             return (f"run 'h3kit doctor --fix' to move this git checkout to ComfyUI {support.min_version} or newer "
                     "(your branches are kept; 'h3kit doctor --undo' goes back)")

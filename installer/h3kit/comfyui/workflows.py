@@ -71,19 +71,19 @@ class WorkflowSettings:
     @classmethod
     def from_plan(cls, plan: dict, catalog) -> "WorkflowSettings":
         s = plan["settings"]
-        sampling = catalog.data.get("sampling") or {}
+        sampling = catalog.sampling
         width, height = _canvas(s)
         return cls(
             dit=_file(catalog, s["dit_weights"]), text_encoder=_file(catalog, s["text_encoder_weights"]),
             vae=_file(catalog, s["vae_weights"]),
             audio_vae=_file(catalog, s.get("audio_vae_weights") or catalog.audio_vae[0].id),
             width=width, height=height, frames=int(s.get("frames") or s["max_frames"]),
-            steps=int(s.get("steps") or sampling.get("steps", 20)),
-            sampler=str(sampling.get("sampler", "res_multistep")), scheduler=str(sampling.get("scheduler", "simple")),
-            shift_video=float(sampling.get("shift_video", 12.0)), shift_audio=float(sampling.get("shift_audio", 3.0)),
-            fps=int(sampling.get("fps", 24)), seed=int(sampling.get("seed", 0)),
+            steps=int(s.get("steps") or sampling.steps),
+            sampler=sampling.sampler, scheduler=sampling.scheduler,
+            shift_video=float(sampling.shift_video), shift_audio=float(sampling.shift_audio),
+            fps=int(sampling.fps), seed=int(sampling.seed),
             guard_memory=bool(s.get("unload_text_encoder", True)),
-            cfg=float(s["cfg"] if s.get("cfg") is not None else sampling.get("cfg", 1.0)),
+            cfg=float(s["cfg"] if s.get("cfg") is not None else sampling.cfg),
             lora=_file(catalog, s["lora"]) if s.get("lora") else None,
             lora_strength=float(s.get("lora_strength") or 1.0),
             stream=_stream(s))
@@ -106,10 +106,10 @@ def _canvas(settings: dict) -> tuple[int, int]:
 
 def _file(catalog, weight_id: str) -> LoadedFile:
     w = catalog.weight(weight_id)
-    if w is None or not (w.file or {}).get("name"):
+    if w is None or not w.file.name:
         raise BadInput(f"The plan names weight '{weight_id}', which the model catalog does not list with a file.",
                        "Re-run 'h3kit plan' with this h3kit version, or fix the override in config.yaml.")
-    return LoadedFile(w.file["name"], w.file.get("loader") or "")
+    return LoadedFile(w.file.name, w.file.loader)
 
 
 def build(kind: str, ws: WorkflowSettings, specs: dict) -> Graph:

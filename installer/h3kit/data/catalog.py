@@ -4,15 +4,16 @@ Both are data: every model size, block count, format rule and measured point
 lives in the YAML with its source, and every profile's match rules and
 settings live in its own file. This module reads them, checks them (errors
 name file:line and key) and turns them into typed values -- sizes in bytes,
-canvases as tuples -- so the planner does arithmetic and never parses. It
-also answers two questions the planner asks: which weight variants exist,
-and can this machine run a given format.
+canvases as tuples, the model's shape in data/architecture.py, its other
+sections in data/catalog_sections.py -- so the planner does arithmetic and
+never parses; no raw YAML outlives the check. It also answers two questions
+the planner asks: which weight variants exist, and can this machine run a
+given format.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,12 @@ from h3kit.core.units import gb
 from h3kit.data import figures, format_support, speed
 from h3kit.data import throughput as throughput_mod
 from h3kit.data import settings as settings_mod
+from h3kit.data.architecture import (Architecture, Canvas, Frames, Tokens, parse_architecture, parse_canvas,
+                                     parse_frames, parse_tokens)
+from h3kit.data.catalog_sections import (LOAD_TIERS, ComfyH3, Limits, Model, Sampling, WeightFile, check_loads,
+                                         parse_comfyui_h3, parse_limits, parse_measured, parse_model,
+                                         parse_loader_packs, parse_placement, parse_reported_setups, parse_sampling,
+                                         parse_weight_file)
 from h3kit.data.figures import DTYPE_BYTES, ComfyMemory, MemoryModel
 from h3kit.data.fingerprint import Fingerprint
 from h3kit.data.yamlio import Problems, YamlDoc, is_one_of, load_yaml, parse_size
@@ -29,15 +36,14 @@ from h3kit.data.yamlio import Problems, YamlDoc, is_one_of, load_yaml, parse_siz
 CATALOG_SCHEMA = "h3kit.catalog/1"
 PROFILE_SCHEMA = "h3kit.profile/1"
 BACKENDS = ("cuda", "rocm", "xpu", "mps", "directml", "cpu")
-# How sure it is that ComfyUI loads a file (file.comfyui_loads), and the planner's preference tier for it.
-LOAD_TIERS = {"stock": 0, "with_loader_pack": 0, "with_h3kit_loader": 0, "unknown": 1, "reported_broken": 2}
 REQUIREMENT_KEYS = ("backends", "not_backends", "min_compute_capability", "min_cuda_driver", "compute_capability_major",
                     "loader_pack")
 
 
 @dataclass(frozen=True)
 class Weight:
-    """One weight file variant; `file` is what a download needs (folder, loader, name, urls, sha256)."""
+    """One weight file variant; `file` is what a download needs (folder, loader, name, urls, sha256) and whether
+    ComfyUI loads it."""
 
     id: str
     part: str  # dit | text_encoder | vae | audio_vae | lora
@@ -45,12 +51,12 @@ class Weight:
     bytes: int
     quality: int
     variant: str | None = None  # full | pruned (DiT only)
-    file: dict = field(default_factory=dict)
+    file: WeightFile = WeightFile()
 
     @property
     def comfyui_loads(self) -> str:
         """stock | with_loader_pack | with_h3kit_loader | unknown | reported_broken (file.comfyui_loads)."""
-        return self.file.get("comfyui_loads") or "unknown"
+        return self.file.comfyui_loads
 
     @property
     def load_tier(self) -> int:
@@ -60,8 +66,8 @@ class Weight:
     @property
     def load_report(self) -> str:
         """The load problem or uncertainty in words, with where it was reported."""
-        note = self.file.get("comfyui_compat") or self.file.get("unverified") or ""
-        src = self.file.get("comfyui_loads_source")
+        note = self.file.comfyui_compat or self.file.unverified or ""
+        src = self.file.comfyui_loads_source
         return f"{note}; see {src}" if note and src else note or (f"see {src}" if src else "")
 
 
@@ -84,59 +90,44 @@ class Machine:
 _version = format_support.version
 
 
-def tokens_for(rule: dict, width: int, height: int, frames: int) -> int:
-    """The DiT's token count for a canvas by the catalog's `tokens:` rule: the one formula planning and calibration share."""
-    latent_frames = math.ceil(frames / rule["temporal_compression"])
-    return max(1, (width // rule["spatial_tokens_px"]) * (height // rule["spatial_tokens_px"]) * latent_frames)
-
-
-@dataclass
+@dataclass(frozen=True)
 class Catalog:
-    """A checked catalog. The figures below the weight lists are typed from `doc` on construction, so a
-    catalog built from a checked document (or a copy with other weights, as tests make) is always whole."""
+    """A checked catalog, every section typed (check_catalog builds it; tests copy it with dataclasses.replace).
+    Nothing here holds the YAML itself: a figure the planner or a report needs is a typed attribute."""
 
-    doc: YamlDoc
-    formats: dict
+    path: Path
+    model: Model
+    architecture: Architecture
+    canvas: Canvas
+    canvas_ladder: tuple  # ((width, height), ...), largest first: the canvases the planner tries
+    frames: Frames
+    frames_ladder: tuple  # the frame counts the planner tries
+    tokens: Tokens
+    memory: MemoryModel
+    comfyui: ComfyMemory
+    formats: dict  # name -> format_support.Format
+    limits: Limits
     dit: list[Weight]
     text_encoder: list[Weight]
     vae: list[Weight]
     audio_vae: list[Weight]
     lora: list[Weight] = field(default_factory=list)
-    model_id: str = field(init=False)
-    blocks: int = field(init=False)
-    canvas_ladder: tuple = field(init=False)  # ((width, height), ...), largest first
-    frames_ladder: tuple = field(init=False)
-    spatial_tokens_px: int = field(init=False)
-    temporal_compression: int = field(init=False)
-    memory: MemoryModel = field(init=False)
-    comfyui: ComfyMemory = field(init=False)
-    loader_packs: dict = field(init=False)
-    avoid_args: tuple = field(init=False)  # ComfyUI flags that harm this model
-    sequence: speed.Sequence | None = field(init=False)  # the DiT's joint sequence, for the time estimate
-    work: speed.Work | None = field(init=False)  # FLOPs outside the DiT blocks
-    presets: dict = field(init=False)  # name -> speed.Preset
+    sampling: Sampling = Sampling()
+    comfyui_h3: ComfyH3 = ComfyH3()
+    loader_packs: dict = field(default_factory=dict)  # name -> LoaderPack
+    avoid_args: tuple = ()  # ComfyUI flags that harm this model
+    placement: tuple = ()  # Placement, ...: where ComfyUI puts a part's weights off the machine's backend
+    reported_setups: tuple = ()  # ReportedSetup, ...
+    measured: tuple = ()  # MeasuredPoint, ...: what users reported (scripts/validate_estimator.py)
+    sequence: speed.Sequence | None = None  # the DiT's joint sequence, for the time estimate
+    work: speed.Work | None = None  # FLOPs outside the DiT blocks
+    presets: dict = field(default_factory=dict)  # name -> speed.Preset
     throughput: Any = None  # data.throughput.Throughput read beside the catalog (load()), so planning reads no file
 
-    def __post_init__(self) -> None:
-        d = self.doc.data
-        self.model_id = d["model"]["id"]
-        self.blocks = d["architecture"]["blocks"]
-        self.canvas_ladder = tuple((int(w), int(h)) for w, h in d["canvas"]["ladder"])
-        self.frames_ladder = tuple(d["frames"]["ladder"])
-        self.spatial_tokens_px = d["tokens"]["spatial_tokens_px"]
-        self.temporal_compression = d["tokens"]["temporal_compression"]
-        self.memory = figures.memory_model(d["memory"])
-        self.comfyui = figures.comfy_memory(d["comfyui"])
-        self.loader_packs = dict(d.get("loader_packs") or {})
-        self.avoid_args = tuple(d.get("comfyui_avoid_args") or ())
-        self.sequence = speed.sequence(d)
-        self.work = speed.work(d)
-        self.presets = speed.presets(d)
-
     @property
-    def data(self) -> dict:
-        """The document as written: for what is shown to people or not planned with (sources, measured points)."""
-        return self.doc.data
+    def blocks(self) -> int:
+        """The DiT's block count (architecture.blocks), the figure the planner reads most."""
+        return self.architecture.blocks
 
     def block_bytes(self, weight: Weight) -> int:
         return -(-weight.bytes // self.blocks)
@@ -144,8 +135,9 @@ class Catalog:
     def streamed_block_factor(self, weight: Weight, backend: str) -> float:
         """Bytes in memory per byte of file for one block h3kit's streamed loader computes with: a GGUF block is
         dequantized into the compute dtype (formats.<f>.bits_per_weight), other files are cast as ComfyUI casts."""
-        bits = self.formats.get(weight.format, {}).get("bits_per_weight")
-        if isinstance(bits, (int, float)) and bits > 0:
+        fmt = self.formats.get(weight.format)
+        bits = fmt.bits_per_weight if fmt else None
+        if bits:
             return DTYPE_BYTES[self.comfyui.dtype_on(backend)] * 8 / bits
         return self.comfyui.held_factor(weight.part, weight.format, backend)
 
@@ -157,7 +149,7 @@ class Catalog:
 
     def evidence(self, fmt: str, machine: Machine, part: str = "dit", probe=None) -> format_support.Evidence:
         """Does `fmt` run for `part` on `machine`: measured by `probe` (a FormatProbe) > reported here > unknown."""
-        return format_support.evidence(self.formats, self.data, fmt, part, machine.backend, probe)
+        return format_support.evidence(self.formats, self.placement, fmt, part, machine.backend, probe)
 
     def runnable(self, fmt: str, machine: Machine, part: str = "dit", probe=None) -> tuple[bool, str]:
         """Can `machine` run weights in `fmt` for `part`? (answer, the reason in words). A format measured or
@@ -171,8 +163,8 @@ class Catalog:
         return format_support.requirements(fmt, self.formats[fmt], machine)
 
 
-def _weights(doc: YamlDoc, problems: Problems, key: str, part: str, formats: dict) -> list[Weight]:
-    items = doc.data.get(key)
+def _weights(data: dict, problems: Problems, key: str, part: str, formats: dict) -> list[Weight]:
+    items = data.get(key)
     if not isinstance(items, list) or not items:
         problems.add((key,), "must be a non-empty list of weight variants")
         return []
@@ -201,46 +193,22 @@ def _weights(doc: YamlDoc, problems: Problems, key: str, part: str, formats: dic
             continue
         if part == "dit" and item.get("variant") not in ("full", "pruned"):
             problems.add(kp + ("variant",), f"is {item.get('variant')!r}; allowed: full, pruned")
-        _check_loads(doc, problems, kp + ("file",), item.get("file") or {})
-        out.append(Weight(wid, part, fmt, size, int(formats[fmt].get("quality", 0)), item.get("variant"), dict(item.get("file") or {})))
+        check_loads(data.get("loader_packs") or {}, problems, kp + ("file",), item.get("file") or {})
+        # a bad `file:` is reported; the weight stays (the catalog is refused anyway) so its id raises nothing more
+        file = parse_weight_file(item.get("file") or {}, problems, kp + ("file",)) or WeightFile()
+        out.append(Weight(wid, part, fmt, size, int(formats[fmt].get("quality", 0)), item.get("variant"), file))
     return out
-
-
-def _check_loads(doc: YamlDoc, problems: Problems, kp: tuple, f: dict) -> None:
-    """file.comfyui_loads is one of LOAD_TIERS and agrees with loader_pack, comfyui_compat and its source."""
-    loads = f.get("comfyui_loads")
-    where = kp + ("comfyui_loads",)
-    if loads not in LOAD_TIERS:
-        hint = " (YAML reads yes/no as true/false)" if isinstance(loads, bool) else ""
-        problems.add(where, f"is {loads!r}{hint}; allowed: {', '.join(LOAD_TIERS)} (does ComfyUI load this file?)")
-        return
-    packs = doc.data.get("loader_packs") or {}
-    pack = f.get("loader_pack")
-    if loads == "stock" and pack:
-        problems.add(where, f"is 'stock' (ComfyUI's own loader) but loader_pack is {pack!r}; use with_loader_pack")
-    if loads in ("with_loader_pack", "with_h3kit_loader") and pack not in packs:
-        problems.add(where, f"is {loads!r} but loader_pack is {pack!r}; allowed: one of loader_packs "
-                            f"({', '.join(packs) or 'none listed'})")
-    if loads == "with_h3kit_loader" and not str(f.get("loader", "")).startswith("H3kit"):
-        problems.add(where, f"is 'with_h3kit_loader' but loader is {f.get('loader')!r}; name h3kit's node (H3kit...)")
-    if loads in ("with_loader_pack", "with_h3kit_loader", "reported_broken") and not isinstance(f.get("comfyui_loads_source"), str):
-        problems.add(where, f"is {loads!r} but comfyui_loads_source is missing; name where it was reported (a URL)")
-    if loads in ("reported_broken", "with_h3kit_loader") and not isinstance(f.get("comfyui_compat"), str):
-        problems.add(where, f"is {loads!r} but comfyui_compat is missing; say how loading fails"
-                            + (" with the stock node" if loads == "with_h3kit_loader" else ""))
-    if loads == "unknown" and not (isinstance(f.get("comfyui_compat"), str) or isinstance(f.get("unverified"), str)):
-        problems.add(where, "is 'unknown' but neither comfyui_compat nor unverified says why")
 
 
 def _begin(doc: YamlDoc, schema: str, layout: str, fix: str) -> tuple[Problems, dict]:
     """A collector for `doc`, stopping at once when the file is not a mapping; the schema key checked."""
-    problems = Problems(doc)
-    if not isinstance(doc.data, dict):
+    problems, data = Problems(doc), doc.data
+    if not isinstance(data, dict):
         problems.add((), f"must be a mapping ({layout})")
         problems.raise_if_any(fix)
-    if doc.data.get("schema") != schema:
-        problems.add(("schema",), f"is {doc.data.get('schema')!r}; allowed: {schema}")
-    return problems, doc.data
+    if data.get("schema") != schema:
+        problems.add(("schema",), f"is {data.get('schema')!r}; allowed: {schema}")
+    return problems, data
 
 
 def check_catalog(doc: YamlDoc) -> Catalog:
@@ -262,19 +230,31 @@ def check_catalog(doc: YamlDoc) -> Catalog:
             for j, b in enumerate((spec.get("requires") or {}).get(rk, [])):
                 if b not in BACKENDS:
                     problems.add(("formats", name, "requires", rk, j), f"is {b!r}; allowed: {', '.join(BACKENDS)}")
-    blocks = data["architecture"].get("blocks")
-    if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks <= 0:
-        problems.add(("architecture", "blocks"), f"is {blocks!r}; allowed: a whole number > 0")
     figures.check(data, problems)
     format_support.check(data, problems)
-    dit = _weights(doc, problems, "dit", "dit", formats)
-    te = _weights(doc, problems, "text_encoder", "text_encoder", formats)
-    vae = _weights(doc, problems, "vae", "vae", formats)
-    avae = _weights(doc, problems, "audio_vae", "audio_vae", formats)
-    lora = _weights(doc, problems, "lora", "lora", formats) if "lora" in data else []
+    architecture = parse_architecture(data["architecture"], problems)
+    canvas, canvas_ladder = parse_canvas(data["canvas"], problems)
+    frames, frames_ladder = parse_frames(data["frames"], problems)
+    tokens = parse_tokens(data["tokens"], problems)
+    model = parse_model(data["model"], problems)
+    limits = parse_limits(data["limits"], problems)
+    sampling = parse_sampling(data.get("sampling"), problems)
+    comfyui_h3 = parse_comfyui_h3(data.get("comfyui_h3"), problems)
+    packs = parse_loader_packs(data.get("loader_packs"), problems)
+    avoid = data.get("comfyui_avoid_args") or []
+    if not isinstance(avoid, list) or not all(isinstance(a, str) for a in avoid):
+        problems.add(("comfyui_avoid_args",), f"must be a list of ComfyUI flags, not {avoid!r}")
+    weights = {part: _weights(data, problems, part, part, formats) for part in ("dit", "text_encoder", "vae", "audio_vae")}
+    lora = _weights(data, problems, "lora", "lora", formats) if "lora" in data else []
     speed.check(data, problems, [w.id for w in lora])
+    setups, measured = parse_reported_setups(data, problems), parse_measured(data, problems)
     problems.raise_if_any("Restore the file from h3kit's checkout, or correct the value named (see the comments at its top).")
-    return Catalog(doc, formats, dit, te, vae, avae, lora)
+    return Catalog(doc.path, model, architecture, canvas, canvas_ladder, frames, frames_ladder, tokens,
+                   figures.memory_model(data["memory"]), figures.comfy_memory(data["comfyui"]),
+                   format_support.parse_formats(formats), limits,
+                   **weights, lora=lora, sampling=sampling, comfyui_h3=comfyui_h3, loader_packs=packs,
+                   avoid_args=tuple(avoid), placement=parse_placement(data), reported_setups=setups,
+                   measured=measured, sequence=speed.sequence(data), work=speed.work(data), presets=speed.presets(data))
 
 
 # Parsed files by (path, mtime, size): plans are made many times per process
@@ -295,9 +275,8 @@ def load(models_dir: Path | None = None, model: str = "minimax-h3") -> Catalog:
     table = folder.parent / "throughput.yaml"
     key = ("catalog",) + _stamp([path] + ([table] if table.is_file() else []))
     if key not in _parsed:
-        cat = check_catalog(load_yaml(path))
-        cat.throughput = throughput_mod.load(table) if table.is_file() else None
-        _parsed[key] = cat
+        checked = check_catalog(load_yaml(path))
+        _parsed[key] = replace(checked, throughput=throughput_mod.load(table) if table.is_file() else None)
     return _parsed[key]
 
 
@@ -312,18 +291,12 @@ class Profile:
     name: str
     description: str
     match: dict  # sizes in bytes: gpu_memory and ram are (min, max | None)
-    settings: dict  # typed (data.settings.typed); the file's own spelling stays in doc
-    doc: YamlDoc
+    settings: dict  # typed (data.settings.typed); the file's own spelling is `written`
+    path: Path
     why: dict = field(default_factory=dict)  # settings key -> the reason (and source) for the profile's value
-
-    @property
-    def path(self) -> Path:
-        return self.doc.path
-
-    @property
-    def written(self) -> dict:
-        """The settings as the file spells them ("4 GB", [1344, 768]), for showing and quoting."""
-        return dict(self.doc.data.get("settings") or {})
+    written: dict = field(default_factory=dict)  # the settings as the file spells them ("4 GB", [1344, 768])
+    written_match: dict = field(default_factory=dict)  # `match` as the file spells it, for showing
+    notes: str | None = None
 
 
 def _range(doc: YamlDoc, problems: Problems, kp: tuple, value: Any) -> tuple | None:
@@ -390,14 +363,19 @@ def check_profile(doc: YamlDoc, catalog: Catalog) -> Profile:
             problems.add(("why", key), f"explains a setting this profile does not set; allowed: {', '.join(settings)}")
         elif not isinstance(text, str) or not text.strip():
             problems.add(("why", key), "must be a sentence giving the reason and its source")
+    notes = data.get("notes")
+    if notes is not None and not isinstance(notes, str):
+        problems.add(("notes",), "must be text (a sentence or a paragraph)")
     problems.raise_if_any("Correct the value named; the allowed values are listed in the message.")
-    return Profile(name, str(data.get("description", "")), parsed, settings_mod.typed(settings), doc, dict(why))
+    return Profile(name, str(data.get("description", "")), parsed, settings_mod.typed(settings), doc.path,
+                   dict(why), dict(settings), dict(match) if isinstance(match, dict) else {}, notes)
 
 
 def _other_kind(doc: YamlDoc) -> bool:
     """A file that says it is another h3kit document (the torch wheel table, ComfyUI node signatures) shares
     the profiles/ folder but is not a profile; a profile with a mistyped schema version is still checked."""
-    schema = doc.data.get("schema") if isinstance(doc.data, dict) else None
+    data = doc.data  # the loader's own look at the file, before it is checked as a profile
+    schema = data.get("schema") if isinstance(data, dict) else None
     return isinstance(schema, str) and schema.startswith("h3kit.") and not schema.startswith("h3kit.profile/")
 
 

@@ -78,8 +78,6 @@ def _whole(v: Any) -> bool:
 
 def check(data: dict, problems: Problems) -> None:
     """A problem for every figure the typed values above could not be built from (its section is a mapping)."""
-    if not isinstance(data["model"].get("id"), str):
-        problems.add(("model", "id"), "must be the model's id (a string)")
     for k in MEMORY_SIZES:
         if parse_size(data["memory"].get(k)) is None:
             problems.add(("memory", k), "must be a size like \"0.5 GB\"")
@@ -108,13 +106,3 @@ def check(data: dict, problems: Problems) -> None:
     parts = data["comfyui"].get("cast_parts")
     if not isinstance(parts, list) or not all(p in ("dit", "text_encoder", "vae", "audio_vae") for p in parts):
         problems.add(("comfyui", "cast_parts"), f"is {parts!r}; allowed: a list of dit, text_encoder, vae, audio_vae")
-    for k in ("spatial_tokens_px", "temporal_compression"):
-        if not _whole(data["tokens"].get(k)):
-            problems.add(("tokens", k), f"is {data['tokens'].get(k)!r}; allowed: a whole number > 0")
-    ladder = data["canvas"].get("ladder")
-    if not isinstance(ladder, list) or not ladder or not all(
-            isinstance(c, list) and len(c) == 2 and all(_whole(x) for x in c) for c in ladder):
-        problems.add(("canvas", "ladder"), "must be a list of [width, height] pairs")
-    frames = data["frames"].get("ladder")
-    if not isinstance(frames, list) or not frames or not all(_whole(f) for f in frames):
-        problems.add(("frames", "ladder"), "must be a list of frame counts (whole numbers > 0)")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from h3kit.data.yamlio import Problems, parse_size
+from h3kit.data.yamlio import Problems
 
 RUN_STATUSES = ("runs", "fails", "unknown")
 RUNS_ON_BACKENDS = ("cuda", "mps", "rocm", "xpu", "cpu")  # each format says all five; directml may be added
@@ -26,6 +26,46 @@ RUNS_ON_BACKENDS = ("cuda", "mps", "rocm", "xpu", "cpu")  # each format says all
 EVIDENCE_TIERS = {"runs": 0, "unknown": 1}
 PLACEMENT_KEYS = ("part", "backend", "formats", "evidence_from", "source")
 PARTS = ("dit", "text_encoder", "vae", "audio_vae", "lora")
+
+
+@dataclass(frozen=True)
+class Requirements:
+    """A format's `requires:` rules (format_support.requirements checks a machine against them)."""
+
+    backends: tuple | None = None  # planned only on these unless the format probe measured it running
+    not_backends: tuple = ()
+    min_compute_capability: str | None = None
+    compute_capability_major: tuple = ()  # allowed major versions (Blackwell: 10 and 12)
+    min_cuda_driver: str | None = None  # a cu130 torch needs a driver reporting CUDA 13.0
+    loader_pack: str | None = None
+
+
+@dataclass(frozen=True)
+class Format:
+    """One weight format: its planner rank, its rules, and per backend whether ComfyUI is reported to run it."""
+
+    name: str
+    quality: int  # higher is better; a ranking, not a measured score
+    requires: Requirements
+    runs_on: dict  # backend -> (status, source)
+    probe_as: tuple = ()  # the GGUF types a file mix is made of (empty: the format's own name)
+    bits_per_weight: float | None = None  # GGUF types: ggml's block size per weight
+    compute: str | None = None  # int8 | fp8 | fp4: CUDA multiplies the DiT's linears in low precision
+    note: str = ""
+
+
+def parse_formats(section: dict) -> dict:
+    """name -> Format, from a `formats:` section check_catalog, speed.check and check() have passed."""
+    out = {}
+    for name, spec in section.items():
+        req = spec.get("requires") or {}
+        requires = Requirements(tuple(req["backends"]) if "backends" in req else None, tuple(req.get("not_backends") or ()),
+                                req.get("min_compute_capability"), tuple(req.get("compute_capability_major") or ()),
+                                req.get("min_cuda_driver"), req.get("loader_pack"))
+        runs_on = {b: (r["status"], str(r["source"])) for b, r in (spec.get("runs_on") or {}).items()}
+        out[name] = Format(name, int(spec["quality"]), requires, runs_on, tuple(spec.get("probe_as") or ()),
+                           spec.get("bits_per_weight"), spec.get("compute"), str(spec.get("note") or ""))
+    return out
 
 
 @dataclass(frozen=True)
@@ -52,19 +92,20 @@ class Evidence:
         return f"{self.format} {verb} on {self.backend} ({kind}: {self.source}{detail})"
 
 
-def placed_on(data: dict, part: str, fmt: str, backend: str) -> tuple[str, str]:
-    """(the backend whose evidence counts for `part` in `fmt`, the placement rule's source or "")."""
-    for rule in data.get("placement") or ():
-        if rule.get("part") == part and rule.get("backend") == backend and fmt in (rule.get("formats") or ()):
-            return str(rule["evidence_from"]), str(rule.get("source") or "")
+def placed_on(placement: tuple, part: str, fmt: str, backend: str) -> tuple[str, str]:
+    """(the backend whose evidence counts for `part` in `fmt`, the placement rule's source or ""), by the
+    catalog's Placement rules."""
+    for rule in placement:
+        if rule.part == part and rule.backend == backend and fmt in rule.formats:
+            return rule.evidence_from, rule.source
     return backend, ""
 
 
-def _measured(probe, backend: str, part: str, fmt: str, spec: dict):
+def _measured(probe, backend: str, part: str, fmt: str, spec: Format | None):
     """(runs?, error line) from the probe for `fmt` on `part`, or None when it did not measure every type of it."""
     if probe is None or getattr(probe, "backend", None) != backend or part not in ("dit", "text_encoder"):
         return None
-    names = list(spec.get("probe_as") or [fmt])
+    names = list((spec.probe_as if spec else ()) or [fmt])
     results = [probe.result(part, n) for n in names]
     failed = [(n, r) for n, r in zip(names, results) if r is not None and r.status == "fails"]
     if failed:
@@ -75,31 +116,19 @@ def _measured(probe, backend: str, part: str, fmt: str, spec: dict):
     return None
 
 
-def evidence(formats: dict, data: dict, fmt: str, part: str, backend: str, probe=None) -> Evidence:
+def evidence(formats: dict, placement: tuple, fmt: str, part: str, backend: str, probe=None) -> Evidence:
     """The evidence for `fmt` on `part` on a machine whose backend is `backend`: measured > reported > unknown."""
-    spec = formats.get(fmt) or {}
+    spec = formats.get(fmt)
     measured = _measured(probe, backend, part, fmt, spec)
-    where, placement = placed_on(data, part, fmt, backend)
+    where, placed_by = placed_on(placement, part, fmt, backend)
     if measured is not None:
         runs, error = measured
         return Evidence(fmt, part, "runs" if runs else "fails", "measured", probe.source, where, "" if runs else error)
-    report = (spec.get("runs_on") or {}).get(where) or {}
-    status = report.get("status", "unknown")
-    source = str(report.get("source") or "the catalog lists no report for this backend")
-    if placement:
-        source = f"{source}; {part.replace('_', ' ')} weights run on {where} there: {placement}"
+    status, source = (spec.runs_on if spec else {}).get(where) or ("unknown", "")
+    source = source or "the catalog lists no report for this backend"
+    if placed_by:
+        source = f"{source}; {part.replace('_', ' ')} weights run on {where} there: {placed_by}"
     return Evidence(fmt, part, status, "unknown" if status == "unknown" else "reported", source, where)
-
-
-def reported_setups(data: dict) -> list[dict]:
-    """The catalog's reported_setups, typed: gpu_memory as (min bytes | None, max bytes | None)."""
-    out = []
-    for setup in data.get("reported_setups") or ():
-        m = setup.get("machine") or {}
-        lo, hi = m.get("gpu_memory") or (None, None)
-        out.append(dict(setup, backend=m.get("backend"), gpu_memory=(parse_size(lo) if lo is not None else None,
-                                                                      parse_size(hi) if hi is not None else None)))
-    return out
 
 
 def version(text) -> tuple | None:
@@ -112,28 +141,28 @@ def version(text) -> tuple | None:
         return None
 
 
-def requirements(fmt: str, spec: dict, machine) -> tuple[bool, str]:
+def requirements(fmt: str, spec: Format, machine) -> tuple[bool, str]:
     """The format's `requires` rules against `machine` (a catalog.Machine): (met?, why not)."""
-    req = spec.get("requires") or {}
-    if "backends" in req and machine.backend not in req["backends"]:
-        return False, f"{fmt} needs a {'/'.join(req['backends'])} GPU, this machine runs {machine.backend}"
-    if machine.backend in req.get("not_backends", []):
-        return False, f"{fmt} is not planned on {machine.backend} ({spec.get('note', 'known to fail there')})"
-    if "min_compute_capability" in req:
-        need = version(str(req["min_compute_capability"]))
+    req = spec.requires
+    if req.backends is not None and machine.backend not in req.backends:
+        return False, f"{fmt} needs a {'/'.join(req.backends)} GPU, this machine runs {machine.backend}"
+    if machine.backend in req.not_backends:
+        return False, f"{fmt} is not planned on {machine.backend} ({spec.note or 'known to fail there'})"
+    if req.min_compute_capability is not None:
+        need = version(str(req.min_compute_capability))
         if machine.compute_capability is None or machine.compute_capability < need:
             have = ".".join(map(str, machine.compute_capability)) if machine.compute_capability else "unknown"
-            return False, f"{fmt} needs compute capability >= {req['min_compute_capability']} (this GPU: {have})"
-    majors = req.get("compute_capability_major")
+            return False, f"{fmt} needs compute capability >= {req.min_compute_capability} (this GPU: {have})"
+    majors = req.compute_capability_major
     if majors and (machine.compute_capability is None or machine.compute_capability[0] not in majors):
         listed = " or ".join(f"{m}.x" for m in majors)
-        return False, f"{fmt} runs only on GPUs with compute capability {listed} ({spec.get('note', '')})"
-    if "min_cuda_driver" in req:
-        need = version(str(req["min_cuda_driver"]))
+        return False, f"{fmt} runs only on GPUs with compute capability {listed} ({spec.note})"
+    if req.min_cuda_driver is not None:
+        need = version(str(req.min_cuda_driver))
         if machine.cuda_driver is None or machine.cuda_driver < need:
             have = ".".join(map(str, machine.cuda_driver)) if machine.cuda_driver else "unknown"
             return False, (f"{fmt} needs a PyTorch cu130 build, which needs a driver reporting CUDA >= "
-                           f"{req['min_cuda_driver']} (this driver: {have})")
+                           f"{req.min_cuda_driver} (this driver: {have})")
     return True, ""
 
 

@@ -70,8 +70,8 @@ CANVAS_KEYS = ("max_canvas", "min_canvas", "canvas")
 
 
 def _canvas_check(catalog, v: Any) -> str | None:
-    mult = catalog.data["canvas"]["multiple_of"]
-    max_w, max_h = catalog.data["canvas"]["max_area"]
+    mult = catalog.canvas.multiple_of
+    max_w, max_h = catalog.canvas.max_area
     if (not isinstance(v, list) or len(v) != 2
             or not all(isinstance(x, int) and not isinstance(x, bool) for x in v)):
         return f"must be [WIDTH, HEIGHT] whole numbers, not {v!r}"
@@ -83,9 +83,8 @@ def _canvas_check(catalog, v: Any) -> str | None:
 
 
 def _frames_check(catalog, v: Any) -> str | None:
-    rule = catalog.data["frames"]["rule"]
-    base, step = rule["base"], rule["step"]
-    top = max(catalog.data["frames"]["ladder"])
+    base, step = catalog.frames.base, catalog.frames.step
+    top = max(catalog.frames_ladder)
     if isinstance(v, bool) or not isinstance(v, int) or v < base + step or v > top or (v - base) % step:
         examples = ", ".join(str(base + step * n) for n in range(1, 5))
         return f"is {v!r}; allowed: {base} + {step}n up to {top} ({examples}, ...)"
@@ -151,7 +150,7 @@ def _auto_or(inner):
 
 def _checks(catalog) -> dict:
     dit_formats = sorted({w.format for w in catalog.dit})
-    limits = catalog.data["limits"]
+    limits = catalog.limits
     return {
         "dit_weights": _auto_or(is_one_of([w.id for w in catalog.dit])),
         "quantization": _auto_or(is_one_of(dit_formats)),
@@ -159,9 +158,9 @@ def _checks(catalog) -> dict:
         "vae_weights": _auto_or(is_one_of([w.id for w in catalog.vae])),
         "shard_size_bytes": _auto_or(is_size),
         "preload_bytes": _auto_or(is_size),
-        "vae_tile_size": is_int_range(*limits["vae_tile_size"]),
-        "vae_tile_overlap": is_int_range(*limits["vae_tile_overlap"]),
-        "vae_temporal_tile": is_int_range(*limits["vae_temporal_tile"]),
+        "vae_tile_size": is_int_range(*limits.vae_tile_size),
+        "vae_tile_overlap": is_int_range(*limits.vae_tile_overlap),
+        "vae_temporal_tile": is_int_range(*limits.vae_temporal_tile),
         "max_canvas": lambda v: _canvas_check(catalog, v),
         "min_canvas": lambda v: _canvas_check(catalog, v),
         "max_frames": lambda v: _frames_check(catalog, v),
@@ -209,7 +208,7 @@ def check(settings: Any, base: tuple, problems: Problems, catalog, *, complete: 
     if isinstance(tile, int) and isinstance(overlap, int) and not isinstance(overlap, bool) and overlap * 2 >= tile:
         problems.add(base + ("vae_tile_overlap",), f"is {overlap}; allowed: less than half of vae_tile_size ({tile})")
     if source == "profile":
-        avoid = catalog.data.get("comfyui_avoid_args", [])
+        avoid = catalog.avoid_args
         for i, arg in enumerate(settings.get("comfyui_args") or []):
             if arg in avoid:
                 problems.add(base + ("comfyui_args", i), f"is {arg!r}, which harms H3; not allowed: {', '.join(avoid)}")

@@ -131,7 +131,7 @@ def ensure_models(ctx, plan: dict, comfyui_dir, *, skip: bool, with_loaders: boo
     need_packs = with_loaders or any(f.loader_pack for f in files if f.name in {r["name"] for r in wanted})
     pack_failures: list[NotReady] = []
     if need_packs:
-        cat_packs = {f.loader_pack["name"]: f.loader_pack for f in files if f.loader_pack}
+        cat_packs = {f.loader_pack.name: f.loader_pack for f in files if f.loader_pack}
         base["loader_packs"] = []
         for p in packs_needed:
             try:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from h3kit.comfyui import manifest as manifest_mod
 from h3kit.core.errors import BadInput
+from h3kit.data.catalog_sections import LoaderPack
 from h3kit.models.download import ROUNDED_SIZE_TOLERANCE, Want
 
 SCHEMA = "h3kit.models/1"
@@ -36,7 +37,7 @@ class ModelFile:
     urls: list
     sha256: str | None
     loader: str
-    loader_pack: dict | None  # {name, git, folder, requirements, nodes} or None
+    loader_pack: LoaderPack | None
     comfyui_compat: str | None = None
     unverified: str | None = None
     comfyui_loads: str = "unknown"  # the catalog's file.comfyui_loads
@@ -58,7 +59,7 @@ class ModelFile:
         return abs(size - self.bytes) <= self.bytes * ROUNDED_SIZE_TOLERANCE
 
     def to_json(self) -> dict:
-        pack = {"name": self.loader_pack["name"], "git": self.loader_pack.get("git")} if self.loader_pack else None
+        pack = {"name": self.loader_pack.name, "git": self.loader_pack.git} if self.loader_pack else None
         return {"id": self.weight_id, "part": self.part, "name": self.name, "bytes": self.bytes,
                 "exact_bytes": self.exact_bytes, "folder": self.folder, "urls": list(self.urls),
                 "sha256": self.sha256, "loader": {"node": self.loader, "pack": pack},
@@ -83,7 +84,7 @@ def files_for_plan(plan: dict, catalog=None) -> list[ModelFile]:
     ids = [settings.get("dit_weights"), settings.get("text_encoder_weights"), settings.get("vae_weights"),
            settings.get("audio_vae_weights") or (cat.audio_vae[0].id if cat.audio_vae else None),
            settings.get("lora")]  # the preset's LoRA (the fast preset's Turbo LoRA), when it uses one
-    packs = cat.data.get("loader_packs") or {}
+    packs = cat.loader_packs
     out: list[ModelFile] = []
     for wid in ids:
         if not wid:
@@ -92,13 +93,10 @@ def files_for_plan(plan: dict, catalog=None) -> list[ModelFile]:
         if w is None:
             raise BadInput(f"The plan names weight '{wid}', which the model catalog does not list.",
                            "Re-run 'h3kit plan' with this h3kit version, or fix the override in config.yaml.")
-        f = w.file or {}
-        pack_name = f.get("loader_pack")
-        pack = dict(packs.get(pack_name) or {}, name=pack_name) if pack_name else None
-        out.append(ModelFile(w.id, w.part, f.get("name") or f"{w.id}.safetensors", w.bytes, f.get("bytes"),
-                             f.get("folder", ""), list(f.get("urls") or []), f.get("sha256"),
-                             f.get("loader", ""), pack, f.get("comfyui_compat"), f.get("unverified"),
-                             w.comfyui_loads))
+        f = w.file
+        pack = (packs.get(f.loader_pack) or LoaderPack(f.loader_pack)) if f.loader_pack else None
+        out.append(ModelFile(w.id, w.part, f.name or f"{w.id}.safetensors", w.bytes, f.bytes, f.folder, list(f.urls),
+                             f.sha256, f.loader, pack, f.comfyui_compat, f.unverified, w.comfyui_loads))
     return out
 
 
@@ -109,8 +107,8 @@ def loader_packs(files: list[ModelFile], comfyui_dir: Path | None) -> list[dict]
         if not f.loader_pack:
             continue
         p = f.loader_pack
-        entry = seen.setdefault(p["name"], {"name": p["name"], "git": p.get("git"), "folder": p.get("folder", p["name"]),
-                                            "needed_by": [], "installed": None})
+        entry = seen.setdefault(p.name, {"name": p.name, "git": p.git, "folder": p.folder or p.name,
+                                         "needed_by": [], "installed": None})
         entry["needed_by"].append(f.name)
         if comfyui_dir is not None:
             entry["installed"] = (Path(comfyui_dir) / "custom_nodes" / entry["folder"]).is_dir()

@@ -115,7 +115,7 @@ def make_plan(fingerprint: Fingerprint, catalog: Catalog, profiles: Mapping[str,
     settings["streaming"].update(decided)
     return {
         "schema": SCHEMA,
-        "model": catalog.model_id,
+        "model": catalog.model.id,
         "profile": best.profile.name,
         "fits": best.fits,
         "settings": settings,

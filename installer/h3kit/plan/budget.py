@@ -37,7 +37,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import PurePath, PurePosixPath, PureWindowsPath
 
-from h3kit.data.catalog import Catalog, Weight, tokens_for
+from h3kit.data.architecture import tokens_for
+from h3kit.data.catalog import Catalog, Weight
 from h3kit.data.fingerprint import Disk, Fingerprint
 
 GIB = 2**30
@@ -216,7 +217,7 @@ def memory_estimate(cat: Catalog, budget: Budget, settings: dict, choice: Choice
     mem = cat.memory
     process = mem.comfyui_process_ram
     inference_min = cat.comfyui.inference_minimum
-    tokens = tokens_for(cat.data["tokens"], *choice.canvas, choice.frames)
+    tokens = tokens_for(cat.tokens, *choice.canvas, choice.frames)
     act = tokens * mem.activation_bytes_per_token + mem.activation_fixed
     dit, block = choice.dit.bytes, cat.block_bytes(choice.dit)
     dit_held, cast = held_bytes(cat, choice.dit, budget.backend), cat.comfyui.held_factor("dit", choice.dit.format,

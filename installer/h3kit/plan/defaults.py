@@ -37,9 +37,9 @@ def _fits(canvas: tuple, max_canvas: tuple) -> bool:
 def _presets(cat: Catalog) -> dict:
     if cat.presets:
         return cat.presets
-    sampling = cat.data.get("sampling") or {}  # a catalog without presets: one, from its sampling defaults
+    sampling = cat.sampling  # a catalog without presets: one, from its sampling defaults
     smallest = cat.canvas_ladder[-1]
-    return {"balanced": Preset("balanced", int(sampling.get("steps", 20)), float(sampling.get("cfg", 1.0)), None, 1.0,
+    return {"balanced": Preset("balanced", int(sampling.steps), float(sampling.cfg), None, 1.0,
                                smallest, cat.frames_ladder[0], "the catalog's sampling defaults")}
 
 
@@ -67,8 +67,8 @@ def _doubtful_loras(cat: Catalog, presets: dict) -> dict:
     out = {}
     for name, p in presets.items():
         w = cat.weight(p.lora) if p.lora else None
-        if w is not None and (w.load_tier or w.file.get("unverified")):
-            out[name] = f"its LoRA {w.file.get('name') or w.id} is not known to load in ComfyUI ({w.load_report})"
+        if w is not None and (w.load_tier or w.file.unverified):
+            out[name] = f"its LoRA {w.file.name or w.id} is not known to load in ComfyUI ({w.load_report})"
     return out
 
 
@@ -76,16 +76,15 @@ def workflow_defaults(cat: Catalog, settings: dict, source: dict, max_canvas: tu
                       timing: dict, *, pass_overhead: float = 0.0) -> tuple[dict, dict, list[str], list[str]]:
     """({canvas, frames, steps, cfg, preset, lora, lora_strength, target_minutes}, the time estimate,
     rationale sentences, warnings). `pass_overhead`: the share h3kit's streamed loader adds to each model call."""
-    arch = cat.data["architecture"]
-    sampling = cat.data.get("sampling") or {}
-    fps = float(sampling.get("fps", 24))
+    arch = {"blocks": cat.blocks}
+    fps = float(cat.sampling.fps)
     target = float(settings.get("target_minutes") or TARGET_MINUTES)
     presets = _presets(cat)
     wanted = settings.get("preset", "auto")
     doubtful = {} if wanted in presets else _doubtful_loras(cat, presets)
     order = [wanted] if wanted in presets else \
         ([p for p in PRESET_ORDER if p in presets and p not in doubtful] or [p for p in PRESET_ORDER if p in presets])
-    cap = int(sampling.get("frames", 124))
+    cap = int(cat.sampling.frames)
 
     def run(p: Preset, canvas, frames) -> dict:
         steps = int(settings.get("steps") or p.steps)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from h3kit.core.units import gb
 from h3kit.data.catalog import Catalog, Weight
-from h3kit.data import format_support
+from h3kit.data.catalog_sections import ReportedSetup
 from h3kit.plan.budget import Choice, memory_estimate
 from h3kit.plan.search import Candidate
 
@@ -52,12 +52,12 @@ def _doubtful(cat: Catalog, c: Candidate, lora: Weight | None) -> list[str]:
     """The chosen files not known to load or run here, each with why."""
     out = []
     for label, w in list(_files(c)) + ([("LoRA", lora)] if lora is not None else []):
-        name = w.file.get("name") or w.id
+        name = w.file.name or w.id
         ev = _evidence(cat, c, w)
         if ev.status == "fails":
             out.append(f"the {label} {name}: {ev.phrase()}")
-        elif w.file.get("unverified"):
-            out.append(f"the {label} {name}: {w.file['unverified']}")
+        elif w.file.unverified:
+            out.append(f"the {label} {name}: {w.file.unverified}")
         elif w.load_tier:
             state = "is reported not to load" if w.comfyui_loads == "reported_broken" else "is not known to load"
             out.append(f"the {label} {name} {state} in ComfyUI ({w.load_report})")
@@ -106,17 +106,17 @@ def blocked_sentence(cat: Catalog, c: Candidate, lora: Weight | None = None) -> 
     return None
 
 
-def _setup_matches(setup: dict, c: Candidate) -> bool:
-    backend, (lo, hi) = setup["backend"], setup["gpu_memory"]
+def _setup_matches(setup: ReportedSetup, c: Candidate) -> bool:
+    backend, (lo, hi) = setup.backend, setup.gpu_memory
     card = c.budget.gpu_total
     if (backend and backend != c.machine.backend) or card is None:
         return False
     return (lo is None or card >= lo) and (hi is None or card <= hi)
 
 
-def _setup_shortfall(cat: Catalog, c: Candidate, setup: dict) -> str:
+def _setup_shortfall(cat: Catalog, c: Candidate, setup: ReportedSetup) -> str:
     """What h3kit's memory model says the reported setup needs here at the profile's smallest canvas."""
-    files = setup.get("files") or {}
+    files = setup.files
     parts = [cat.weight(files.get(k, "")) or default for k, default in
              (("dit", c.choice.dit), ("text_encoder", c.choice.te), ("vae", c.choice.vae))]
     canvas = tuple(c.settings.get("min_canvas") or cat.canvas_ladder[-1])
@@ -134,11 +134,11 @@ def reported_setup_rationale(cat: Catalog, c: Candidate) -> list[str]:
     """For a machine in the class of a setup users reported working: is this plan that setup, or why not."""
     out = []
     chosen = {"dit": c.choice.dit, "text_encoder": c.choice.te, "vae": c.choice.vae}
-    for setup in format_support.reported_setups(cat.data):
+    for setup in cat.reported_setups:
         if not _setup_matches(setup, c):
             continue
         diffs = []
-        for part, wid in (setup.get("files") or {}).items():
+        for part, wid in setup.files.items():
             want, have = cat.weight(wid), chosen.get(part)
             if want is None or have is None or want.id == have.id:
                 continue
@@ -153,7 +153,7 @@ def reported_setup_rationale(cat: Catalog, c: Candidate) -> list[str]:
             diffs.append(f"{label} {have.format} instead of {want.format}: {reason}")
         if any("does not fit" in d for d in diffs):
             diffs.append(_setup_shortfall(cat, c, setup))
-        head = f"Users report a working setup for this class of machine ({setup.get('source')})"
+        head = f"Users report a working setup for this class of machine ({setup.source})"
         out.append(f"{head}; this plan is that setup." if not diffs else f"{head}; this plan differs: "
                    + "; ".join(diffs) + ".")
     return out

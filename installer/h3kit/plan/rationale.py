@@ -77,18 +77,18 @@ def _loads_rationale(cat: Catalog, c: Candidate) -> list[str]:
     out = []
     packs = cat.loader_packs
     for part, label, w, key in _chosen_files(c):
-        name = w.file.get("name") or w.id
+        name = w.file.name or w.id
         what = f"{label} {w.variant + ' ' if w.variant else ''}{w.format} ({name})"
         if w.comfyui_loads == "with_h3kit_loader":
-            pack = w.file.get("loader_pack")
-            out.append(f"{what} loads through h3kit's own node {w.file.get('loader')} (it reuses {pack}'s "
-                       f"dequantizing ops; the stock node fails: {w.file.get('comfyui_compat')}); shown by "
-                       f"{w.file.get('comfyui_loads_source')}. 'h3kit models fetch --with-loaders' installs {pack}.")
+            pack = w.file.loader_pack
+            out.append(f"{what} loads through h3kit's own node {w.file.loader} (it reuses {pack}'s "
+                       f"dequantizing ops; the stock node fails: {w.file.comfyui_compat}); shown by "
+                       f"{w.file.comfyui_loads_source}. 'h3kit models fetch --with-loaders' installs {pack}.")
         elif w.comfyui_loads == "with_loader_pack":
-            pack = w.file.get("loader_pack")
+            pack = w.file.loader_pack
             out.append(f"{what} loads with the custom node pack {pack} "
-                       f"({(packs.get(pack) or {}).get('git', 'see loader_packs')}), not ComfyUI's own loader; "
-                       f"reported loading: {w.file.get('comfyui_loads_source')}. "
+                       f"({packs[pack].git if pack in packs else 'see loader_packs'}), not ComfyUI's own loader; "
+                       f"reported loading: {w.file.comfyui_loads_source}. "
                        "'h3kit models fetch --with-loaders' installs the pack.")
         elif w.load_tier and not _user_set(c, key):
             state = ("is reported not to load in ComfyUI" if w.comfyui_loads == "reported_broken"
@@ -104,7 +104,7 @@ def _loads_warnings(c: Candidate) -> list[str]:
     for _, label, w, key in _chosen_files(c):
         if not w.load_tier:
             continue
-        name = w.file.get("name") or w.id
+        name = w.file.name or w.id
         forced = _user_set(c, key)
         better = "that loads" if w.comfyui_loads == "reported_broken" else "reported to load"
         because = f"you set it ({forced})" if forced else f"no {label} file {better} in ComfyUI fits this machine"

@@ -230,8 +230,8 @@ def _int_setting(settings: Mapping, key: str, lo: int, hi: int) -> int | None:
 
 def streamable(weight) -> bool:
     """Can h3kit's streamed loader read this DiT file?"""
-    file = getattr(weight, "file", None) or {}
-    fmt, name = getattr(weight, "format", None), str(file.get("name", "")).lower()
+    file = getattr(weight, "file", None)
+    fmt, name = getattr(weight, "format", None), str(getattr(file, "name", None) or "").lower()
     return ((fmt in SAFETENSORS_STREAMABLE and name.endswith(".safetensors"))
             or (fmt in GGUF_STREAMABLE and name.endswith(".gguf")))
 
@@ -360,7 +360,7 @@ def decide_streaming(fingerprint: Fingerprint, machine, settings: dict, est, cat
               "resident_blocks": kept, "assumed": pol["assumed"], "streamable": can}
     if not enabled:
         if wanted:
-            name = (getattr(dit_weight, "file", None) or {}).get("name", "the chosen file")
+            name = getattr(getattr(dit_weight, "file", None), "name", None) or "the chosen file"
             why = (f"{why}, but the streamed loader reads plain {'/'.join(SAFETENSORS_STREAMABLE)} safetensors and "
                    f"{'/'.join(GGUF_STREAMABLE)} GGUF files and the "
                    f"chosen DiT is {fmt or 'unknown'} ({name})")

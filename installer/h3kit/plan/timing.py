@@ -22,7 +22,8 @@ from __future__ import annotations
 import re
 
 from h3kit.data import throughput as throughput_mod
-from h3kit.data.catalog import Catalog, tokens_for
+from h3kit.data import architecture
+from h3kit.data.catalog import Catalog
 from h3kit.data.fingerprint import Fingerprint, Gpu
 
 DTYPE_NAMES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
@@ -35,22 +36,19 @@ def sequence_tokens(cat: Catalog, width: int, height: int, frames: int) -> int:
     """Rows of the DiT's joint sequence [text | audio | video] at this canvas (the catalog's `sequence:`)."""
     seq = cat.sequence
     if seq is None:  # a catalog without the section: the memory model's token rule
-        return tokens_for(cat.data["tokens"], width, height, frames)
-    rule = cat.data["frames"]["rule"]
-    base, step = rule["base"], rule["step"]
-    frames = base + -(-max(0, int(frames) - base) // step) * step  # ComfyUI snaps the length up to 5 + 17n
-    latent_t = seq.first_latent_frames + (frames - base) // step * seq.latent_frames_per_step
-    px = cat.spatial_tokens_px  # the latent is padded to whole 2x2 patches
+        return architecture.tokens_for(cat.tokens, width, height, frames)
+    rule = cat.frames
+    frames = rule.snap_up(frames)  # ComfyUI snaps the length up to 5 + 17n
+    latent_t = seq.first_latent_frames + (frames - rule.base) // rule.step * seq.latent_frames_per_step
+    px = cat.tokens.spatial_tokens_px  # the latent is padded to whole 2x2 patches
     video = latent_t * max(1, -(-int(height) // px)) * max(1, -(-int(width) // px))
     audio = 2 * round(frames / seq.fps * seq.audio_rows_per_second / 2)
     return int(seq.text_tokens + audio + video)
 
 
 def block_flops(arch: dict) -> tuple[float, float]:
-    """(FLOPs per token, FLOPs per token pair) of one DiT block: qkv + out projection + SwiGLU; QK^T + AV."""
-    hidden, inner, ffn = arch["hidden"], arch["heads"] * arch["head_dim"], arch["ffn"]
-    linear = 2.0 * hidden * (3 * inner + inner + 2 * ffn + ffn)
-    return linear, 4.0 * inner
+    """data.architecture.block_flops for an arch mapping (calibrate/arch.py's, read from a file's header)."""
+    return architecture.block_flops(arch["hidden"], arch["heads"], arch["head_dim"], arch["ffn"])
 
 
 def compute_dtype(fingerprint: Fingerprint, backend: str | None = None, catalog: Catalog | None = None) -> str:
@@ -136,15 +134,16 @@ def rates_from_table(fingerprint: Fingerprint, catalog: Catalog, dtype: str, *, 
         what = f"{tflops:g} TFLOPS {dt} dense, {bandwidth:g} GB/s ({row.source})"
     eff = table.efficiency[backend if backend in table.efficiency else "cpu"]
     linear_tflops = tflops
-    low = (catalog.formats.get(weight_format) or {}).get("compute") if weight_format else None
+    spec = catalog.formats.get(weight_format) if weight_format else None
+    low = spec.compute if spec else None
     if low and backend == "cuda" and row is not None and row.int8:
         linear_tflops = max(tflops, row.int8)  # quantized linears; attention stays in the compute dtype
         what += f"; {weight_format} linears at {row.int8:g} TOPS {low}"
     linear_rate = linear_tflops * 1e12 * eff["linear"]
     attn_rate = tflops * 1e12 * eff["attention"]
     bytes_rate = bandwidth * 1e9 * table.memory_efficiency
-    arch = catalog.data["architecture"]
-    per_token, per_pair = block_flops(arch)
+    arch = catalog.architecture
+    per_token, per_pair = arch.block_flops
     weight_bytes = per_token / 2.0 * catalog.blocks * DTYPE_BYTES[dt]  # every block weight read once per call
     work = catalog.work
     text_tokens = catalog.sequence.text_tokens if catalog.sequence else 256
@@ -158,7 +157,7 @@ def rates_from_table(fingerprint: Fingerprint, catalog: Catalog, dtype: str, *, 
         "block_s_per_token2": per_pair / attn_rate,
         "step_fixed_s": weight_bytes / bytes_rate + refiner + table.call_overhead_s.get(backend, 0.0),
         # patch embedding in and the final layer out: 2 x hidden x (video patch 96 + audio 32) x 2 FLOPs
-        "step_fixed_s_per_token": 2.0 * arch["hidden"] * 2 * (96 + 32) / linear_rate,
+        "step_fixed_s_per_token": 2.0 * arch.hidden * 2 * (96 + 32) / linear_rate,
     }
     if work is not None:
         te_bytes = work.text_encoder_params * DTYPE_BYTES[dt]

@@ -49,7 +49,7 @@ def _fetch(options: ModelsOptions, ctx: Session, plan: dict, comfy: Path) -> dic
     doc: dict = {}
     if options.with_loaders:
         files = models.files_for_plan(plan)
-        packs = {f.loader_pack["name"]: f.loader_pack for f in files if f.loader_pack}
+        packs = {f.loader_pack.name: f.loader_pack for f in files if f.loader_pack}
         doc["loader_packs"] = [models.install_loader_pack(ctx, p, comfy) for p in packs.values()]
     if ctx.dry_run:
         doc.update(models.status_doc(ctx, plan, comfy), action="fetch", dry_run=True)

@@ -42,7 +42,7 @@ def machine(doc: dict) -> Fingerprint:
 def _fps() -> float | None:
     """H3's frame rate from the catalog (`sampling.fps`); None when the catalog cannot be read."""
     try:
-        return _num((catalog.load().data.get("sampling") or {}).get("fps"))
+        return _num(catalog.load().sampling.fps)
     except (H3kitError, OSError, ValueError):
         return None
 

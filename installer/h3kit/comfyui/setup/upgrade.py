@@ -149,7 +149,7 @@ def _tree_at(ctx, path: Path, tag: str, catalog) -> str | None:
     minimum, need = requirements(catalog)
     try:
         version = parse_version_file(_git(ctx, path, ["show", f"{tag}:comfyui_version.py"], f"Reading {tag}"))
-        files = list(need.get("files") or [])
+        files = list(need.files)
         listed = set(_git(ctx, path, ["ls-tree", "-r", "--name-only", tag, "--", *files], f"Listing {tag}").split())
     except NotReady:
         return None
@@ -163,7 +163,7 @@ def _tree_at(ctx, path: Path, tag: str, catalog) -> str | None:
 def _choose_release(ctx, path: Path, catalog, *, fetch: bool) -> dict:
     """The newest release tag >= minimum with H3 in its tree: {tag, version, notes} (+ remote when only there)."""
     minimum, need = requirements(catalog)
-    pattern = need.get("release_tag_pattern") or "v{version}"
+    pattern = need.release_tag_pattern
     local = set(_git(ctx, path, ["tag", "--list"], "Listing the release tags").split())
     remote_of: dict[str, str] = {}
     notes, failures = [], []
@@ -187,7 +187,7 @@ def _choose_release(ctx, path: Path, catalog, *, fetch: bool) -> dict:
         version = _tree_at(ctx, path, tag, catalog)
         if version is not None:
             return {"tag": tag, "version": version, "notes": notes}
-        notes.append(f"{tag} was skipped: its tree lacks H3 ({', '.join(need.get('files') or [])})")
+        notes.append(f"{tag} was skipped: its tree lacks H3 ({', '.join(need.files)})")
     where = f"{path} or its remotes ({', '.join(remotes)})" if remotes else f"{path} (it has no git remote)"
     if failures:
         raise NotReady(f"No release tag of ComfyUI {minimum} or newer with H3 is in {where}, and "
@@ -275,7 +275,7 @@ def upgrade_to_h3(ctx, install, catalog, *, opts: PipOptions | None = None) -> d
     if kind in ("portable", "desktop"):
         name = "portable" if kind == "portable" else "Desktop app's"
         raise NotReady(f"{why} h3kit does not update the {name} ComfyUI itself.",
-                       (need.get("update") or {}).get(kind, "Update ComfyUI, then run h3kit doctor again."))
+                       need.update.get(kind, "Update ComfyUI, then run h3kit doctor again."))
     if kind == "plain":
         raise NotReady(f"{why} {path} is not a git checkout, so h3kit cannot move it to a newer release.",
                        f"Replace it with ComfyUI {minimum} or newer, or let h3kit set one up: "
@@ -391,7 +391,7 @@ def release_for_source(ctx, source: str, catalog) -> str | None:
     listed = run_git(ctx, ["ls-remote", "--tags", "--refs", source], f"Listing the release tags of {source}",
                      timeout=setup_table()["timeouts_s"]["clone"],
                      alternative="or pass a local ComfyUI folder or a downloaded ComfyUI .zip with --comfyui-source")
-    found = releases(parse_ls_remote(listed.stdout), need.get("release_tag_pattern") or "v{version}", minimum)
+    found = releases(parse_ls_remote(listed.stdout), need.release_tag_pattern, minimum)
     return found[0] if found else None
 
 

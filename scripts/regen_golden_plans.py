@@ -43,7 +43,7 @@ def streaming_table(cat, profiles, make_plan) -> None:
             fp["memory"]["available_bytes"] = int(ram * 2**30 * 0.7)
             if share:
                 fp["gpus"][0]["memory_total_bytes"] = int(ram * 2**30 * share)
-        plan = make_plan(fp, cat, profiles)
+        plan = make_plan(fp, cat, profiles).to_json()
         s, st, e = plan["settings"], plan["settings"]["streaming"], plan["estimates"]
         held = st.get("held_peak_ram_bytes")
         print(f"| {label} | {s['quantization']} | "
@@ -69,7 +69,7 @@ def main() -> int:
         return 0
     for fp_path in sorted((REPO / "tests" / "fixtures" / "fingerprints").glob("*.json")):
         plan = make_plan(load_file(fp_path), cat, profiles)
-        (out_dir / fp_path.name).write_text(json.dumps(plan, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        (out_dir / fp_path.name).write_text(json.dumps(plan.to_json(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         s = plan["settings"]
         held = "streamed" if s["streaming"].get("enabled") else "held"
         print(f"{fp_path.stem:32} {plan['profile']:24} fits={plan['fits']} {s['quantization']:12} {held:8} "

@@ -139,7 +139,9 @@ def planned(monkeypatch):
     plan: dict = {}
 
     def fake_plan(ctx, config, profile, notes):
-        return {}, plan
+        from h3kit.data.plan_doc import Plan
+
+        return {}, Plan.from_json(plan) if plan else None  # read as a saved plan.json is: what it lacks is None
 
     monkeypatch.setattr("h3kit.steps.install.current_plan", fake_plan)
     monkeypatch.setattr("h3kit.cli.apply.current_plan", fake_plan)

@@ -38,9 +38,9 @@ def test_a_folder_under_mnt_data2_is_not_on_mnt_data():
     """/mnt/data2 is a folder on the root disk here; a string prefix test put it on /mnt/data (10 GB free)."""
     fp = _with_disks(_disk("/", 500), _disk("/mnt/data", 10))
     plan = make_plan(fp, CAT, PROFILES, config=Config(comfyui_path="/mnt/data2/ComfyUI"))
-    assert plan["budget"]["disk_bytes"] == 500 * 10**9 and plan["fits"]
+    assert plan.budget.disk_bytes == 500 * 10**9 and plan.fits
     on_data = make_plan(fp, CAT, PROFILES, config=Config(comfyui_path="/mnt/data/ComfyUI"))
-    assert on_data["budget"]["disk_bytes"] == 10 * 10**9 and not on_data["fits"]
+    assert on_data.budget.disk_bytes == 10 * 10**9 and not on_data.fits
 
 
 @pytest.mark.parametrize("folder,system,expected", [
@@ -81,8 +81,8 @@ def test_a_users_size_is_quoted_as_they_wrote_it(tmp_path):
     cfg_file = tmp_path / "config.yaml"
     cfg_file.write_text("overrides:\n  shard_size_bytes: \"1 GB\"\n")
     plan = make_plan(FP_4090, CAT, PROFILES, config=config_mod.load(cfg_file))
-    assert any(r.startswith("shard_size_bytes 1 GB was rounded to") for r in plan["rationale"])
-    assert any(r.startswith("shard_size_bytes = '1 GB' from the override") for r in plan["rationale"])
+    assert any(r.startswith("shard_size_bytes 1 GB was rounded to") for r in plan.rationale)
+    assert any(r.startswith("shard_size_bytes = '1 GB' from the override") for r in plan.rationale)
 
 
 def test_the_planner_reads_no_file(monkeypatch, tmp_path):

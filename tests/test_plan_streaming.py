@@ -40,7 +40,8 @@ def _fp(name: str, ram_gib: int | None = None, gpu_share: float | None = None) -
 
 
 def _plan(fp: dict, **overrides) -> dict:
-    return make_plan(fp, CAT, PROFILES, config=Config(overrides=overrides) if overrides else None)
+    """The planner's h3kit.plan/1 document, with `overrides` as config.yaml's."""
+    return make_plan(fp, CAT, PROFILES, config=Config(overrides=overrides) if overrides else None).to_json()
 
 
 def _stream(fp: dict, **overrides) -> dict:

@@ -13,6 +13,7 @@ from h3kit.core.errors import BadInput
 from h3kit.data import catalog as catalog_mod
 from h3kit.data import comfy_nodes
 from h3kit.data import config as config_mod
+from h3kit.data.plan_doc import Plan
 from h3kit.plan import make_plan
 
 FPS = {p.stem: json.loads(p.read_text()) for p in sorted((Path(__file__).parent / "fixtures" / "fingerprints").glob("*.json"))}
@@ -29,11 +30,13 @@ def _config(text: str, tmp_path: Path):
 
 
 def _plan(fp=FP_4090, text: str | None = None, tmp_path: Path | None = None) -> dict:
-    return make_plan(fp, CAT, PROFILES, config=_config(text, tmp_path) if text else None)
+    """The planner's h3kit.plan/1 document, with `text` as config.yaml."""
+    return make_plan(fp, CAT, PROFILES, config=_config(text, tmp_path) if text else None).to_json()
 
 
 def _api(plan: dict, kind: str = "t2v") -> dict:
-    files = workflows.pack_files(plan, CAT, "p", SPECS)
+    """The workflow made from a plan document, read back as a saved plan.json would be."""
+    files = workflows.pack_files(Plan.from_json(plan), CAT, "p", SPECS)
     name = workflows.NAMES[kind]
     api = json.loads(files[f"{workflows.API_DIR}/{name}.json"])
     assert ui_to_api(json.loads(files[f"{workflows.UI_DIR}/{name}.json"]), SPECS) == api  # both forms agree
@@ -125,10 +128,10 @@ def test_hours_per_clip_on_a_slow_cpu_is_a_plain_warning():
     fp = copy.deepcopy(FPS["cpu-only-16gb"])
     fp["cpu"].update(physical_cores=1, logical_cores=1, flags=[])
     plan = make_plan(fp, CAT, PROFILES)
-    (warning,) = [w for w in plan["warnings"] if w.startswith("One clip at ")]
+    (warning,) = [w for w in plan.warnings if w.startswith("One clip at ")]
     assert "512x288, 22 frames takes about" in warning and "on this cpu" in warning
     assert " h " in warning or " days " in warning
-    assert plan["estimates"]["minutes_per_clip"] > 180
+    assert plan.estimates.minutes_per_clip > 180
 
 
 def test_overrides_win_and_are_checked_against_the_memory_limits(tmp_path):

@@ -15,6 +15,7 @@ from h3kit.comfyui import manifest as mf
 from h3kit.core import lock
 from h3kit.comfyui.inspect import torch_fit_findings
 from h3kit.core.session import Session as Context
+from h3kit.data.plan_doc import Plan
 
 
 def load_config(ctx: Context):
@@ -32,7 +33,7 @@ def _plan(fingerprint: dict, profile: str | None, config) -> dict:
     return make_plan(fingerprint, cat, catalog.load_profiles(cat), profile=profile, config=config)
 
 
-def current_plan(ctx: Context, config, profile: str | None, notes: list[str]) -> tuple[dict, dict]:
+def current_plan(ctx: Context, config, profile: str | None, notes: list[str]) -> tuple[dict, Plan]:
     """(fingerprint, plan) for this machine now."""
     from h3kit.fingerprint import collect
 
@@ -42,7 +43,7 @@ def current_plan(ctx: Context, config, profile: str | None, notes: list[str]) ->
     return fingerprint, _plan(fingerprint, profile, config)
 
 
-def saved_plan(config, profile: str | None, notes: list[str], fingerprint_file: str) -> tuple[dict, dict | None]:
+def saved_plan(config, profile: str | None, notes: list[str], fingerprint_file: str) -> tuple[dict, Plan | None]:
     """(fingerprint, plan) for a saved fingerprint file (--fingerprint FILE), instead of this machine."""
     from h3kit.fingerprint.schema import load_file
 
@@ -51,14 +52,14 @@ def saved_plan(config, profile: str | None, notes: list[str], fingerprint_file: 
     return fingerprint, _plan(fingerprint, profile, config)
 
 
-def generated_files(plan: dict | None) -> dict[str, bytes]:
+def generated_files(plan: Plan | None) -> dict[str, bytes]:
     """The files deploy and apply make from the plan: the H3 workflows, in both formats."""
     if not plan:
         return {}
     from h3kit.comfyui import workflows
     from h3kit.data import catalog
 
-    return workflows.pack_files(plan, catalog.load(), plan["profile"])
+    return workflows.pack_files(plan, catalog.load(), plan.profile)
 
 
 def locate(args, ctx: Context, config, *, need_write: bool) -> comfyui_locate.ComfyInstall:

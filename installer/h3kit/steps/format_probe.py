@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from h3kit.calibrate.format_probe import format_evidence
 from h3kit.core.session import Session
+from h3kit.data.plan_doc import Plan
 
 
-def probed_plan(args, ctx: Session, config, install, fingerprint: dict | None, plan: dict | None,
-                notes: list[str]) -> dict | None:
+def probed_plan(args, ctx: Session, config, install, fingerprint: dict | None, plan: Plan | None,
+                notes: list[str]) -> Plan | None:
     """`plan` made again with this machine's format probe as evidence; `plan` itself when there is none."""
     saved = bool(getattr(args, "fingerprint", None))
     findings: list[dict] = []
@@ -25,7 +26,7 @@ def probed_plan(args, ctx: Session, config, install, fingerprint: dict | None, p
     return plan_with(probe, args, config, fingerprint, plan, notes)
 
 
-def plan_with(probe, args, config, fingerprint: dict | None, plan: dict | None, notes: list[str]) -> dict | None:
+def plan_with(probe, args, config, fingerprint: dict | None, plan: Plan | None, notes: list[str]) -> Plan | None:
     """`plan` made again with `probe` (a FormatProbe or None) as the planner's evidence, for commands that
     already hold the probe (doctor); `plan` itself when there is no probe or the plan is another machine's."""
     from h3kit.data import catalog

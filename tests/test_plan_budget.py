@@ -68,12 +68,12 @@ def test_catalog_profiles_and_config_are_typed_when_loaded(tmp_path):
     assert CAT.comfyui.reserve_default == 400 * 10**6 and CAT.comfyui.weights_share == 0.88
     assert CAT.canvas_ladder[0] == (1344, 768) and all(isinstance(c, tuple) for c in CAT.canvas_ladder)
     s = PROFILES["nvidia-24gb"].settings
-    assert s["os_ram_headroom"] == 4 * 10**9 and s["max_canvas"] == (1344, 768) and s["shard_size_bytes"] == "auto"
+    assert s.os_ram_headroom == 4 * 10**9 and s.max_canvas == (1344, 768) and s.shard_size_bytes == "auto"
     assert PROFILES["nvidia-24gb"].written["os_ram_headroom"] == "4 GB"  # as the file spells it, for people
     cfg_file = tmp_path / "config.yaml"
     cfg_file.write_text("overrides:\n  shard_size_bytes: \"1 GB\"\n  max_canvas: [864, 480]\n")
     cfg = config_mod.load(cfg_file)
-    assert cfg.overrides == {"shard_size_bytes": 10**9, "max_canvas": (864, 480)}
+    assert cfg.overrides.as_dict() == {"shard_size_bytes": 10**9, "max_canvas": (864, 480)}
     assert cfg.written("overrides")["shard_size_bytes"] == "1 GB"
 
 

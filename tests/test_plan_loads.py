@@ -75,7 +75,7 @@ def test_a_reported_broken_dit_is_chosen_only_when_no_loadable_runnable_one_fits
     machine = Machine.from_fingerprint(FPS[name])
     profile = PROFILES[plan["profile"]]
     for alt in CAT.dit:
-        if alt.load_tier < dit.load_tier and alt.format in profile.settings["formats"] \
+        if alt.load_tier < dit.load_tier and alt.format in profile.settings.formats \
                 and CAT.runnable(alt.format, machine)[0]:
             forced = make_plan(FPS[name], profile=plan["profile"],
                                config=_config(f"overrides:\n  dit_weights: {alt.id}\n", tmp_path))

@@ -175,9 +175,9 @@ def test_bad_values_for_the_new_keys_name_the_line(tmp_path, line, fragment):
 def test_the_new_keys_are_accepted_and_typed(tmp_path):
     cfg = _config("overrides:\n  stream_dit: on\n  prefetch_blocks: 3\n  target_minutes: 30\n  cfg: 1\n"
                   "  preset: auto\n", tmp_path)
-    assert cfg.overrides == {"stream_dit": "on", "prefetch_blocks": 3, "target_minutes": 30.0, "cfg": 1.0,
-                             "preset": "auto"}
-    assert _config("overrides:\n  stream_dit: off\n", tmp_path).overrides["stream_dit"] == "off"
+    assert cfg.overrides.as_dict() == {"stream_dit": "on", "prefetch_blocks": 3, "target_minutes": 30.0, "cfg": 1.0,
+                                       "preset": "auto"}
+    assert _config("overrides:\n  stream_dit: off\n", tmp_path).overrides.stream_dit == "off"
 
 
 def test_the_streamed_loader_replaces_unetloader_exactly_when_the_plan_streams():

@@ -312,7 +312,7 @@ class Profile:
     name: str
     description: str
     match: dict  # sizes in bytes: gpu_memory and ram are (min, max | None)
-    settings: dict  # typed (data.settings.typed); the file's own spelling stays in doc
+    settings: validate_settings.Settings  # typed (data.settings.typed); the file's own spelling stays in doc
     doc: YamlDoc
     why: dict = field(default_factory=dict)  # settings key -> the reason (and source) for the profile's value
 

@@ -97,10 +97,10 @@ def make_plan(fingerprint: dict, catalog: Catalog, profiles: Mapping[str, Profil
     settings = PlanSettings(
         dit_weights=ch.dit.id, quantization=ch.dit.format, text_encoder_weights=ch.te.id, vae_weights=ch.vae.id,
         audio_vae_weights=ch.audio_vae.id, shard_size_bytes=e.shard, preload_bytes=e.preload,
-        vae_tile_size=s["vae_tile_size"], vae_tile_overlap=s["vae_tile_overlap"],
-        vae_temporal_tile=s["vae_temporal_tile"], max_canvas=tuple(ch.canvas), max_frames=ch.frames,
-        comfyui_args=tuple(s.get("comfyui_args") or ()), comfyui_args_version_dependent=True,
-        env=MappingProxyType({k: str(v) for k, v in (s.get("env") or {}).items()}), stream_from=s["stream_from"],
+        vae_tile_size=s.vae_tile_size, vae_tile_overlap=s.vae_tile_overlap,
+        vae_temporal_tile=s.vae_temporal_tile, max_canvas=tuple(ch.canvas), max_frames=ch.frames,
+        comfyui_args=s.comfyui_args, comfyui_args_version_dependent=True,
+        env=MappingProxyType({k: str(v) for k, v in s.env.items()}), stream_from=s.stream_from,
         streaming=streaming, canvas=tuple(defaults["canvas"]), frames=defaults["frames"], steps=defaults["steps"],
         cfg=defaults["cfg"], preset=defaults["preset"], lora=defaults["lora"], lora_strength=defaults["lora_strength"],
         target_minutes=defaults["target_minutes"], timing=MappingProxyType(dict(best.timing)))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import requests
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
 from model_server import ModelServer  # noqa: E402
 
 from h3kit.models.download import Downloader, Want  # noqa: E402

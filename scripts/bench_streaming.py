@@ -5,7 +5,7 @@
 
 Generates a random-weight H3-architecture DiT (bf16, 24 blocks, hidden 2048:
 2.64 GB; see --blocks/--hidden/--ffn) plus the tiny text encoder and VAEs of
-tests/comfy_h3, in a private copy of the ComfyUI (hard links; the ComfyUI
+tests/support/comfy_h3, in a private copy of the ComfyUI (hard links; the ComfyUI
 itself is never written to) under --workdir, deploys h3kit's node pack there
 with a freshly built native library, and runs h3kit's text-to-video graph
 (same prompt, seed, steps, cfg 1) once with UNETLoader and once with the
@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO / "tests"), str(REPO / "installer")]
+sys.path[:0] = [str(REPO / "tests" / "support"), str(REPO / "installer")]
 
 RSS_TARGET, STEP_TARGET = 0.30, 1.3
 PACK = "ComfyUI-h3kit"
@@ -214,7 +214,7 @@ def write_dit(python: Path, comfy: Path, name: str, dims: dict, seed: int = 0) -
     if path.is_file() and stamp.is_file() and json.loads(stamp.read_text()) == dims:
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    run_py(python, GEN_DIT, REPO / "tests" / "comfy_h3" / "make_tiny_h3.py", path, json.dumps(dims), seed)
+    run_py(python, GEN_DIT, REPO / "tests" / "support" / "comfy_h3" / "make_tiny_h3.py", path, json.dumps(dims), seed)
     stamp.write_text(json.dumps(dims))
     return path
 

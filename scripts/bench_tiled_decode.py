@@ -176,7 +176,7 @@ def _h3_main(args, python: Path, env: dict) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         vae = tmp / "h3_video_vae.safetensors"
-        subprocess.run([str(python), "-c", H3_SETUP, str(REPO / "tests" / "comfy_h3" / "make_tiny_h3.py"), str(vae),
+        subprocess.run([str(python), "-c", H3_SETUP, str(REPO / "tests" / "support" / "comfy_h3" / "make_tiny_h3.py"), str(vae),
                         json.dumps(dims)], cwd=args.comfyui, env=env, check=True, capture_output=True, timeout=600)
         cases = [("comfyui", None)] + [("h3kit", tile) for tile in tiles]
         packs = {}

@@ -6,11 +6,11 @@ Run after a deliberate change to the catalog, a profile or the planner:
     git diff tests/fixtures/plans   # read every change before committing it
 
 The plans are made with no config file (H3KIT_HOME points at an empty
-folder), exactly as tests/test_plan_golden.py compares them.
+folder), exactly as tests/plan/test_plan_golden.py compares them.
 
 `--streaming-table` writes nothing and prints docs/plan.md's streaming table
 (section "Streaming"): synthetic machines with their RAM changed, as
-tests/test_plan_streaming.py plans them.
+tests/plan/test_plan_streaming.py plans them.
 """
 
 from __future__ import annotations

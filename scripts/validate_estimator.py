@@ -115,7 +115,7 @@ def dit_dims(hidden: int, blocks: int, text_dim: int) -> dict:
 
 
 def write_files(comfy: Path, python: Path, case: dict, first: bool) -> str:
-    sys.path.insert(0, str(ROOT / "tests"))
+    sys.path.insert(0, str(ROOT / "tests" / "support"))
     from comfy_h3 import write_tiny_files
 
     name = f"h3val_{case['hidden']}x{case['blocks']}_bf16.safetensors"
@@ -239,7 +239,7 @@ def pct(est, real) -> float | None:
 
 
 def validate(comfy_real: Path, cases: list[dict], keep: Path | None) -> list[dict]:
-    sys.path.insert(0, str(ROOT / "tests"))
+    sys.path.insert(0, str(ROOT / "tests" / "support"))
     from comfy_h3 import make_test_comfyui
 
     from h3kit.data import catalog as catalog_mod

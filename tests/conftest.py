@@ -10,6 +10,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
+# The test files sit in one folder per layer (tests/plan, tests/comfyui, ...); what several of them share
+# (servers, tiny ComfyUIs, venv and wheel helpers) is in tests/support, importable by module name from any
+# of them, as tests/ itself is (pytest puts this file's folder on sys.path).
+SUPPORT = REPO / "tests" / "support"
+if str(SUPPORT) not in sys.path:
+    sys.path.insert(0, str(SUPPORT))
 
 
 _NATIVE_ONCE: dict = {}
@@ -144,5 +150,5 @@ def planned(monkeypatch):
         return {}, Plan.from_json(plan) if plan else None  # read as a saved plan.json is: what it lacks is None
 
     monkeypatch.setattr("h3kit.steps.install.current_plan", fake_plan)
-    monkeypatch.setattr("h3kit.cli.apply.current_plan", fake_plan)
+    monkeypatch.setattr("h3kit.steps.apply.current_plan", fake_plan)
     return plan

@@ -7,7 +7,7 @@ ComfyUI's interpreter and talks to this side through files and JSON.
 Layout: the folders follow the chain (fingerprint -> plan -> build -> deploy ->
 calibrate), with the layers going one way. A module may import its own
 package and any package listed above it here, never one below it, and the
-import graph has no cycle (tests/test_architecture.py checks both).
+import graph has no cycle (tests/repo/test_architecture.py checks both).
 
 - `core/`: what every layer uses and that knows nothing of H3 or ComfyUI:
   errors and exit codes, folders (`H3KIT_HOME`), logging, subprocesses with
@@ -34,10 +34,12 @@ import graph has no cycle (tests/test_architecture.py checks both).
   its measurements, the decisions they lead to, the disk probe, and the
   report (one section model, rendered to Markdown and HTML).
 - `steps/`: workflow steps: the order in which commands call the packages
-  above (install's whole chain, the first steps several commands share).
-  They report through a `Session` and never parse arguments or print.
+  above (install's whole chain, apply, doctor's checks and fixes, uninstall,
+  the first steps several commands share). Each takes a frozen options value
+  (`steps/options.py`) and a `Session`; none sees argparse or prints.
 - `cli/`: argparse, the terminal behind a `Session` (the only place that
-  prints or reads the keyboard) and one module per command.
+  prints or reads the keyboard) and one module per command: parse, build
+  the step's options, call one step, render its answer.
 
 Outside the layers:
 

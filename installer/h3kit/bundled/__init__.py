@@ -9,7 +9,7 @@ pack under the same name, and that h3kit also starts with ComfyUI's Python as
 - `h3k_safetensors`: the one safetensors header reader, with its checks (the streamed
   loader's and calibration's `h3kit.calibrate.arch`).
 
-The rule, checked by tests/test_architecture.py: standard library only at
+The rule, checked by tests/repo/test_architecture.py: standard library only at
 import time (numpy and torch only inside the functions that measure), and
 never `import h3kit` -- h3kit is not installed where this code runs. The node
 pack itself lives at the top of the repository in `nodes/` under the same rule.

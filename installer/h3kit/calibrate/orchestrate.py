@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from h3kit import __version__
-from h3kit.calibrate import estimates as clip
+from h3kit.calibrate import estimates
 from h3kit.calibrate import report
 from h3kit.calibrate import with_model as real_model
 from h3kit.calibrate.arch import arch_for
@@ -122,22 +122,22 @@ def _estimates(cat, plan: Plan, fingerprint: dict, measured: dict, arch: dict, d
     measured nothing; when the plan streams and the disk was measured, the time counts what streaming
     costs as measured (waiting for the disk, and on a CPU the in-place read) instead of the plan's share."""
     day = datetime.now(timezone.utc).date().isoformat()
-    est = clip.clip_estimate(cat, plan, fingerprint, measured.get("h3_model"), arch, day=day, device=device,
+    est = estimates.clip_estimate(cat, plan, fingerprint, measured.get("h3_model"), arch, day=day, device=device,
                         native_appendix=appendix)
     streaming = prefetch_figures(plan, est, disk, cpu=device == "cpu")
     if streaming is not None and streaming.get("pass_overhead") is not None:
-        est = clip.clip_estimate(cat, plan, fingerprint, measured.get("h3_model"), arch, day=day, device=device,
+        est = estimates.clip_estimate(cat, plan, fingerprint, measured.get("h3_model"), arch, day=day, device=device,
                             native_appendix=appendix, pass_overhead=streaming["pass_overhead"])
     return est, streaming
 
 
 def _minutes_for(cat, arch: dict, est: dict):
-    tm = clip.timing_module()
+    tm = estimates.timing_module()
 
     def minutes(canvas, frames, steps, cfg):
         work = {"canvas": list(canvas), "frames": frames, "steps": steps, "cfg": cfg,
                 "pass_overhead": (est.get("time") or {}).get("pass_overhead", 0.0)}
-        return clip.clip_time(arch, est["timing"], work, cat, tm)["minutes_per_clip"]
+        return estimates.clip_time(arch, est["timing"], work, cat, tm)["minutes_per_clip"]
     return minutes
 
 
@@ -204,10 +204,10 @@ def run(ctx: Session, *, comfyui_dir: str | None = None, quick: bool = True, wit
                        f"the scaled DiT ran in {dit['quantization']}")
     arch, why_catalog = arch_for(cat.data, dit_weight, install.path if install is not None else None)
     device = device_of(fingerprint, plan)
-    tm = clip.timing_module()
-    work = clip.workload(plan, cat.data)
+    tm = estimates.timing_module()
+    work = estimates.workload(plan, cat.data)
     rows = tm.sequence_tokens(cat, work["canvas"][0], work["canvas"][1], work["frames"])
-    points = clip.measure_points(rows, arch, tm.rates_from_table(fingerprint, cat, clip.compute_dtype(device),
+    points = estimates.measure_points(rows, arch, tm.rates_from_table(fingerprint, cat, estimates.compute_dtype(device),
                                                                  backend=device), quick)
     job = {"plan": plan.to_json(), "scaled_dit": dit, "quick": quick, "budget": plan.budget.to_json(),
            "tile_candidates": TILE_CANDIDATES, **h3_job(cat, plan, arch, device, points)}

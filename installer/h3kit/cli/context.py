@@ -13,8 +13,9 @@ import sys
 from dataclasses import dataclass
 
 from h3kit.core.session import Outcome, Session
+from h3kit.steps.options import ComfyTarget
 
-__all__ = ["Context", "Outcome"]
+__all__ = ["Context", "Outcome", "comfyui_target"]
 
 
 @dataclass
@@ -36,3 +37,8 @@ class Context(Session):
             return input(question)
         except EOFError:
             return default
+
+
+def comfyui_target(args) -> ComfyTarget:
+    """--comfyui and --comfyui-python, for the commands that take them."""
+    return ComfyTarget(args.comfyui, args.comfyui_python)

@@ -8,8 +8,11 @@ naming --comfyui. The chain itself is `h3kit.steps.install`.
 
 from __future__ import annotations
 
-from h3kit.cli.context import Context, Outcome
+from pathlib import Path
+
+from h3kit.cli.context import Context, Outcome, comfyui_target
 from h3kit.steps import install
+from h3kit.steps.options import InstallOptions
 
 HELP = "the whole chain: fingerprint, plan, build, deploy into ComfyUI, calibrate"
 
@@ -32,5 +35,20 @@ def add_arguments(p) -> None:
     p.add_argument("--fingerprint", metavar="FILE", help="use this saved fingerprint instead of probing the machine")
 
 
+def options(args) -> InstallOptions:
+    return InstallOptions(
+        comfyui=comfyui_target(args),
+        profile=args.profile,
+        fingerprint_file=args.fingerprint,
+        skip_calibrate=args.skip_calibrate,
+        skip_models=args.no_models,
+        with_loaders=args.with_loaders,
+        allow_unverified=args.allow_unverified,
+        offer_new_comfyui=not args.no_new_comfyui,
+        new_comfyui=Path(args.new_comfyui) if args.new_comfyui else None,
+        comfyui_source=args.comfyui_source,
+    )
+
+
 def run(args, ctx: Context) -> Outcome:
-    return install.run(args, ctx)
+    return install.run(options(args), ctx)

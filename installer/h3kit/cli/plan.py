@@ -9,8 +9,7 @@ from h3kit.cli.context import Context, Outcome
 from h3kit.core.units import gb, human_seconds
 from h3kit.data import config as config_mod
 from h3kit.data.plan_doc import Estimates, MemoryBudget, Plan, PlanSettings
-from h3kit.fingerprint import collect
-from h3kit.fingerprint.schema import load_file
+from h3kit.steps.common import machine_fingerprint
 
 HELP = "choose a profile and settings for this machine, with estimates and reasons"
 
@@ -35,11 +34,6 @@ def format_probe(path: str | None):
         raise BadInput(f"The format probe {path} cannot be read ({exc}).",
                        "Pass a file written by h3kit's format probe (schema h3kit.format_probe/1), or leave "
                        "--format-probe out.") from exc
-
-
-def machine_fingerprint(path: str | None) -> dict:
-    """The saved fingerprint FILE, else this machine's, probed now."""
-    return load_file(path) if path else collect()
 
 
 def _workflow_line(s: PlanSettings, e: Estimates) -> str:

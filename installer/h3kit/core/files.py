@@ -18,7 +18,7 @@ helper here) sends this process SIGKILL (or SIGINT with `:INT`) just before
 it acts; `H3KIT_TEST_FILEOPS=FILE` appends one line per operation
 (`N<TAB>op<TAB>path`). Both are read once at import and taken out of the
 environment, so child processes do not count; unset, each operation pays one
-`is None` test. tests/test_crash_harness.py drives it.
+`is None` test. tests/comfyui/test_crash_harness.py drives it.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from h3kit.core.paths import asset_dir
 from h3kit.core.units import gb
 from h3kit.data import figures, format_support, speed
 from h3kit.data import throughput as throughput_mod
-from h3kit.data import settings as validate_settings
+from h3kit.data import settings as settings_mod
 from h3kit.data.figures import DTYPE_BYTES, ComfyMemory, MemoryModel
 from h3kit.data.yamlio import Problems, YamlDoc, is_one_of, load_yaml, parse_size
 
@@ -380,7 +380,7 @@ def check_profile(doc: YamlDoc, catalog: Catalog) -> Profile:
     if not isinstance(settings, dict):
         problems.add(("settings",), "must be a mapping of settings")
         settings = {}
-    validate_settings.check(settings, ("settings",), problems, catalog, complete=True, source="profile")
+    settings_mod.check(settings, ("settings",), problems, catalog, complete=True, source="profile")
     why = data.get("why") or {}
     if not isinstance(why, dict):
         problems.add(("why",), "must be a mapping of settings key: the reason for the profile's value (with its source)")
@@ -391,7 +391,7 @@ def check_profile(doc: YamlDoc, catalog: Catalog) -> Profile:
         elif not isinstance(text, str) or not text.strip():
             problems.add(("why", key), "must be a sentence giving the reason and its source")
     problems.raise_if_any("Correct the value named; the allowed values are listed in the message.")
-    return Profile(name, str(data.get("description", "")), parsed, validate_settings.typed(settings), doc, dict(why))
+    return Profile(name, str(data.get("description", "")), parsed, settings_mod.typed(settings), doc, dict(why))
 
 
 def _other_kind(doc: YamlDoc) -> bool:

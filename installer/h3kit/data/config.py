@@ -38,7 +38,7 @@ import yaml
 from h3kit.core.errors import BadInput
 from h3kit.core.paths import Locations
 from h3kit.core.paths import locations as default_locations
-from h3kit.data import settings as validate_settings
+from h3kit.data import settings as settings_mod
 from h3kit.data.settings import Settings
 from h3kit.data.yamlio import Problems, YamlDoc, parse_yaml
 
@@ -69,7 +69,7 @@ class Config:
         # a caller's mapping of checked values (a test, a script) is typed here, as load() types the file's
         for section in ("overrides", "calibrated"):
             if not isinstance(getattr(self, section), Settings):
-                setattr(self, section, validate_settings.typed(getattr(self, section)))
+                setattr(self, section, settings_mod.typed(getattr(self, section)))
 
     @property
     def mirror(self) -> str | None:
@@ -151,7 +151,7 @@ def check(doc: YamlDoc, *, catalog=None, profile_names=None) -> Config:
         cfg.profile = profile
     for section in ("overrides", "calibrated"):
         value = data.get(section) or {}
-        validate_settings.check(value, (section,), problems, catalog, complete=False, source=section)
+        settings_mod.check(value, (section,), problems, catalog, complete=False, source=section)
         if isinstance(value, dict):
             setattr(cfg, section, dict(value))
     comfy = data.get("comfyui_path")
@@ -164,7 +164,7 @@ def check(doc: YamlDoc, *, catalog=None, profile_names=None) -> Config:
     cfg.comfyui_python = python if isinstance(python, str) else None
     cfg.models = _check_models(data.get("models"), problems)
     problems.raise_if_any("Correct that line of config.yaml (or delete it to go back to the profile's value).")
-    cfg.overrides, cfg.calibrated = validate_settings.typed(cfg.overrides), validate_settings.typed(cfg.calibrated)
+    cfg.overrides, cfg.calibrated = settings_mod.typed(cfg.overrides), settings_mod.typed(cfg.calibrated)
     return cfg
 
 
@@ -273,6 +273,6 @@ def write_section(path: Any, section: str, mapping: dict) -> None:
 
         text = yaml.safe_dump({section: mapping}, sort_keys=False)
         problems = Problems(parse_yaml(text, Path(f"<{section} to write>")))
-        validate_settings.check(mapping, (section,), problems, catalog_mod.load(), complete=False, source=section)
+        settings_mod.check(mapping, (section,), problems, catalog_mod.load(), complete=False, source=section)
         problems.raise_if_any(f"Only valid settings can be written to '{section}'.")
     _rewrite(_config_path(path), section, _dump_value(section, mapping) if mapping else [f"{section}: {{}}"])

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from h3kit import bundled
-from h3kit.bundled import h3k_native as native
+from h3kit.bundled import h3k_native
 from h3kit.core import subproc
 from h3kit.core.errors import NotReady, VerificationFailed
 from h3kit.core.files import atomic_write, free_bytes
@@ -207,15 +207,15 @@ def build(force: bool = False, progress=None, *, prefer: str | None = None, env:
     key = cache_key(src_hash, compiler, flags)
     root = native_cache()
     folder = root / key
-    libs = {v: folder / native.library_filename(v) for v in flags}
+    libs = {v: folder / h3k_native.library_filename(v) for v in flags}
     cached = not force and folder.is_dir() and all(p.is_file() for p in libs.values())
     if not cached:
         root.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))
         try:
             for i, (variant, vflags) in enumerate(flags.items(), 1):
-                say(f"Compiling {native.library_filename(variant)} ({i}/{len(flags)}) with {compiler.describe()} ...")
-                _compile(compiler, src, work / native.library_filename(variant), vflags, work)
+                say(f"Compiling {h3k_native.library_filename(variant)} ({i}/{len(flags)}) with {compiler.describe()} ...")
+                _compile(compiler, src, work / h3k_native.library_filename(variant), vflags, work)
             for p in work.iterdir():  # objects and import libraries stay behind
                 if p.name not in {lib.name for lib in libs.values()}:
                     p.unlink()
@@ -283,5 +283,5 @@ def library_files() -> list[Path]:
     lib = find_library()
     if lib is None:
         return []
-    present = [lib.parent / native.library_filename(v) for v in native.VARIANTS]
+    present = [lib.parent / h3k_native.library_filename(v) for v in h3k_native.VARIANTS]
     return [p for p in present if p.is_file()]

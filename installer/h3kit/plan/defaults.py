@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from h3kit.core.units import human_seconds as duration
+from h3kit.core.units import human_seconds
 from h3kit.data.catalog import Catalog
 from h3kit.data.settings import Settings
 from h3kit.data.speed import PRESET_ORDER, Preset
@@ -111,7 +111,7 @@ def workflow_defaults(cat: Catalog, settings: Settings, source: dict, max_canvas
             continue
         if options:
             c, f = options[-1]
-            skipped.append(f"{name} would take {duration(run(p, c, f)['seconds_per_clip'])} even at "
+            skipped.append(f"{name} would take {human_seconds(run(p, c, f)['seconds_per_clip'])} even at "
                            f"{c[0]}x{c[1]}, {f} frames")
         else:
             skipped.append(f"{name} needs at least {p.min_canvas[0]}x{p.min_canvas[1]} and {p.min_frames} frames, "
@@ -126,7 +126,7 @@ def workflow_defaults(cat: Catalog, settings: Settings, source: dict, max_canvas
         chosen = (p, canvas, frames, run(p, canvas, frames))
     p, canvas, frames, est = chosen
     why, warnings = [], []
-    took = f"{duration(est['seconds_per_clip'])} per clip ({duration(est['seconds_per_step'])} per step)"
+    took = f"{human_seconds(est['seconds_per_clip'])} per clip ({human_seconds(est['seconds_per_step'])} per step)"
     why += [f"Preset {name} is not chosen by itself: {reason}; set preset: {name} to use it anyway."
             for name, reason in doubtful.items() if name not in order]
     if wanted in presets:
@@ -166,12 +166,12 @@ def workflow_defaults(cat: Catalog, settings: Settings, source: dict, max_canvas
     if not met:
         cheapest = est["seconds_per_clip"]
         if cheapest > SLOW_CLIP_MINUTES * 60:
-            warnings.append(f"One clip at {canvas[0]}x{canvas[1]}, {frames} frames takes about {duration(cheapest)} "
+            warnings.append(f"One clip at {canvas[0]}x{canvas[1]}, {frames} frames takes about {human_seconds(cheapest)} "
                             f"on this {timing.get('device', 'machine')} even with preset {p.name} ({est['steps']} steps); "
                             "it fits in memory, but expect hours per clip. A GPU, or a calibration "
                             "('h3kit calibrate') if this estimate looks wrong, is the way forward.")
         else:
-            warnings.append(f"One clip takes about {duration(cheapest)} at the smallest option ({canvas[0]}x{canvas[1]}, "
+            warnings.append(f"One clip takes about {human_seconds(cheapest)} at the smallest option ({canvas[0]}x{canvas[1]}, "
                             f"{frames} frames, preset {p.name}), more than target_minutes {target:g}.")
     defaults = {"canvas": list(canvas), "frames": int(frames), "steps": est["steps"], "cfg": est["cfg"],
                 "preset": p.name, "lora": p.lora, "lora_strength": p.lora_strength if p.lora else None,

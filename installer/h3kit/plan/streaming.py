@@ -215,7 +215,7 @@ def dynamic_vram(backend: str, args: list, torch: tuple | None, hip: tuple | Non
 # What H3kitStreamedDiTLoader reads (nodes/h3kit_streaming_logic.py refuse_unsupported turns away ComfyUI's
 # quantized safetensors, whose weights need ComfyUI's converters): plain safetensors of the first three, GGUF
 # files of the rest (the catalog's format names), their blocks dequantized per use by ComfyUI-GGUF's code --
-# tests/test_gguf_loaders_real_comfyui.py runs a GGUF DiT through it.
+# tests/real_comfyui/test_gguf_loaders_real_comfyui.py runs a GGUF DiT through it.
 SAFETENSORS_STREAMABLE = ("bf16", "fp16", "fp32")
 GGUF_STREAMABLE = ("q8_0", "q6_k", "q5_0", "q5_k_m", "q4_k_m", "q3_k_m", "q2_k")
 STREAMABLE_FORMATS = SAFETENSORS_STREAMABLE + GGUF_STREAMABLE

@@ -14,11 +14,12 @@ from h3kit.comfyui import locks
 from h3kit.comfyui import manifest as mf
 from h3kit.core import lock
 from h3kit.comfyui.inspect import torch_fit_findings
-from h3kit.core.session import Session as Context
+from h3kit.core.session import Session
+from h3kit.steps.options import ComfyTarget
 from h3kit.data.plan_doc import Plan
 
 
-def load_config(ctx: Context):
+def load_config(ctx: Session):
     from h3kit.data import config
 
     return config.load(ctx.locations)
@@ -33,7 +34,7 @@ def _plan(fingerprint: dict, profile: str | None, config) -> dict:
     return make_plan(fingerprint, cat, catalog.load_profiles(cat), profile=profile, config=config)
 
 
-def current_plan(ctx: Context, config, profile: str | None, notes: list[str]) -> tuple[dict, Plan]:
+def current_plan(ctx: Session, config, profile: str | None, notes: list[str]) -> tuple[dict, Plan]:
     """(fingerprint, plan) for this machine now."""
     from h3kit.fingerprint import collect
 
@@ -41,6 +42,14 @@ def current_plan(ctx: Context, config, profile: str | None, notes: list[str]) ->
     fingerprint = collect()
     ctx.progress("Planning the profile...")
     return fingerprint, _plan(fingerprint, profile, config)
+
+
+def machine_fingerprint(path: str | None) -> dict:
+    """The saved fingerprint FILE (--fingerprint FILE), else this machine's, probed now."""
+    from h3kit.fingerprint import collect
+    from h3kit.fingerprint.schema import load_file
+
+    return load_file(path) if path else collect()
 
 
 def saved_plan(config, profile: str | None, notes: list[str], fingerprint_file: str) -> tuple[dict, Plan | None]:
@@ -62,16 +71,15 @@ def generated_files(plan: Plan | None) -> dict[str, bytes]:
     return workflows.pack_files(plan, catalog.load(), plan.profile)
 
 
-def locate(args, ctx: Context, config, *, need_write: bool) -> comfyui_locate.ComfyInstall:
-    install = comfyui_locate.find(getattr(args, "comfyui", None), config, ctx, need_write=need_write,
-                           python=getattr(args, "comfyui_python", None))
+def locate(target: ComfyTarget, ctx: Session, config, *, need_write: bool) -> comfyui_locate.ComfyInstall:
+    install = comfyui_locate.find(target.path, config, ctx, need_write=need_write, python=target.python)
     for note in install.notes:
         ctx.progress(note)
     return install
 
 
 @contextmanager
-def exclusive(ctx: Context, install: comfyui_locate.ComfyInstall, command: str):
+def exclusive(ctx: Session, install: comfyui_locate.ComfyInstall, command: str):
     """Hold this ComfyUI's lock and the h3kit home's for the with-block (h3kit.core.lock); a dry run takes none.
 
     Another h3kit holding either: NotReady (exit 3), "another h3kit is installing into this ComfyUI (pid N)".
@@ -91,7 +99,7 @@ def exclusive(ctx: Context, install: comfyui_locate.ComfyInstall, command: str):
 
 
 @contextmanager
-def exclusive_home(ctx: Context, command: str):
+def exclusive_home(ctx: Session, command: str):
     """Hold only the h3kit home's lock (before a ComfyUI is known: a new one set up, the build with no ComfyUI)."""
     if ctx.dry_run:
         yield
@@ -102,7 +110,7 @@ def exclusive_home(ctx: Context, command: str):
         yield
 
 
-def remember_comfyui(ctx: Context, config, install: comfyui_locate.ComfyInstall, notes: list[str]) -> None:
+def remember_comfyui(ctx: Session, config, install: comfyui_locate.ComfyInstall, notes: list[str]) -> None:
     """After a successful install: save the ComfyUI as `comfyui_path` in config.yaml (comments kept), so apply,
     uninstall, doctor and the scripts/ shims find it without --comfyui. A comfyui_path the user set to another
     ComfyUI that still exists is left as it is, and noted."""

@@ -15,27 +15,27 @@ from h3kit.core.session import Session
 from h3kit.data.plan_doc import Plan
 
 
-def probed_plan(args, ctx: Session, config, install, fingerprint: dict | None, plan: Plan | None,
-                notes: list[str]) -> Plan | None:
-    """`plan` made again with this machine's format probe as evidence; `plan` itself when there is none."""
-    saved = bool(getattr(args, "fingerprint", None))
+def probed_plan(ctx: Session, config, install, fingerprint: dict | None, plan: Plan | None, notes: list[str], *,
+                profile: str | None, saved: bool) -> Plan | None:
+    """`plan` made again with this machine's format probe as evidence; `plan` itself when there is none.
+    `saved`: the plan is for a saved fingerprint (another machine), so this machine's probe is not its evidence."""
     findings: list[dict] = []
     probe = format_evidence(ctx, install, fingerprint=None if saved else fingerprint, run=not ctx.dry_run,
                             findings=findings)
     notes += [f"format probe: {f['message']}" for f in findings if f["status"] != "ok"]
-    return plan_with(probe, args, config, fingerprint, plan, notes)
+    return plan_with(probe, config, fingerprint, plan, notes, profile=profile, saved=saved)
 
 
-def plan_with(probe, args, config, fingerprint: dict | None, plan: Plan | None, notes: list[str]) -> Plan | None:
+def plan_with(probe, config, fingerprint: dict | None, plan: Plan | None, notes: list[str], *,
+              profile: str | None, saved: bool) -> Plan | None:
     """`plan` made again with `probe` (a FormatProbe or None) as the planner's evidence, for commands that
     already hold the probe (doctor); `plan` itself when there is no probe or the plan is another machine's."""
     from h3kit.data import catalog
     from h3kit.plan import make_plan
 
-    if probe is None or getattr(args, "fingerprint", None) or not plan or not fingerprint:
+    if probe is None or saved or not plan or not fingerprint:
         return plan
     runs = sum(r.status == "runs" for part in probe.parts.values() for r in part.values())
     notes.append(f"planned with {probe.source}: {runs} format/part pairs run")
     cat = catalog.load()
-    return make_plan(fingerprint, cat, catalog.load_profiles(cat), profile=getattr(args, "profile", None),
-                     config=config, evidence=probe)
+    return make_plan(fingerprint, cat, catalog.load_profiles(cat), profile=profile, config=config, evidence=probe)

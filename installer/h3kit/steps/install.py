@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from h3kit.calibrate import run as calibrate
+from h3kit import calibrate
 from h3kit.comfyui import deploy, h3_support
 from h3kit.comfyui import locate as comfyui_locate
 from h3kit.comfyui.setup import new_comfyui, offer_new_comfyui
 from h3kit.core.errors import H3kitError, NotReady, VerificationFailed
 from h3kit.core.session import Outcome
-from h3kit.core.session import Session as Context
+from h3kit.core.session import Session
 from h3kit.data import catalog
 from h3kit.data.plan_doc import Plan
 from h3kit.models import ensure_models
@@ -35,49 +35,52 @@ from h3kit.steps.common import (
     torch_findings,
 )
 from h3kit.steps.format_probe import probed_plan
+from h3kit.steps.options import ComfyTarget, InstallOptions
 
 SCHEMA = "h3kit.install/1"
 
 
 
-def run(args, ctx: Context) -> Outcome:
+def run(options: InstallOptions, ctx: Session) -> Outcome:
     """The chain. Nothing is written before the locks are held: fingerprint, plan and the search for
     ComfyUI only read; the build (h3kit's cache), a new ComfyUI and the deploy write, each under its lock."""
     notes: list[str] = []
     warnings: list[str] = []
     config = load_config(ctx)
-    fingerprint, plan = (saved_plan(config, args.profile, notes, args.fingerprint) if args.fingerprint
-                         else current_plan(ctx, config, args.profile, notes))
+    fingerprint, plan = (saved_plan(config, options.profile, notes, options.fingerprint_file)
+                         if options.fingerprint_file else current_plan(ctx, config, options.profile, notes))
     settings = plan.settings.to_json() if plan else {}
-    profile = plan.profile if plan else (args.profile or "none")
-    if args.new_comfyui and not ctx.dry_run:
+    profile = plan.profile if plan else (options.profile or "none")
+    target = options.comfyui
+    if options.new_comfyui and not ctx.dry_run:
         with exclusive_home(ctx, "install"):
-            args.comfyui = str(new_comfyui(ctx, Path(args.new_comfyui), args.comfyui_source, fingerprint))
-        args.comfyui_python = None  # the new ComfyUI's own venv
+            # its own venv runs it, whatever --comfyui-python named
+            target = ComfyTarget(str(new_comfyui(ctx, options.new_comfyui, options.comfyui_source, fingerprint)))
     try:
-        install = locate(args, ctx, config, need_write=True)
+        install = locate(target, ctx, config, need_write=True)
     except NotReady as missing:
-        offer = not args.comfyui and not getattr(args, "no_new_comfyui", False)
+        offer = not target.path and options.offer_new_comfyui
         with exclusive_home(ctx, "install"):
-            created = offer_new_comfyui(ctx, fingerprint, args.comfyui_source, searched=comfyui_locate.searched_places(),
+            created = offer_new_comfyui(ctx, fingerprint, options.comfyui_source,
+                                        searched=comfyui_locate.searched_places(),
                                         min_version=h3_support.requirements(catalog.load())[0]) if offer else None
             if created is None:
                 _build(ctx, notes, warnings)
                 warnings += list(plan.warnings) if plan else []
-                return _without_comfyui(args, ctx, plan, profile, notes, warnings, missing)
-        args.comfyui, args.comfyui_python = str(created), None
-        install = locate(args, ctx, config, need_write=True)
+                return _without_comfyui(options, ctx, plan, profile, notes, warnings, missing)
+        install = locate(ComfyTarget(str(created)), ctx, config, need_write=True)
     with exclusive(ctx, install, "install"):
         library = _build(ctx, notes, warnings)
-        plan = probed_plan(args, ctx, config, install, fingerprint, plan, notes)  # before any download
+        plan = probed_plan(ctx, config, install, fingerprint, plan, notes, profile=options.profile,
+                           saved=bool(options.fingerprint_file))  # before any download
         settings, profile = (plan.settings.to_json(), plan.profile) if plan else (settings, profile)
-        outcome = _into(args, ctx, config, fingerprint, plan, settings, profile, library, install, notes, warnings)
+        outcome = _into(options, ctx, config, fingerprint, plan, settings, profile, library, install, notes, warnings)
     last = list(plan.warnings) if plan else []  # the plan's (what falls short, how long a clip takes)
     outcome.warnings = [w for w in outcome.warnings if w not in last] + last
     return outcome
 
 
-def _into(args, ctx: Context, config, fingerprint, plan, settings: dict, profile: str, library, install,
+def _into(options: InstallOptions, ctx: Session, config, fingerprint, plan, settings: dict, profile: str, library, install,
           notes: list[str], warnings: list[str]) -> Outcome:
     """Everything from inspecting the found ComfyUI on, under its lock (h3kit.steps.common.exclusive)."""
     info = comfyui_locate.inspect(install)
@@ -119,7 +122,7 @@ def _into(args, ctx: Context, config, fingerprint, plan, settings: dict, profile
     ctx.progress("Checking that this ComfyUI can run MiniMax H3...")
     support = h3_support.check(install, catalog.load(), comfyui_locate.run_python)
     doc["h3"] = support.to_json()
-    _after_deploy(args, ctx, plan, install, doc, notes, support)
+    _after_deploy(options, ctx, plan, install, doc, notes, support)
     if not support.ready:
         # Installed and verified, but this ComfyUI cannot load H3: no weights were fetched for it.
         raise NotReady(f"h3kit is installed in {install.node_dir}, but {_lower_first(h3_support.problem(support))} "
@@ -134,7 +137,7 @@ def _into(args, ctx: Context, config, fingerprint, plan, settings: dict, profile
                        f"even at the smallest settings. {short}",
                        "Read 'h3kit plan' for the shortfall; add RAM or use a GPU with more memory, or override "
                        "settings in config.yaml at your own risk and run 'h3kit apply'.", details=doc)
-    if (refused := _refused(args, ctx, plan)):
+    if (refused := _refused(options, ctx, plan)):
         raise NotReady(f"h3kit is installed in {install.node_dir}; no model file was downloaded. {refused}",
                        "Run 'h3kit plan' to see why; change config.yaml and run 'h3kit install' again, or pass "
                        "--allow-unverified.", details=doc)
@@ -146,7 +149,7 @@ def _into(args, ctx: Context, config, fingerprint, plan, settings: dict, profile
     return Outcome(doc, text, 0, warnings)
 
 
-def _build(ctx: Context, notes: list[str], warnings: list[str]) -> Path | None:
+def _build(ctx: Session, notes: list[str], warnings: list[str]) -> Path | None:
 
     if ctx.dry_run:
         return find_library()
@@ -160,11 +163,11 @@ def _build(ctx: Context, notes: list[str], warnings: list[str]) -> Path | None:
         return None
 
 
-def _refused(args, ctx: Context, plan: Plan | None) -> str | None:
+def _refused(options: InstallOptions, ctx: Session, plan: Plan | None) -> str | None:
     """The plan's own sentence when it holds a file not known to load here and nobody can be asked about it (--yes,
     no terminal): decided from the plan before the models step, so nothing is downloaded. --allow-unverified and
     --no-models lift it; a plan that does not fit is refused on its own (above)."""
-    if plan is None or plan.fits is False or args.no_models or getattr(args, "allow_unverified", False):
+    if plan is None or plan.fits is False or options.skip_models or options.allow_unverified:
         return None
     return plan.blocked if plan.blocked and not ctx.interactive else None
 
@@ -173,49 +176,52 @@ def _lower_first(text: str) -> str:
     return text[:1].lower() + text[1:] if text.startswith("This ") else text
 
 
-def _after_deploy(args, ctx: Context, plan: Plan | None, install: comfyui_locate.ComfyInstall, doc: dict, notes: list[str],
+def _after_deploy(options: InstallOptions, ctx: Session, plan: Plan | None, install: comfyui_locate.ComfyInstall, doc: dict, notes: list[str],
                   support: h3_support.H3Support) -> None:
     if not support.ready:
         notes.append("models skipped: this ComfyUI cannot load MiniMax H3 yet, so no weights are downloaded")
-        doc["report"] = _calibrate(args, ctx, install.path, notes, doc)
+        doc["report"] = _calibrate(options, ctx, install.path, notes, doc)
         return
     if plan.fits is False:
         notes.append("models skipped: the plan does not fit this machine, so no weights are downloaded")
-        doc["report"] = _calibrate(args, ctx, install.path, notes, doc)
+        doc["report"] = _calibrate(options, ctx, install.path, notes, doc)
         return
-    if _refused(args, ctx, plan):
+    if _refused(options, ctx, plan):
         notes.append("models skipped: the plan holds files not known to load here, so no weights are downloaded")
-        doc["report"] = _calibrate(args, ctx, install.path, notes, doc)
+        doc["report"] = _calibrate(options, ctx, install.path, notes, doc)
         return
     try:
-        doc["models"] = ensure_models(ctx, plan, install.path, skip=args.no_models, with_loaders=args.with_loaders,
-                                      allow_unverified=getattr(args, "allow_unverified", False))
+        doc["models"] = ensure_models(ctx, plan, install.path, skip=options.skip_models,
+                                      with_loaders=options.with_loaders, allow_unverified=options.allow_unverified)
     except H3kitError as failed:
         # The pack is installed and verified; the calibration needs no weights, so it still runs
         # (its report says what the machine can do), and the models error is the exit.
         notes.append(f"models not complete: {failed.message}")
-        doc["report"] = _calibrate(args, ctx, install.path, notes, doc)
+        doc["report"] = _calibrate(options, ctx, install.path, notes, doc)
         failed.details = {**doc, **failed.details}
         raise
-    doc["report"] = _calibrate(args, ctx, install.path, notes, doc)
+    doc["report"] = _calibrate(options, ctx, install.path, notes, doc)
 
 
-def _calibrate(args, ctx: Context, comfyui_dir: Path | None, notes: list[str], doc: dict | None = None) -> str | None:
-    if args.skip_calibrate or ctx.dry_run:
-        notes.append("calibration skipped (--skip-calibrate)" if args.skip_calibrate else "calibration skipped (--dry-run)")
+def _calibrate(options: InstallOptions, ctx: Session, comfyui_dir: Path | None, notes: list[str],
+               doc: dict | None = None) -> str | None:
+    if options.skip_calibrate or ctx.dry_run:
+        notes.append("calibration skipped (--skip-calibrate)" if options.skip_calibrate
+                     else "calibration skipped (--dry-run)")
         return None
 
     ctx.progress("Calibrating (quick)...")
-    result = calibrate(ctx, comfyui_dir=comfyui_dir, quick=True, with_model=False) or {}
+    result = calibrate.run(ctx, comfyui_dir=comfyui_dir, quick=True, with_model=False) or {}
     if doc is not None:
         doc["calibration_estimates"] = result.get("estimates")
     files = result.get("report_files") or {}
     return files.get("md") or files.get("json")
 
 
-def _without_comfyui(args, ctx, plan, profile, notes, warnings, missing: NotReady) -> Outcome:
+def _without_comfyui(options: InstallOptions, ctx: Session, plan, profile, notes, warnings,
+                     missing: NotReady) -> Outcome:
     """No ComfyUI: still calibrate (the report says what this machine can run), then exit 3."""
-    report = _calibrate(args, ctx, None, notes)
+    report = _calibrate(options, ctx, None, notes)
     details = {"schema": SCHEMA, "comfyui": None, "profile": profile, "verified": False, "report": report,
                "notes": notes, "warnings": warnings, "plan_fits": plan.fits if plan else None}
     raise NotReady(missing.message + (f" The calibration report is at {report}." if report else ""),

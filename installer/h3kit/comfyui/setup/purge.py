@@ -17,7 +17,7 @@ from pathlib import Path
 from h3kit.comfyui.setup.create import ROLE, state_path
 from h3kit.comfyui.setup.pip import setup_table
 from h3kit.comfyui.setup.torch_repair import undo_torch
-from h3kit.comfyui.setup.upgrade import RECORD as UPGRADE
+from h3kit.comfyui.setup import upgrade
 from h3kit.comfyui.setup.upgrade import recorded_actions, undo_upgrade
 from h3kit.core.errors import H3kitError
 from h3kit.core.units import human_bytes
@@ -104,13 +104,13 @@ def restore_on_uninstall(ctx, record) -> list[str]:
     verb = "would restore" if ctx.dry_run else "restored"
     notes = []
     for action in recorded_actions(record):
-        what = "ComfyUI checkout that 'doctor --fix' moved" if action == UPGRADE else "torch that 'doctor --fix' replaced"
+        what = "ComfyUI checkout that 'doctor --fix' moved" if action == upgrade.RECORD else "torch that 'doctor --fix' replaced"
         try:
-            result = undo_upgrade(ctx, None, record) if action == UPGRADE else undo_torch(ctx, record)
+            result = undo_upgrade(ctx, None, record) if action == upgrade.RECORD else undo_torch(ctx, record)
         except H3kitError as exc:
             notes.append(f"the {what} was not restored: {exc.message} {exc.fix or ''}".strip())
             continue
-        if action == UPGRADE:
+        if action == upgrade.RECORD:
             notes.append(f"{verb} the {what}: {result.get('checked_out') or result.get('would_checkout')}")
             continue
         restored = result.get("restored", result.get("would_restore", {}))

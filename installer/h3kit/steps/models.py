@@ -1,0 +1,87 @@
+"""`h3kit models`' step: the weight files the plan needs: plan | status | fetch | verify | remove.
+
+The plan is the one install made: this machine's (or a saved fingerprint's),
+with the format probe cached for the chosen ComfyUI as its evidence. The
+answer is the action's h3kit.models/1 document and the ComfyUI folder it was
+about, which `cli/models.py` renders.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from h3kit import models
+from h3kit.calibrate.format_probe import cached
+from h3kit.comfyui.locate import find
+from h3kit.core.errors import BadInput, NotReady
+from h3kit.core.session import Session
+from h3kit.data import catalog
+from h3kit.steps.common import load_config, machine_fingerprint
+from h3kit.steps.options import ModelsOptions
+
+
+@dataclass(frozen=True)
+class ModelsAnswer:
+    doc: dict
+    comfyui: Path | None  # the ComfyUI whose models folder the action was about; None: `plan` without one found
+
+
+def run(options: ModelsOptions, ctx: Session) -> ModelsAnswer:
+    config = load_config(ctx)
+    if options.action == "remove":
+        comfy = _comfyui_dir(options, ctx, config, required=True)
+        plan = _plan(options, ctx, config) if options.fingerprint_file else None
+        return ModelsAnswer(models.remove(ctx, comfy, plan=plan), comfy)
+    if options.action == "plan":
+        comfy = _comfyui_dir(options, ctx, config, required=False)
+        return ModelsAnswer(models.plan_doc(_plan(options, ctx, config, comfy), comfyui_dir=comfy), comfy)
+    comfy = _comfyui_dir(options, ctx, config, required=True)
+    plan = _plan(options, ctx, config, comfy)
+    if options.action == "status":
+        return ModelsAnswer(models.status_doc(ctx, plan, comfy), comfy)
+    if options.action == "verify":
+        return ModelsAnswer(models.verify(ctx, plan, comfy), comfy)
+    return ModelsAnswer(_fetch(options, ctx, plan, comfy), comfy)
+
+
+def _fetch(options: ModelsOptions, ctx: Session, plan: dict, comfy: Path) -> dict:
+    doc: dict = {}
+    if options.with_loaders:
+        files = models.files_for_plan(plan)
+        packs = {f.loader_pack["name"]: f.loader_pack for f in files if f.loader_pack}
+        doc["loader_packs"] = [models.install_loader_pack(ctx, p, comfy) for p in packs.values()]
+    if ctx.dry_run:
+        doc.update(models.status_doc(ctx, plan, comfy), action="fetch", dry_run=True)
+        return doc
+    doc.update(models.fetch(ctx, plan, comfy, from_dir=options.from_dir))
+    return doc
+
+
+def _plan(options: ModelsOptions, ctx: Session, config, comfy: Path | None = None) -> dict:
+    """The plan install made: this machine's, with the format probe cached for `comfy` as its evidence."""
+    from h3kit.plan import make_plan
+
+    cat = catalog.load()
+    evidence = cached(ctx.locations.cache_dir, comfy) if comfy is not None and not options.fingerprint_file else None
+    return make_plan(machine_fingerprint(options.fingerprint_file), cat, catalog.load_profiles(cat),
+                     profile=options.profile, config=config, evidence=evidence)
+
+
+def _comfyui_dir(options: ModelsOptions, ctx: Session, config, *, required: bool) -> Path | None:
+    """--comfyui PATH, else the usual search (config, usual folders); None when not required and not found."""
+    if options.comfyui:
+        p = Path(options.comfyui).expanduser()
+        if not p.is_dir():
+            raise BadInput(f"--comfyui {options.comfyui} is not a folder.",
+                           "Pass the ComfyUI folder (the one holding main.py).")
+        if not (p / "main.py").is_file() and not (p / "models").is_dir():
+            raise BadInput(f"{p} does not look like ComfyUI (no main.py, no models folder).",
+                           "Pass the ComfyUI folder itself (the one holding main.py).")
+        return p.absolute()
+    try:
+        return Path(find(None, config, ctx, need_write=required).path)
+    except (NotReady, BadInput):
+        if required:
+            raise
+        return None

@@ -1,0 +1,110 @@
+"""The budget's inputs: which disk holds the ComfyUI folder, typed catalog figures, and a planner that reads no file."""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import copy
+import json
+import pathlib
+from pathlib import Path
+
+import pytest
+
+from h3kit.data import catalog as catalog_mod
+from h3kit.data import config as config_mod
+from h3kit.data.config import Config
+from h3kit.plan import make_plan
+from h3kit.plan.budget import disk_for
+
+FP_DIR = Path(__file__).parents[1] / "fixtures" / "fingerprints"
+FP_4090 = json.loads((FP_DIR / "nvidia-rtx4090-24gb-64gb.json").read_text())
+CAT = catalog_mod.load()
+PROFILES = catalog_mod.load_profiles(CAT)
+PLAN_DIR = Path(__file__).resolve().parents[2] / "installer" / "h3kit" / "plan"
+
+
+def _disk(path: str, free_gb: int, kind: str = "ssd") -> dict:
+    return {"path": path, "total_bytes": 4 * 10**12, "free_bytes": free_gb * 10**9, "kind": kind}
+
+
+def _with_disks(*disks: dict) -> dict:
+    fp = copy.deepcopy(FP_4090)
+    fp["disks"] = list(disks)
+    return fp
+
+
+def test_a_folder_under_mnt_data2_is_not_on_mnt_data():
+    """/mnt/data2 is a folder on the root disk here; a string prefix test put it on /mnt/data (10 GB free)."""
+    fp = _with_disks(_disk("/", 500), _disk("/mnt/data", 10))
+    plan = make_plan(fp, CAT, PROFILES, config=Config(comfyui_path="/mnt/data2/ComfyUI"))
+    assert plan.budget.disk_bytes == 500 * 10**9 and plan.fits
+    on_data = make_plan(fp, CAT, PROFILES, config=Config(comfyui_path="/mnt/data/ComfyUI"))
+    assert on_data.budget.disk_bytes == 10 * 10**9 and not on_data.fits
+
+
+@pytest.mark.parametrize("folder,system,expected", [
+    ("/mnt/data2/ComfyUI", "linux", "/mnt/data2"),  # the longest mount that holds it
+    ("/mnt/data/ComfyUI", "linux", "/mnt/data/"),  # a mount written with a trailing slash
+    ("/mnt/data", "linux", "/mnt/data/"),  # the mount point itself
+    ("/mnt/database/ComfyUI", "linux", "/"),
+    ("d:\\AI\\ComfyUI", "windows", "D:\\"),  # drive letters compare without case
+    ("C:\\ComfyUI", "windows", "C:\\"),
+])
+def test_disk_for_compares_whole_path_components(folder, system, expected):
+    disks = [_disk("/", 1), _disk("/mnt/data/", 2), _disk("/mnt/data2", 3), _disk("C:\\", 4), _disk("D:\\", 5)]
+    assert disk_for(disks, folder, system)["path"] == expected
+
+
+def test_without_a_known_folder_the_disk_with_most_room_counts():
+    disks = [_disk("/", 100), _disk("/srv", 900)]
+    assert disk_for(disks, None, "linux")["path"] == "/srv"
+    assert disk_for(disks, "relative/ComfyUI", "linux")["path"] == "/srv"  # under no mount: no better guess
+    assert disk_for([], "/opt/ComfyUI", "linux") is None
+
+
+def test_catalog_profiles_and_config_are_typed_when_loaded(tmp_path):
+    assert isinstance(CAT.memory.activation_fixed, int) and CAT.memory.activation_fixed == 5 * 10**8
+    assert CAT.comfyui.reserve_default == 400 * 10**6 and CAT.comfyui.weights_share == 0.88
+    assert CAT.canvas_ladder[0] == (1344, 768) and all(isinstance(c, tuple) for c in CAT.canvas_ladder)
+    s = PROFILES["nvidia-24gb"].settings
+    assert s.os_ram_headroom == 4 * 10**9 and s.max_canvas == (1344, 768) and s.shard_size_bytes == "auto"
+    assert PROFILES["nvidia-24gb"].written["os_ram_headroom"] == "4 GB"  # as the file spells it, for people
+    cfg_file = tmp_path / "config.yaml"
+    cfg_file.write_text("overrides:\n  shard_size_bytes: \"1 GB\"\n  max_canvas: [864, 480]\n")
+    cfg = config_mod.load(cfg_file)
+    assert cfg.overrides.as_dict() == {"shard_size_bytes": 10**9, "max_canvas": (864, 480)}
+    assert cfg.written("overrides")["shard_size_bytes"] == "1 GB"
+
+
+def test_a_users_size_is_quoted_as_they_wrote_it(tmp_path):
+    cfg_file = tmp_path / "config.yaml"
+    cfg_file.write_text("overrides:\n  shard_size_bytes: \"1 GB\"\n")
+    plan = make_plan(FP_4090, CAT, PROFILES, config=config_mod.load(cfg_file))
+    assert any(r.startswith("shard_size_bytes 1 GB was rounded to") for r in plan.rationale)
+    assert any(r.startswith("shard_size_bytes = '1 GB' from the override") for r in plan.rationale)
+
+
+def test_the_planner_reads_no_file(monkeypatch, tmp_path):
+    """make_plan is a function of its arguments: with every file read refused, it still plans."""
+    cfg_file = tmp_path / "config.yaml"
+    cfg_file.write_text("overrides:\n  preload_bytes: \"2 GB\"\n")
+    cfg = config_mod.load(cfg_file)
+    expected = make_plan(FP_4090, CAT, PROFILES, config=cfg)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the planner touched the file system")
+
+    for name in ("open", "read_text", "read_bytes", "stat", "is_file", "exists", "glob"):
+        if hasattr(pathlib.Path, name):
+            monkeypatch.setattr(pathlib.Path, name, refuse)
+    monkeypatch.setattr(builtins, "open", refuse)
+    assert make_plan(FP_4090, CAT, PROFILES, config=cfg) == expected
+
+
+def test_no_module_of_the_planner_parses_sizes():
+    for path in PLAN_DIR.glob("*.py"):
+        names = {n.id for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(n, ast.Name)}
+        names |= {a.name for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                  if isinstance(n, ast.ImportFrom) for a in n.names}
+        assert "parse_size" not in names, path.name

@@ -1,0 +1,242 @@
+"""The package's shape, checked: layers go one way, bundled code stands alone, modules stay small.
+
+The layers, lowest first (installer/h3kit/__init__.py explains each). A module
+may import its own package and any lower layer, never a higher one, and the
+import graph has no cycle even inside a layer.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PKG = REPO / "installer" / "h3kit"
+
+LAYERS = {  # subpackage -> rank; a module may import only equal-package or lower-rank modules
+    "core": 0, "data": 1, "fingerprint": 2, "native": 3, "plan": 4, "comfyui": 5, "models": 6,
+    "calibrate": 7, "steps": 8, "cli": 9,
+}
+ROOT_MODULES = {"h3kit": -1, "h3kit.__main__": 10}  # the version string is everyone's; __main__ is the top
+MAX_LINES = 450
+# Code that runs in ComfyUI's interpreter: never h3kit, only the standard library at import time.
+BUNDLED_ROOTS = [PKG / "bundled", REPO / "nodes"]
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for path in PKG.rglob("*.py"):
+        rel = path.relative_to(PKG.parent).with_suffix("")
+        name = ".".join(rel.parts)
+        mods[name[: -len(".__init__")] if name.endswith(".__init__") else name] = path
+    return mods
+
+
+def _imports(name: str, path: Path, mods: dict[str, Path]) -> set[str]:
+    """The h3kit modules `name` imports (anywhere in the file, function bodies included)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    is_pkg = path.name == "__init__.py"
+    found = set()
+    for node in ast.walk(tree):
+        targets = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = name.split(".") if is_pkg else name.split(".")[:-1]
+                parts = parts[: len(parts) - (node.level - 1)]
+                base = ".".join(parts + ([base] if base else []))
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
+        for t in targets:
+            while t and t not in mods:
+                t = t.rpartition(".")[0]
+            if t and t != name and t.startswith("h3kit"):
+                found.add(t)
+    return found
+
+
+def _rank(module: str) -> int | None:
+    if module in ROOT_MODULES:
+        return ROOT_MODULES[module]
+    part = module.split(".")[1]
+    return LAYERS.get(part)
+
+
+def _graph() -> dict[str, set[str]]:
+    mods = _modules()
+    return {m: _imports(m, p, mods) for m, p in mods.items()}
+
+
+def upward_edges(graph: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for src, targets in graph.items():
+        if src.startswith("h3kit.bundled"):
+            continue  # checked below: bundled code imports no h3kit module at all
+        for dst in targets:
+            if dst.startswith("h3kit.bundled"):
+                continue  # the bundled packages are leaves anyone may use
+            same_package = src.split(".")[:2] == dst.split(".")[:2]
+            rs, rd = _rank(src), _rank(dst)
+            if rs is None or rd is None:
+                bad.append(f"{src} -> {dst}: a module outside the documented layers")
+            elif not same_package and rd >= rs:
+                bad.append(f"{src} -> {dst}: layer {rs} imports layer {rd}")
+    return sorted(bad)
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    sys.setrecursionlimit(max(10000, sys.getrecursionlimit()))
+    for v in list(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_layers_go_one_way():
+    assert upward_edges(_graph()) == []
+
+
+def test_no_import_cycles():
+    # Package fronts importing their own submodules and back count too: a cycle is a cycle.
+    assert cycles(_graph()) == []
+
+
+def test_every_subpackage_is_a_documented_layer():
+    present = {p.name for p in PKG.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
+    assert present == set(LAYERS) | {"bundled"}
+    doc = (PKG / "__init__.py").read_text(encoding="utf-8")
+    for name in present:
+        assert f"`{name}/`" in doc, f"installer/h3kit/__init__.py does not describe {name}/"
+
+
+def test_the_checks_catch_a_violation():
+    """The two graph checks fail on a graph with an upward edge and a cycle (so they can fail at all)."""
+    graph = {"h3kit.core.paths": {"h3kit.cli"}, "h3kit.cli": {"h3kit.core.paths"}}
+    assert upward_edges(graph) == ["h3kit.core.paths -> h3kit.cli: layer 0 imports layer 9"]
+    assert cycles(graph) == [["h3kit.cli", "h3kit.core.paths"]]
+
+
+def bundled_violations(path: Path) -> list[str]:
+    """`import h3kit` anywhere, or a non-stdlib module at import time (numpy/torch/comfy only inside functions)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    bad = []
+    top_level = {id(n) for n in tree.body} | {id(n) for stmt in tree.body if isinstance(stmt, (ast.If, ast.Try))
+                                               for n in ast.walk(stmt)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        else:
+            continue
+        for n in names:
+            root = n.split(".")[0]
+            if root == "h3kit":
+                bad.append(f"{path.name}:{node.lineno} imports {n}")
+            elif id(node) in top_level and root not in sys.stdlib_module_names and root != "__future__" \
+                    and root not in ("h3k_native", "h3k_calibration_runner"):
+                bad.append(f"{path.name}:{node.lineno} imports {n} at import time")
+    return bad
+
+
+@pytest.mark.parametrize("path", sorted(p for root in BUNDLED_ROOTS for p in root.rglob("*.py")),
+                         ids=lambda p: str(p.relative_to(REPO)))
+def test_bundled_code_never_imports_h3kit(path):
+    assert bundled_violations(path) == []
+
+
+def test_the_bundled_check_catches_a_violation(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import json\nimport numpy\n\ndef f():\n    from h3kit.core import paths\n    import torch\n")
+    assert bundled_violations(bad) == ["bad.py:2 imports numpy at import time", "bad.py:5 imports h3kit.core"]
+
+
+def test_modules_stay_small():
+    big = {str(p.relative_to(PKG)): n for p in PKG.rglob("*.py")
+           if (n := len(p.read_text(encoding="utf-8").splitlines())) >= MAX_LINES}
+    assert big == {}
+
+
+def test_only_the_cli_prints_or_reads_the_terminal():
+    offenders = []
+    for path in PKG.rglob("*.py"):
+        rel = path.relative_to(PKG)
+        if rel.parts[0] in ("cli", "bundled"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("print", "input"):
+                offenders.append(f"{rel}:{node.lineno} {node.func.id}()")
+    assert offenders == []
+
+
+
+def argparse_imports(path: Path) -> list[str]:
+    """`import argparse` / `from argparse import ...` anywhere in the file, function bodies included."""
+    bad = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+        bad += [f"{path.name}:{node.lineno} imports {n}" for n in names if n.split(".")[0] == "argparse"]
+    return bad
+
+
+def test_only_the_cli_knows_the_command_line():
+    """steps/ and every layer below take typed options that cli/ builds, never a parsed Namespace; nothing but
+    cli/ imports argparse (the bundled programs run in ComfyUI's Python and parse their own arguments)."""
+    offenders = [bad for path in PKG.rglob("*.py") if path.relative_to(PKG).parts[0] not in ("cli", "bundled")
+                 for bad in argparse_imports(path)]
+    assert offenders == []
+
+
+def test_the_argparse_check_catches_a_violation(tmp_path):
+    bad = tmp_path / "step.py"
+    bad.write_text("import json\n\ndef run(options):\n    from argparse import Namespace\n    import argparse.x\n")
+    assert argparse_imports(bad) == ["step.py:4 imports argparse", "step.py:5 imports argparse.x"]
+
+
+def test_every_step_takes_a_frozen_options_value():
+    """A step module's `run` takes one of h3kit.steps.options' frozen dataclasses first, and a Session."""
+    import dataclasses
+    import importlib
+    import inspect
+    import typing
+
+    from h3kit.core.session import Session
+
+    steps = [p.stem for p in (PKG / "steps").glob("*.py") if "def run(" in p.read_text(encoding="utf-8")]
+    assert {"install", "apply", "doctor", "uninstall"} <= set(steps)
+    for name in steps:
+        run = importlib.import_module(f"h3kit.steps.{name}").run
+        hints = typing.get_type_hints(run)
+        first, second = [hints.get(p) for p in list(inspect.signature(run).parameters)[:2]]
+        assert dataclasses.is_dataclass(first) and first.__dataclass_params__.frozen, name
+        assert first.__module__ == "h3kit.steps.options" and second is Session, name

@@ -1,0 +1,54 @@
+"""scripts/validate_estimator.py: its graph, file dims and verdict (the full comparison needs a real ComfyUI and
+minutes of CPU; run it by hand as docs/calibrate.md "Estimate vs measured" says)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "validate_estimator.py"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("validate_estimator", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_random_files_keep_h3s_ratios():
+    v = _module()
+    for hidden, blocks in ((1024, 8), (2048, 16)):
+        d = v.dit_dims(hidden, blocks, text_dim=48)
+        assert d["num_attention_heads"] * d["attention_head_dim"] == hidden and d["attention_head_dim"] == 128
+        assert abs(d["ffn_hidden_size"] / hidden - 14336 / 5376) < 0.02 and d["ffn_hidden_size"] % 32 == 0
+        assert d["num_layers"] == blocks and d["text_dim"] != hidden  # ComfyUI skips condition_proj when equal
+
+
+def test_the_graph_is_the_smallest_h3_workflow_at_the_case():
+    v = _module()
+    g = v.graph("x.safetensors", [256, 256], 39, 2, 7)
+    by = {n["class_type"]: n["inputs"] for n in g.values()}
+    assert by["UNETLoader"]["unet_name"] == "x.safetensors"
+    assert (by["MiniMaxH3ImageToVideo"]["width"], by["MiniMaxH3ImageToVideo"]["length"]) == (256, 39)
+    assert by["KSampler"]["steps"] == 2 and by["KSampler"]["cfg"] == 1.0 and by["KSampler"]["seed"] == 7
+    for node in g.values():  # every link points at a node of the graph
+        for value in node["inputs"].values():
+            if isinstance(value, list):
+                assert value[0] in g
+
+
+def test_without_a_comfyui_it_says_how_and_exits_2(monkeypatch, capsys):
+    v = _module()
+    monkeypatch.delenv("H3KIT_COMFYUI_DIR", raising=False)
+    assert v.main([]) == 2
+    assert "--comfyui" in capsys.readouterr().err
+
+
+def test_reports_mode_keeps_the_planner_check(capsys):
+    v = _module()
+    assert v.main(["--reports", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows and all(abs(r["error_pct"]) <= 20 for r in rows)
+    assert v.pct(110.0, 100.0) == 10.0 and v.pct(1.0, None) is None

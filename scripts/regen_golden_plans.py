@@ -45,7 +45,7 @@ def streaming_table(cat, profiles, make_plan) -> None:
                 fp["gpus"][0]["memory_total_bytes"] = int(ram * 2**30 * share)
         from h3kit.data.fingerprint import Fingerprint
 
-        plan = make_plan(Fingerprint.from_json(fp), cat, profiles)
+        plan = make_plan(Fingerprint.from_json(fp), cat, profiles).to_json()
         s, st, e = plan["settings"], plan["settings"]["streaming"], plan["estimates"]
         held = st.get("held_peak_ram_bytes")
         print(f"| {label} | {s['quantization']} | "
@@ -70,7 +70,7 @@ def main() -> int:
         streaming_table(cat, profiles, make_plan)
         return 0
     for fp_path in sorted((REPO / "tests" / "fixtures" / "fingerprints").glob("*.json")):
-        plan = make_plan(load_file(fp_path), cat, profiles)
+        plan = make_plan(load_file(fp_path), cat, profiles).to_json()
         (out_dir / fp_path.name).write_text(json.dumps(plan, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         s = plan["settings"]
         held = "streamed" if s["streaming"].get("enabled") else "held"

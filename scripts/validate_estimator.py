@@ -95,14 +95,14 @@ def rows() -> list[dict]:
         config = Config(overrides=typed(point.settings))  # as config.yaml's overrides would be, once loaded
         plan = make_plan(machine_fingerprint(point.machine), cat, profiles, config=config)
         for what, reported in point.reported.items():
-            st = plan["settings"]
+            st = plan.settings
             # DiT bytes on the GPU at a time: the resident blocks plus the two shard buffers in flight.
-            on_gpu = st["preload_bytes"] + (0 if st["streaming"]["resident"] else 2 * st["shard_size_bytes"])
-            estimate = plan["estimates"]["peak_gpu_bytes"] if what == "peak_gpu" else on_gpu
+            on_gpu = st.preload_bytes + (0 if st.streaming.resident else 2 * st.shard_size_bytes)
+            estimate = plan.estimates.peak_gpu_bytes if what == "peak_gpu" else on_gpu
             rep = parse_size(reported)
             out.append({"id": point.id, "quantity": "peak GPU" if what == "peak_gpu" else "DiT on GPU",
                         "reported_gb": rep / 1e9, "estimate_gb": estimate / 1e9,
-                        "error_pct": 100.0 * (estimate - rep) / rep, "profile": plan["profile"], "fits": plan["fits"]})
+                        "error_pct": 100.0 * (estimate - rep) / rep, "profile": plan.profile, "fits": plan.fits})
     return out
 
 

@@ -145,7 +145,11 @@ def planned(monkeypatch):
     plan: dict = {}
 
     def fake_plan(ctx, config, profile, notes):
-        return None, plan  # no fingerprint: the steps take the machine as unknown
+        from h3kit.data.plan_doc import Plan
+
+        # no fingerprint: the steps take the machine as unknown; the plan is read as a saved plan.json is: what it
+        # lacks is None
+        return None, Plan.from_json(plan) if plan else None
 
     monkeypatch.setattr("h3kit.steps.install.current_plan", fake_plan)
     monkeypatch.setattr("h3kit.steps.apply.current_plan", fake_plan)

@@ -7,6 +7,7 @@ import random
 import pytest
 
 from h3kit import calibrate
+from h3kit.data.plan_doc import MemoryBudget, Plan, PlanSettings
 
 TILES = [128, 256, 384, 512, 640, 768]
 GB = 10**9
@@ -24,11 +25,12 @@ def synthetic_sweep(rng: random.Random) -> list[dict]:
     return out
 
 
-def synthetic_plan(rng: random.Random) -> dict:
+def synthetic_plan(rng: random.Random) -> Plan:
     shard = rng.choice([64, 128, 278, 512]) * 10**6
-    return {"settings": {"shard_size_bytes": shard, "preload_bytes": shard * rng.randint(0, 8),
-                         "vae_tile_size": rng.choice(TILES)},
-            "budget": {"gpu_bytes": rng.choice([None, rng.randint(1, 48) * GB]), "ram_bytes": rng.randint(4, 128) * GB}}
+    return Plan(settings=PlanSettings(shard_size_bytes=shard, preload_bytes=shard * rng.randint(0, 8),
+                                      vae_tile_size=rng.choice(TILES)),
+                budget=MemoryBudget(gpu_bytes=rng.choice([None, rng.randint(1, 48) * GB]),
+                                    ram_bytes=rng.randint(4, 128) * GB))
 
 
 @pytest.mark.parametrize("seed", range(400))
@@ -36,11 +38,11 @@ def test_decisions_never_raise_memory_above_the_budget(seed):
     rng = random.Random(seed)
     plan = synthetic_plan(rng)
     tiles = synthetic_sweep(rng)
-    budget_gpu = plan["budget"]["gpu_bytes"] or plan["budget"]["ram_bytes"]
-    gpu_plan = bool(plan["budget"]["gpu_bytes"])
+    budget_gpu = plan.budget.gpu_bytes or plan.budget.ram_bytes
+    gpu_plan = bool(plan.budget.gpu_bytes)
     free = rng.choice([None, rng.randint(1, 48) * GB]) if gpu_plan else None
     device = {"status": "measured", "free_bytes": free} if free else {"status": "skipped"}
-    preload_budget = min(plan["budget"]["gpu_bytes"], free or 10**30) if gpu_plan else plan["budget"]["ram_bytes"]
+    preload_budget = min(plan.budget.gpu_bytes, free or 10**30) if gpu_plan else plan.budget.ram_bytes
     peak = int(preload_budget * rng.uniform(0.3, 1.8))
     estimates = {"peak_gpu_bytes": peak, "peak_ram_bytes": peak} if gpu_plan else \
         {"peak_ram_bytes": peak, "peak_gpu_bytes": None}
@@ -60,11 +62,11 @@ def test_decisions_never_raise_memory_above_the_budget(seed):
         assert measured[tile]["seconds"] == min(t["seconds"] for t in fitting)
     else:
         # Nothing fits (or nothing ran): memory never goes up.
-        assert tile <= plan["settings"]["vae_tile_size"]
+        assert tile <= plan.settings.vae_tile_size
 
     preload = by["preload_bytes"]["value"]
-    old = plan["settings"]["preload_bytes"]
-    shard = plan["settings"]["shard_size_bytes"]
+    old = plan.settings.preload_bytes
+    shard = plan.settings.shard_size_bytes
     assert 0 <= preload <= old
     if peak <= preload_budget:
         assert preload == old
@@ -89,7 +91,7 @@ def test_no_sweep_keeps_the_plan_tile_and_says_why():
 
 
 def test_preload_shrinks_by_whole_shards_when_the_peak_overshoots():
-    settings = {"shard_size_bytes": 100, "preload_bytes": 800}
+    settings = PlanSettings(shard_size_bytes=100, preload_bytes=800)
     d = calibrate.decide_preload(settings, budget=1000, estimated_peak=1250)
     assert d["value"] == 500 and d["changed"]
     assert calibrate.decide_preload(settings, 1000, 900)["value"] == 800
@@ -114,10 +116,10 @@ def test_native_kind_follows_bits():
 
 
 def test_gpu_plan_preload_is_checked_against_measured_free_gpu_memory():
-    plan = {"settings": {"shard_size_bytes": GB, "preload_bytes": 6 * GB, "vae_tile_size": 256},
-            "budget": {"gpu_bytes": 20 * GB, "ram_bytes": 64 * GB}}
+    plan = Plan(settings=PlanSettings(shard_size_bytes=GB, preload_bytes=6 * GB, vae_tile_size=256),
+                budget=MemoryBudget(gpu_bytes=20 * GB, ram_bytes=64 * GB))
     device = {"status": "measured", "free_bytes": 16 * GB}
     memory, budget, peak = calibrate.preload_memory(plan, device, {"peak_gpu_bytes": 18 * GB, "peak_ram_bytes": GB})
     assert (memory, budget, peak) == ("GPU memory", 16 * GB, 18 * GB)
-    d = calibrate.decide_preload(plan["settings"], budget, peak, memory)
+    d = calibrate.decide_preload(plan.settings, budget, peak, memory)
     assert d["value"] == 4 * GB and "GPU memory" in d["evidence"]

@@ -3,6 +3,7 @@ to the full depth, alternatives with their minutes; the native-kernel figure onl
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -11,6 +12,7 @@ from h3kit.data.fingerprint import Fingerprint
 from h3kit import calibrate
 from h3kit.calibrate import estimates as est_mod
 from h3kit.data import catalog as catalog_mod
+from h3kit.data.plan_doc import Plan, Streaming
 from h3kit.plan import make_plan, timing
 
 GB = 10**9
@@ -50,13 +52,12 @@ def h3_model(a=2e-4, b=1e-8, fixed=3.0, baseline=1.5 * GB, per_block=2.4 * GB, a
 
 def test_measured_rates_go_through_the_plans_formula(catobj, cpu_case):
     fp, plan = cpu_case
-    arch = calibrate.arch.from_catalog(catobj, catobj.weight(plan["settings"]["dit_weights"]))
+    arch = calibrate.arch.from_catalog(catobj, catobj.weight(plan.settings.dit_weights))
     est = est_mod.clip_estimate(catobj, plan, fp, h3_model(), arch, day="2026-12-01", device="cpu")
-    s = plan["settings"]
-    streaming = s.get("streaming") or {}
-    overhead = streaming.get("pass_overhead", 0.0) if streaming.get("enabled") else 0.0
-    same = timing.estimate_clip({"blocks": 50}, est["timing"], tuple(s["canvas"]), s["frames"], s["steps"],
-                                s.get("cfg", 1.0), catobj, pass_overhead=overhead)
+    s = plan.settings
+    overhead = s.streaming.streamed.pass_overhead if s.streaming.enabled else 0.0
+    same = timing.estimate_clip({"blocks": 50}, est["timing"], s.canvas, s.frames, s.steps, s.cfg, catobj,
+                                pass_overhead=overhead)
     assert est["kind"] == "measured" and "ComfyUI's own H3" in est["note"]
     assert est["time"]["seconds_per_step"] == pytest.approx(same["seconds_per_step"])
     assert est["seconds_per_step"] == est["time"]["seconds_per_step"]
@@ -120,10 +121,13 @@ def test_peak_rss_extrapolates_the_measured_bytes_to_the_full_depth(catobj, cpu_
     assert held["peak_rss_bytes"] == mem["peak_rss_bytes"] + 3 * GB
 
 
-def _held(plan: dict) -> dict:
+def _with_streaming(plan: Plan, streaming: Streaming) -> Plan:
+    return dataclasses.replace(plan, settings=dataclasses.replace(plan.settings, streaming=streaming))
+
+
+def _held(plan: Plan) -> Plan:
     """The same plan with ComfyUI holding the whole DiT (h3kit's streamer off)."""
-    settings = dict(plan["settings"], streaming={**(plan["settings"].get("streaming") or {}), "enabled": False})
-    return {**plan, "settings": settings}
+    return _with_streaming(plan, dataclasses.replace(plan.settings.streaming, enabled=False))
 
 
 def test_a_measured_streaming_overhead_replaces_the_plans_share_in_the_clip_time(catobj, cpu_case):
@@ -131,23 +135,23 @@ def test_a_measured_streaming_overhead_replaces_the_plans_share_in_the_clip_time
     from h3kit.plan.streaming import measured_pass_overhead
 
     fp, plan = cpu_case
-    st = plan["settings"]["streaming"]
-    assert st["enabled"] and st["pass_overhead"] > 0.5  # the 16 GB CPU box streams, at h3.c's +84% prior
-    arch = calibrate.arch.from_catalog(catobj, catobj.weight(plan["settings"]["dit_weights"]))
+    st = plan.settings.streaming
+    assert st.enabled and st.streamed.pass_overhead > 0.5  # the 16 GB CPU box streams, at h3.c's +84% prior
+    arch = calibrate.arch.from_catalog(catobj, catobj.weight(plan.settings.dit_weights))
     planned = est_mod.clip_estimate(catobj, plan, fp, h3_model(), arch, day="d", device="cpu")
     disk = {"status": "measured", "gb_per_s": 3.0, "cache_dropped": True, "direct_read_bytes_per_s": 8e9}
     fig = prefetch_figures(plan, planned, disk, cpu=True)
-    assert fig["copy_s_per_block"] == pytest.approx(st["block_bytes"] / 8e9)
-    share = (st["blocks"] - st["resident_blocks"]) / st["blocks"]
+    assert fig["copy_s_per_block"] == pytest.approx(st.block_bytes / 8e9)
+    share = (st.blocks - st.resident_blocks) / st.blocks
     assert fig["pass_overhead"] == measured_pass_overhead(fig, share, fig["copy_s_per_block"])
-    assert fig["pass_overhead_planned"] == st["pass_overhead"]
+    assert fig["pass_overhead_planned"] == st.streamed.pass_overhead
     measured = est_mod.clip_estimate(catobj, plan, fp, h3_model(), arch, day="d", device="cpu",
                                 pass_overhead=fig["pass_overhead"])
     assert measured["time"]["pass_overhead"] == fig["pass_overhead"]
     assert measured["time"]["pass_overhead_from"].startswith("measured")
     assert planned["time"]["pass_overhead_from"].startswith("the plan")
     calls = measured["time"]["sampling_s"] / planned["time"]["sampling_s"]
-    assert calls == pytest.approx((1 + fig["pass_overhead"]) / (1 + st["pass_overhead"]), rel=1e-6)
+    assert calls == pytest.approx((1 + fig["pass_overhead"]) / (1 + st.streamed.pass_overhead), rel=1e-6)
     # on a CPU without the copy figure the waiting alone would understate it: the plan's share stays;
     # on a GPU (a helper thread overlaps the copy) the waiting is all there is
     no_copy = prefetch_figures(plan, planned, {**disk, "direct_read_bytes_per_s": None}, cpu=True)
@@ -167,8 +171,8 @@ def test_a_streamed_plan_holds_only_its_resident_blocks_and_the_read_ring_off_th
     m = h3_model(per_block=2.4 * GB, act=2e5, baseline=1.5 * GB)
     weights = {"dit": next(w for w in catobj.dit if w.format == "bf16"), "text_encoder": None, "vae": None,
                "audio_vae": None}
-    streaming = {"enabled": True, "resident_blocks": 3, "prefetch_blocks": 1, "block_bytes": int(1.2 * GB)}
-    streamed = {**plan, "settings": dict(plan["settings"], streaming=streaming)}
+    streamed = _with_streaming(plan, Streaming(enabled=True, resident_blocks=3, prefetch_blocks=1,
+                                               block_bytes=int(1.2 * GB)))
     parts = est_mod.memory_estimate(m, arch, streamed, catobj, fp, 4000, "cpu", weights)["parts"]
     # 3 resident + 1 computing block cast to float32, the rest of the model; no ring: on a CPU the loader reads
     # each block into the computing one's buffers and the read-ahead waits in the page cache
@@ -208,13 +212,13 @@ def test_the_native_kernel_figure_is_only_an_appendix(catobj, cpu_case):
 
 # -- the appendix itself: the old formula, unchanged in meaning ------------------------------------
 
-def _plan(**settings) -> dict:
+def _plan(**settings) -> Plan:
     base = {"max_canvas": [608, 352], "max_frames": 73, "preload_bytes": 0, "shard_size_bytes": 278 * 10**6,
             "stream_from": "ram", "streaming": {"resident": False, "blocks": 50, "block_bytes": 400 * 10**6,
                                                 "resident_blocks": 10}}
     base.update(settings)
-    return {"settings": base, "budget": {"ram_bytes": 64 * GB, "gpu_bytes": 12 * GB},
-            "estimates": {"peak_ram_bytes": 30 * GB, "activation_bytes": 2 * GB}}
+    return Plan.from_json({"settings": base, "budget": {"ram_bytes": 64 * GB, "gpu_bytes": 12 * GB},
+                           "estimates": {"peak_ram_bytes": 30 * GB, "activation_bytes": 2 * GB}})
 
 
 def test_tokens_follow_the_catalog_rule(cat):

@@ -56,8 +56,9 @@ def test_quick_calibration_writes_reports_with_measured_numbers(run_cli, h3kit_h
         assert doc["device"]["reason"] and any("device" in s for s in doc["skipped"])
     # The config gained a calibrated: section the config loader accepts.
     from h3kit.data import config
+    from h3kit.data.settings import Settings
 
-    assert isinstance(config.load(h3kit_home / "config.yaml").calibrated, dict)
+    assert isinstance(config.load(h3kit_home / "config.yaml").calibrated, Settings)
     assert "calibrated:" in (h3kit_home / "config.yaml").read_text()
 
 

@@ -7,6 +7,7 @@ randomly initialised TAESD-shaped VAE the test writes itself.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -24,6 +25,7 @@ from h3kit.comfyui import client as comfy_api
 from h3kit.comfyui import workflows
 from h3kit.core.units import human_bytes
 from h3kit.data import catalog as catalog_mod
+from h3kit.data.plan_doc import Plan
 
 COMFY = os.environ.get("H3KIT_COMFYUI_DIR")
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "comfyui"
@@ -31,7 +33,8 @@ FIXTURES = Path(__file__).parents[1] / "fixtures" / "comfyui"
 
 # -- the H3 workflow, structurally ---------------------------------------------------------
 
-PLAN = json.loads((Path(__file__).parents[1] / "fixtures" / "plans" / "nvidia-rtx3060-12gb-32gb.json").read_text())
+PLAN = Plan.from_json(json.loads((Path(__file__).parents[1] / "fixtures" / "plans" / "nvidia-rtx3060-12gb-32gb.json")
+                                 .read_text()))
 
 
 def test_the_measured_graph_is_the_workflow_the_user_opens_cut_to_two_steps(tmp_path):
@@ -39,7 +42,7 @@ def test_the_measured_graph_is_the_workflow_the_user_opens_cut_to_two_steps(tmp_
     install = SimpleNamespace(path=tmp_path, node_dir=tmp_path / "custom_nodes" / "ComfyUI-h3kit")
     generated, source = real_model.workflow_for(install, PLAN, cat)
     assert source == "generated from the plan"
-    shipped = json.loads(workflows.pack_files(PLAN, cat, PLAN["profile"])[f"{workflows.API_DIR}/h3kit_text_to_video.json"])
+    shipped = json.loads(workflows.pack_files(PLAN, cat, PLAN.profile)[f"{workflows.API_DIR}/h3kit_text_to_video.json"])
     assert generated == shipped
     installed = install.node_dir / workflows.API_DIR / "h3kit_text_to_video.json"
     installed.parent.mkdir(parents=True)
@@ -49,9 +52,9 @@ def test_the_measured_graph_is_the_workflow_the_user_opens_cut_to_two_steps(tmp_
     got, source = real_model.workflow_for(install, PLAN, cat)
     assert source == str(installed) and got == edited  # the pack's own file wins
     cut, had = real_model.measured_copy(got)
-    assert had == PLAN["settings"]["steps"]
+    assert had == PLAN.settings.steps
     assert next(n for n in cut.values() if n["class_type"] == "BasicScheduler")["inputs"]["steps"] == 2
-    assert real_model.canvas_of(cut) == [96, *PLAN["settings"]["canvas"][1:], PLAN["settings"]["frames"]]
+    assert real_model.canvas_of(cut) == [96, *PLAN.settings.canvas[1:], PLAN.settings.frames]
 
 
 def test_preflight_names_missing_nodes_and_unknown_choices():
@@ -75,7 +78,7 @@ def test_not_run_reasons_without_a_server(tmp_path):
     assert "pass --with-model" in calibrate.run_with_model(False, install, cat, plan=PLAN)["reason"]
     assert "needs a ComfyUI" in calibrate.run_with_model(True, None, cat, plan=PLAN)["reason"]
     out = calibrate.run_with_model(True, install, cat, plan=PLAN)
-    dit = cat.weight(PLAN["settings"]["dit_weights"]).file.name
+    dit = cat.weight(PLAN.settings.dit_weights).file.name
     assert out["status"] == "not run" and dit in out["reason"]
     wf, _ = real_model.workflow_for(install, PLAN, cat)
     for folder, name in real_model.needed_files(wf):  # all present: the next step would start ComfyUI
@@ -181,7 +184,7 @@ def test_with_model_on_a_comfyui_without_h3_nodes_says_so(monkeypatch):
 
     comfy = Path(COMFY).resolve()
     cat = catalog_mod.load()
-    plan = {**PLAN, "settings": {**PLAN["settings"], "comfyui_args": []}}
+    plan = dataclasses.replace(PLAN, settings=dataclasses.replace(PLAN.settings, comfyui_args=()))
     monkeypatch.setattr(real_model, "missing_files", lambda *a: [])
     ctx = Context(yes=True)
     install = find(str(comfy), None, ctx, need_write=False)

@@ -3,6 +3,7 @@ memory limits; the measured timing goes to calibrated:; read-ahead from the meas
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -13,6 +14,7 @@ from h3kit.data.fingerprint import Fingerprint
 from h3kit.calibrate import decisions as dec
 from h3kit.calibrate import estimates as est_mod
 from h3kit.data import catalog as catalog_mod
+from h3kit.data.plan_doc import Plan
 from h3kit.data.settings import KEYS
 from h3kit.plan import make_plan, timing
 
@@ -39,15 +41,15 @@ def minutes_by(cat, rate: float):
     return minutes
 
 
-def _with(plan, **settings):
-    return {**plan, "settings": {**plan["settings"], **settings}}
+def _with(plan: Plan, **settings) -> Plan:
+    return dataclasses.replace(plan, settings=dataclasses.replace(plan.settings, **settings))
 
 
 def test_a_slow_machine_lowers_the_defaults_to_meet_the_target(cat, plan):
     p = _with(plan, target_minutes=15.0)
     minutes = minutes_by(cat, 1.0)
     out = {d["setting"]: d for d in dec.decide_workload(p, cat, minutes)}
-    before = minutes(p["settings"]["canvas"], p["settings"]["frames"], p["settings"]["steps"], 1.0)
+    before = minutes(p.settings.canvas, p.settings.frames, p.settings.steps, 1.0)
     after = minutes(out["canvas"]["value"], out["frames"]["value"], out["steps"]["value"], 1.0)
     assert before > 15 and after <= 15
     assert any(d["changed"] for d in out.values()) and "lowered" in out["canvas"]["evidence"]
@@ -55,10 +57,10 @@ def test_a_slow_machine_lowers_the_defaults_to_meet_the_target(cat, plan):
 
 def test_a_fast_machine_raises_them_to_the_memory_limits(cat, plan):
     small = cat.canvas_ladder[-1]
-    p = _with(plan, canvas=list(small), frames=cat.frames_ladder[-1], target_minutes=60.0)
+    p = _with(plan, canvas=tuple(small), frames=cat.frames_ladder[-1], target_minutes=60.0)
     out = {d["setting"]: d for d in dec.decide_workload(p, cat, minutes_by(cat, 1e-6))}
-    assert tuple(out["canvas"]["value"]) == tuple(plan["settings"]["max_canvas"])
-    assert out["frames"]["value"] == plan["settings"]["max_frames"] and "raised" in out["canvas"]["evidence"]
+    assert tuple(out["canvas"]["value"]) == plan.settings.max_canvas
+    assert out["frames"]["value"] == plan.settings.max_frames and "raised" in out["canvas"]["evidence"]
 
 
 def test_nothing_meets_the_target_chooses_the_fastest_and_says_so(cat, plan):
@@ -123,7 +125,7 @@ def test_decide_adds_workload_and_timing_with_a_real_estimate(cat, plan):
 
 
 def test_read_ahead_when_the_plan_streams(cat, plan):
-    p = _with(plan, streaming={**plan["settings"]["streaming"], "enabled": True, "block_bytes": 400 * 10**6})
+    p = _with(plan, streaming=dataclasses.replace(plan.settings.streaming, enabled=True, block_bytes=400 * 10**6))
     est = {"timing": {"block_s_per_token": 1e-4, "block_s_per_token2": 0.0, "step_fixed_s": 0.1},
            "time": {"tokens": 10000}}
     fast_disk = dec.decide_prefetch(p, est, {"status": "measured", "gb_per_s": 3.0, "cache_dropped": True})
@@ -138,9 +140,9 @@ def test_read_ahead_when_the_plan_streams(cat, plan):
 
 def test_the_fastest_is_never_slower_than_the_plans_own_defaults(cat, plan):
     """Frames between the ladder's rungs (22 when the ladder starts at 39): 'the fastest' still counts them."""
-    p = _with(plan, canvas=list(cat.canvas_ladder[-1]), frames=22, steps=6, target_minutes=0.5)
+    p = _with(plan, canvas=tuple(cat.canvas_ladder[-1]), frames=22, steps=6, target_minutes=0.5)
     minutes = minutes_by(cat, 100.0)
     out = {d["setting"]: d for d in dec.decide_workload(p, cat, minutes)}
     chosen = minutes(out["canvas"]["value"], out["frames"]["value"], out["steps"]["value"], 1.0)
-    assert chosen <= minutes(p["settings"]["canvas"], 22, 6, 1.0)
+    assert chosen <= minutes(p.settings.canvas, 22, 6, 1.0)
     assert out["frames"]["value"] == 22 and not out["frames"]["changed"]

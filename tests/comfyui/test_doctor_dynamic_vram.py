@@ -15,6 +15,7 @@ import pytest
 from h3kit.comfyui import doctor
 from h3kit.comfyui.inspect import parse_inspect_output
 from h3kit.comfyui.locate import ComfyInstall
+from h3kit.data.plan_doc import Plan, PlanSettings, Streaming
 
 REC = Path(__file__).parents[1] / "fixtures" / "doctor"
 COMFY33_INFO = parse_inspect_output((REC / "inspect-comfy33-cuda-nogpu.txt").read_text())
@@ -95,7 +96,7 @@ def test_tree_check_reads_cli_args(tmp_path):
 
 
 def test_launch_flags_come_from_the_launcher_then_the_plan():
-    plan = {"settings": {"comfyui_args": ["--cpu"]}}
+    plan = Plan(settings=PlanSettings(comfyui_args=("--cpu",)))
     assert doctor.launch_args(None, plan) == (["--cpu"], "the plan's flags (no h3kit launcher recorded)")
     assert doctor.launch_args(None, None) == ([], "no launch flags known")
 
@@ -127,7 +128,7 @@ def test_real_comfyui_with_cpu_is_off_and_without_is_off_for_want_of_a_gpu(tmp_p
     comfy = comfy_h3.make_test_comfyui(REAL, tmp_path / "Comfy")
     install = ComfyInstall(comfy, "test", python=PYTHON)
     info = inspect(install)
-    plan = {"settings": {"comfyui_args": ["--cpu"], "streaming": {"dynamic_vram": False}}}
+    plan = Plan(settings=PlanSettings(comfyui_args=("--cpu",), streaming=Streaming(dynamic_vram=False)))
     [f] = doctor.dynamic_vram_findings(install, info, None, plan)
     assert f["check"] == "comfyui.dynamic_vram" and f["status"] == "ok", f
     assert f["message"].startswith("dynamic VRAM: off: --cpu in the launch flags turns it off")
@@ -136,7 +137,7 @@ def test_real_comfyui_with_cpu_is_off_and_without_is_off_for_want_of_a_gpu(tmp_p
     if doctor.tree_has_dynamic_vram(comfy):  # its main.py imports comfy_aimdo, so a working venv has it
         assert status["aimdo_version"], status
     # Without --cpu, a torch that sees no GPU is off too; a plan that counted on it gets a warning and a fix.
-    gpu_plan = {"settings": {"comfyui_args": [], "streaming": {"dynamic_vram": True}}}
+    gpu_plan = Plan(settings=PlanSettings(comfyui_args=(), streaming=Streaming(dynamic_vram=True)))
     [g] = doctor.dynamic_vram_findings(install, info, None, gpu_plan)
     if not info.get("cuda_available"):
         assert g["status"] == "warn" and "sees no CUDA device" in g["message"] and "holds the DiT whole" in g["message"]

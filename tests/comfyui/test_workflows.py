@@ -11,14 +11,16 @@ from h3kit.comfyui import workflows
 from h3kit.comfyui.graph import Graph, ui_to_api
 from h3kit.data import catalog as catalog_mod
 from h3kit.data import comfy_nodes
+from h3kit.data.plan_doc import Plan
 
 PLANS = Path(__file__).parents[1] / "fixtures" / "plans"
 CAT = catalog_mod.load()
 SPECS = comfy_nodes.load()
 
 
-def _plan(name: str = "nvidia-rtx3060-12gb-32gb") -> dict:
-    return json.loads((PLANS / f"{name}.json").read_text(encoding="utf-8"))
+def _plan(name: str = "nvidia-rtx3060-12gb-32gb") -> Plan:
+    """A golden plan, read back as a saved plan.json is."""
+    return Plan.from_json(json.loads((PLANS / f"{name}.json").read_text(encoding="utf-8")))
 
 
 def _nodes(api: dict, class_type: str) -> list[dict]:
@@ -42,14 +44,14 @@ def test_the_ui_file_stands_for_exactly_the_api_graph(plan_name):
 
 def test_the_plan_reaches_the_graph():
     plan = _plan()
-    s = plan["settings"]
+    s = plan.settings
     api = json.loads(workflows.pack_files(plan, CAT, "p")[f"{workflows.API_DIR}/h3kit_text_to_video.json"])
     (encode,) = _nodes(api, "MiniMaxH3ImageToVideo")
-    assert [encode["inputs"][k] for k in ("width", "height", "length")] == [*s["canvas"], s["frames"]]
-    assert _nodes(api, "UNETLoader")[0]["inputs"]["unet_name"] == CAT.weight(s["dit_weights"]).file.name
-    assert _nodes(api, "CLIPLoader")[0]["inputs"]["clip_name"] == CAT.weight(s["text_encoder_weights"]).file.name
+    assert [encode["inputs"][k] for k in ("width", "height", "length")] == [*s.canvas, s.frames]
+    assert _nodes(api, "UNETLoader")[0]["inputs"]["unet_name"] == CAT.weight(s.dit_weights).file.name
+    assert _nodes(api, "CLIPLoader")[0]["inputs"]["clip_name"] == CAT.weight(s.text_encoder_weights).file.name
     vaes = {n["inputs"]["vae_name"] for n in _nodes(api, "VAELoader")}
-    assert vaes == {CAT.weight(s["vae_weights"]).file.name, CAT.weight(s["audio_vae_weights"]).file.name}
+    assert vaes == {CAT.weight(s.vae_weights).file.name, CAT.weight(s.audio_vae_weights).file.name}
     sampling = CAT.sampling
     assert _nodes(api, "BasicScheduler")[0]["inputs"]["steps"] == sampling.steps
     assert _nodes(api, "KSamplerSelect")[0]["inputs"]["sampler_name"] == sampling.sampler
@@ -64,7 +66,7 @@ def test_the_plan_reaches_the_graph():
 def test_gguf_weights_use_the_loader_the_catalog_names():
     plan = _plan("nvidia-rtx4060-8gb-16gb")
     api = json.loads(workflows.pack_files(plan, CAT, "p")[f"{workflows.API_DIR}/h3kit_text_to_video.json"])
-    loader = CAT.weight(plan["settings"]["dit_weights"]).file.loader
+    loader = CAT.weight(plan.settings.dit_weights).file.loader
     assert _nodes(api, loader), f"no {loader} in the graph"
 
 
@@ -86,7 +88,7 @@ def test_a_widget_without_a_value_is_refused_for_the_ui_format():
 
 def test_apply_after_a_config_edit_changes_canvas_frames_files_and_tiles(tmp_path, run_cli, planned):
     comfy = comfy_tree.make_comfyui(tmp_path / "Comfy UI ü")
-    base = _plan()["settings"]
+    base = _plan().settings.to_json()
     plans = planned
     plans.update(profile="nvidia-12gb", settings=dict(base))
     assert run_cli("install", "--comfyui", str(comfy), "--yes", "--skip-calibrate", "--no-models")[0] == 0

@@ -101,14 +101,15 @@ def test_write_section_replaces_only_calibrated(tmp_path):
     text = cfg.read_text()
     assert "# calibration below\ncalibrated:\n  vae_tile_size: 384\n  max_frames: 124\n# my overrides\noverrides:\n  max_frames: 73\n" in text
     loaded = config_mod.load(cfg)
-    assert loaded.calibrated == {"vae_tile_size": 384, "max_frames": 124} and loaded.overrides == {"max_frames": 73}
+    assert loaded.calibrated.as_dict() == {"vae_tile_size": 384, "max_frames": 124}
+    assert loaded.overrides.as_dict() == {"max_frames": 73}
     config_mod.write_section(tmp_path / "fresh.yaml", "calibrated", {"vae_tile_size": 256})
-    assert config_mod.load(tmp_path / "fresh.yaml").calibrated == {"vae_tile_size": 256}
+    assert config_mod.load(tmp_path / "fresh.yaml").calibrated.as_dict() == {"vae_tile_size": 256}
 
 
 def test_missing_config_is_defaults(tmp_path):
     c = config_mod.load(tmp_path / "none.yaml")
-    assert c.profile == "auto" and c.overrides == {} and c.calibrated == {} and c.comfyui_path is None
+    assert c.profile == "auto" and not c.overrides.given and not c.calibrated.given and c.comfyui_path is None
 
 
 def test_catalog_ids_are_stable_and_have_a_file_slot():

@@ -28,6 +28,7 @@ from h3kit.core import files as core_files
 from h3kit.core.errors import NotReady  # noqa: E402 (sorted below)
 from h3kit.data import catalog as catalog_mod
 from h3kit.data.catalog_sections import LoaderPack
+from h3kit.data.plan_doc import Plan, PlanSettings
 from h3kit.fingerprint.schema import load_file
 from h3kit.models import download, store
 from h3kit.models import files as model_files
@@ -213,7 +214,7 @@ def test_doctor_findings_report_missing_files_and_loader_pack(comfy):
     pack = [f for f in findings if f["check"] == "loader pack ComfyUI-GGUF"]
     assert pack and pack[0]["status"] == "fail" and "--with-loaders" in pack[0]["fix"]
     assert any(f["status"] == "warn" and f["fix"] == "h3kit models fetch" for f in findings)
-    assert models.doctor_findings({"settings": {"dit_weights": "nope"}}, comfy)[0]["status"] == "warn"
+    assert models.doctor_findings(Plan(settings=PlanSettings(dit_weights="nope")), comfy)[0]["status"] == "warn"
 
 
 def test_ensure_models_skip_ask_and_yes(small, comfy):
@@ -307,13 +308,13 @@ def test_uninstall_keeps_models_and_models_remove_still_finds_them(run_cli, smal
 FIXTURES_PLANS = Path(__file__).parents[1] / "fixtures" / "plans"
 
 
-def _doubtful_plan() -> dict:
+def _doubtful_plan() -> Plan:
     """A reference plan whose user forced files nobody reported loading: the w4a8 DiT (no public file confirmed)
     and the fast preset's Turbo LoRA. No plan picks such files by itself any more (tests/plan/test_plan_loads.py)."""
     plan = json.loads((FIXTURES_PLANS / "nvidia-rtx4090-24gb-64gb.json").read_text(encoding="utf-8"))
     plan["settings"].update(dit_weights="h3-dit-pruned-w4a8", lora="h3-lora-turbo")
     plan["comfyui_loads"]["dit"] = "unknown"
-    return plan
+    return Plan.from_json(plan)
 
 
 def test_yes_fetches_only_files_reported_to_load_and_names_the_rest(tmp_path, monkeypatch):
@@ -457,13 +458,13 @@ def test_install_yes_on_each_reference_machine_loads_everything_or_stops_before_
                            "--skip-calibrate")
     plan = _plan(fp)
     weights = [p for p in (comfy / "models").rglob("*") if p.is_file() and p not in theirs]
-    if plan["fits"] and plan["blocked"] is None:
+    if plan.fits and plan.blocked is None:
         assert code == 0, err
         got = {p.name for p in weights}
         assert {f.name for f in model_files.files_for_plan(plan)} <= got
     else:
         assert code == 3, err
-        assert plan["blocked"] in doc["error"] and weights == []
+        assert plan.blocked in doc["error"] and weights == []
         assert "no weights are downloaded" in " ".join(doc["details"]["notes"])
 
 
@@ -518,7 +519,7 @@ def test_weights_unreachable_names_each_missing_file_its_path_and_the_way_to_fin
     from h3kit.cli.context import Context
 
     (h3kit_home / "config.yaml").write_text(f"profile: auto\nmodels:\n  mirror: http://127.0.0.1:{closed_port()}\n")
-    plan = json.loads((FIXTURES_PLANS / "cpu-only-16gb.json").read_text(encoding="utf-8"))
+    plan = Plan.from_json(json.loads((FIXTURES_PLANS / "cpu-only-16gb.json").read_text(encoding="utf-8")))
     start = time.monotonic()
     with pytest.raises(NotReady) as exc:
         models.ensure_models(Context(yes=True), plan, comfy, skip=False, with_loaders=False)
@@ -580,7 +581,7 @@ def test_an_unreachable_loader_pack_does_not_stop_the_weights(small, comfy, monk
     monkeypatch.setattr(ensure, "install_loader_pack",
                         lambda ctx, pack, comfyui_dir, config=None: real(ctx, dataclasses.replace(pack, git=dead), comfyui_dir,
                                                                          config=config))
-    plan = json.loads((FIXTURES_PLANS / "cpu-only-16gb.json").read_text(encoding="utf-8"))
+    plan = Plan.from_json(json.loads((FIXTURES_PLANS / "cpu-only-16gb.json").read_text(encoding="utf-8")))
     with pytest.raises(NotReady) as exc:
         models.ensure_models(Context(yes=True), plan, comfy, skip=False, with_loaders=True, allow_unverified=True)
     assert "ComfyUI-GGUF cannot be installed" in exc.value.message and "H3KIT_LOADER_SOURCES" in exc.value.fix

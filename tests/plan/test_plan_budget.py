@@ -43,9 +43,9 @@ def test_a_folder_under_mnt_data2_is_not_on_mnt_data():
     """/mnt/data2 is a folder on the root disk here; a string prefix test put it on /mnt/data (10 GB free)."""
     fp = _with_disks(_disk("/", 500), _disk("/mnt/data", 10))
     plan = make_plan(Fingerprint.from_json(fp), CAT, PROFILES, config=Config(comfyui_path="/mnt/data2/ComfyUI"))
-    assert plan["budget"]["disk_bytes"] == 500 * 10**9 and plan["fits"]
+    assert plan.budget.disk_bytes == 500 * 10**9 and plan.fits
     on_data = make_plan(Fingerprint.from_json(fp), CAT, PROFILES, config=Config(comfyui_path="/mnt/data/ComfyUI"))
-    assert on_data["budget"]["disk_bytes"] == 10 * 10**9 and not on_data["fits"]
+    assert on_data.budget.disk_bytes == 10 * 10**9 and not on_data.fits
 
 
 @pytest.mark.parametrize("folder,system,expected", [
@@ -73,12 +73,12 @@ def test_catalog_profiles_and_config_are_typed_when_loaded(tmp_path):
     assert CAT.comfyui.reserve_default == 400 * 10**6 and CAT.comfyui.weights_share == 0.88
     assert CAT.canvas_ladder[0] == (1344, 768) and all(isinstance(c, tuple) for c in CAT.canvas_ladder)
     s = PROFILES["nvidia-24gb"].settings
-    assert s["os_ram_headroom"] == 4 * 10**9 and s["max_canvas"] == (1344, 768) and s["shard_size_bytes"] == "auto"
+    assert s.os_ram_headroom == 4 * 10**9 and s.max_canvas == (1344, 768) and s.shard_size_bytes == "auto"
     assert PROFILES["nvidia-24gb"].written["os_ram_headroom"] == "4 GB"  # as the file spells it, for people
     cfg_file = tmp_path / "config.yaml"
     cfg_file.write_text("overrides:\n  shard_size_bytes: \"1 GB\"\n  max_canvas: [864, 480]\n")
     cfg = config_mod.load(cfg_file)
-    assert cfg.overrides == {"shard_size_bytes": 10**9, "max_canvas": (864, 480)}
+    assert cfg.overrides.as_dict() == {"shard_size_bytes": 10**9, "max_canvas": (864, 480)}
     assert cfg.written("overrides")["shard_size_bytes"] == "1 GB"
 
 
@@ -86,8 +86,8 @@ def test_a_users_size_is_quoted_as_they_wrote_it(tmp_path):
     cfg_file = tmp_path / "config.yaml"
     cfg_file.write_text("overrides:\n  shard_size_bytes: \"1 GB\"\n")
     plan = make_plan(Fingerprint.from_json(FP_4090), CAT, PROFILES, config=config_mod.load(cfg_file))
-    assert any(r.startswith("shard_size_bytes 1 GB was rounded to") for r in plan["rationale"])
-    assert any(r.startswith("shard_size_bytes = '1 GB' from the override") for r in plan["rationale"])
+    assert any(r.startswith("shard_size_bytes 1 GB was rounded to") for r in plan.rationale)
+    assert any(r.startswith("shard_size_bytes = '1 GB' from the override") for r in plan.rationale)
 
 
 def test_the_planner_reads_no_file(monkeypatch, tmp_path):

@@ -35,8 +35,8 @@ def test_at_least_twelve_synthetic_fingerprints_all_valid():
 
 
 def _plan(name: str) -> dict:
-    """What the planner says now for a synthetic fingerprint, with no config file."""
-    return make_plan(load_file(FIXTURES / "fingerprints" / f"{name}.json"), CAT, PROFILES)
+    """What the planner says now for a synthetic fingerprint, with no config file, as its h3kit.plan/1 document."""
+    return make_plan(load_file(FIXTURES / "fingerprints" / f"{name}.json"), CAT, PROFILES).to_json()
 
 
 def _golden(name: str) -> dict:

@@ -27,8 +27,13 @@ PROFILES = catalog_mod.load_profiles(CAT)
 
 
 def make_plan(fp: dict, **kw) -> dict:
-    """The planner over the shipped catalog and profiles, loaded once for the module."""
-    return _make_plan(Fingerprint.from_json(fp), CAT, PROFILES, **kw)
+    """The planner's h3kit.plan/1 document over the shipped catalog and profiles, loaded once for the module."""
+    return _make_plan(Fingerprint.from_json(fp), CAT, PROFILES, **kw).to_json()
+
+
+def _plan_doc(*args, **kw) -> dict:
+    """The planner's h3kit.plan/1 document over another catalog."""
+    return _make_plan(*args, **kw).to_json()
 
 
 def _config(text: str, tmp_path: Path) -> config_mod.Config:
@@ -71,7 +76,7 @@ def test_a_reported_broken_dit_is_chosen_only_when_no_loadable_runnable_one_fits
     machine = Machine.from_fingerprint(Fingerprint.from_json(FPS[name]))
     profile = PROFILES[plan["profile"]]
     for alt in CAT.dit:
-        if alt.load_tier < dit.load_tier and alt.format in profile.settings["formats"] \
+        if alt.load_tier < dit.load_tier and alt.format in profile.settings.formats \
                 and CAT.runnable(alt.format, machine)[0]:
             forced = make_plan(FPS[name], profile=plan["profile"],
                                config=_config(f"overrides:\n  dit_weights: {alt.id}\n", tmp_path))
@@ -94,7 +99,7 @@ BEFORE_DIT = _as_before_h3kits_loaders(("dit",))
 def test_loadable_files_beat_a_higher_quality_file_reported_broken():
     """Without h3kit's loader the 3060 would get the pruned Q8_0 GGUF (quality 97), which stock ComfyUI-GGUF
     rejects; it gets the stock int8_convrot file (96) at the same canvas and frames."""
-    plan = _make_plan(Fingerprint.from_json(FPS["nvidia-rtx3060-12gb-32gb"]), BEFORE, PROFILES)
+    plan = _plan_doc(Fingerprint.from_json(FPS["nvidia-rtx3060-12gb-32gb"]), BEFORE, PROFILES)
     assert plan["settings"]["quantization"] == "int8_convrot" and plan["fits"]
     assert set(plan["comfyui_loads"].values()) == {"stock"} and plan["warnings"] == []
     assert plan["settings"]["max_canvas"] == [1024, 576] and plan["settings"]["max_frames"] == 243
@@ -110,7 +115,7 @@ def test_loadable_files_beat_a_higher_quality_file_reported_broken():
 
 def test_a_loader_pack_file_is_preferred_to_a_broken_one_and_named(tmp_path):
     # Without h3kit's streamer (which would run the stock bf16 file on this card) the Arc holds a GGUF.
-    plan = _make_plan(Fingerprint.from_json(FPS["intel-arcb580-12gb-32gb"]), BEFORE_DIT, PROFILES,
+    plan = _plan_doc(Fingerprint.from_json(FPS["intel-arcb580-12gb-32gb"]), BEFORE_DIT, PROFILES,
                       config=_config("overrides:\n  stream_dit: off\n", tmp_path))
     assert plan["settings"]["dit_weights"] == "h3-dit-full-q4_k_m"
     assert plan["comfyui_loads"]["dit"] == "with_loader_pack"
@@ -121,7 +126,7 @@ def test_a_loader_pack_file_is_preferred_to_a_broken_one_and_named(tmp_path):
 def test_a_broken_file_is_never_planned_by_itself_the_plan_says_what_would_work():
     """Before h3kit's loader the 4060 got the pruned Q4_K_M GGUF that stock ComfyUI-GGUF refuses; now a plan never
     picks a file reported not to load: nothing that loads fits, and the plan says so in one sentence."""
-    plan = _make_plan(Fingerprint.from_json(FPS["nvidia-rtx4060-8gb-16gb"]), BEFORE, PROFILES)
+    plan = _plan_doc(Fingerprint.from_json(FPS["nvidia-rtx4060-8gb-16gb"]), BEFORE, PROFILES)
     assert not plan["fits"] and plan["comfyui_loads"]["dit"] != "reported_broken"
     assert plan["blocked"].startswith("Nothing that loads in ComfyUI fits this machine")
     assert "it would work with more RAM (at least" in plan["blocked"]
@@ -131,7 +136,7 @@ def test_a_broken_file_is_never_planned_by_itself_the_plan_says_what_would_work(
 
 
 def test_a_broken_file_the_user_forces_is_kept_and_warned_as_theirs(tmp_path):
-    plan = _make_plan(Fingerprint.from_json(FPS["nvidia-rtx4090-24gb-64gb"]), BEFORE, PROFILES,
+    plan = _plan_doc(Fingerprint.from_json(FPS["nvidia-rtx4090-24gb-64gb"]), BEFORE, PROFILES,
                       config=_config("overrides:\n  quantization: q2_k\n", tmp_path))
     assert plan["settings"]["dit_weights"] == "h3-dit-pruned-q2_k"
     warning = next(w for w in plan["warnings"] if "Q2_K.gguf" in w)
@@ -142,7 +147,7 @@ def test_a_broken_file_the_user_forces_is_kept_and_warned_as_theirs(tmp_path):
 
 def test_where_no_text_encoder_loads_the_plan_does_not_fit_and_says_so():
     """An AMD card runs no CUDA-only text encoder; without h3kit's GGUF text-encoder loader nothing loads."""
-    plan = _make_plan(Fingerprint.from_json(FPS["amd-rx7900xtx-24gb-64gb"]), BEFORE, PROFILES)
+    plan = _plan_doc(Fingerprint.from_json(FPS["amd-rx7900xtx-24gb-64gb"]), BEFORE, PROFILES)
     assert not plan["fits"] and plan["blocked"].startswith("Nothing that loads in ComfyUI runs here for the text encoder")
     assert make_plan(FPS["amd-rx7900xtx-24gb-64gb"])["fits"]
 

@@ -19,8 +19,8 @@ QUALITY = {name: spec.quality for name, spec in CAT.formats.items()}
 
 
 def make_plan(fp: dict, **kw) -> dict:
-    """The planner over the shipped catalog and profiles, loaded once for the module."""
-    return _make_plan(Fingerprint.from_json(fp), CAT, PROFILES, **kw)
+    """The planner's h3kit.plan/1 document over the shipped catalog and profiles, loaded once for the module."""
+    return _make_plan(Fingerprint.from_json(fp), CAT, PROFILES, **kw).to_json()
 
 
 def scaled(fp: dict, gpu: float = 1.0, ram: float = 1.0) -> dict:
@@ -104,15 +104,10 @@ def test_a_machine_that_holds_the_dit_keeps_it_and_one_that_cannot_streams_it():
 
 
 def test_workflow_defaults_stay_within_the_memory_limits_unless_the_user_says_otherwise():
-    from h3kit.data import catalog as catalog_mod
-    from h3kit.plan import make_plan
-
-    cat = catalog_mod.load()
-    profiles = catalog_mod.load_profiles(cat)
     for name, fp in FPS.items():
-        s = make_plan(Fingerprint.from_json(fp), cat, profiles)["settings"]
-        assert s["canvas"][0] * s["canvas"][1] <= s["max_canvas"][0] * s["max_canvas"][1], name
-        assert s["frames"] <= s["max_frames"] and s["steps"] == cat.presets[s["preset"]].steps, name
+        s = _make_plan(Fingerprint.from_json(fp), CAT, PROFILES).settings
+        assert s.canvas[0] * s.canvas[1] <= s.max_canvas[0] * s.max_canvas[1], name
+        assert s.frames <= s.max_frames and s.steps == CAT.presets[s.preset].steps, name
 
 
 @pytest.mark.parametrize("name", sorted(FPS))

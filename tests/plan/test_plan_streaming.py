@@ -41,7 +41,9 @@ def _fp(name: str, ram_gib: int | None = None, gpu_share: float | None = None) -
 
 
 def _plan(fp: dict, **overrides) -> dict:
-    return make_plan(Fingerprint.from_json(fp), CAT, PROFILES, config=Config(overrides=overrides) if overrides else None)
+    """The planner's h3kit.plan/1 document, with `overrides` as config.yaml's."""
+    return make_plan(Fingerprint.from_json(fp), CAT, PROFILES,
+                     config=Config(overrides=overrides) if overrides else None).to_json()
 
 
 def _stream(fp: dict, **overrides) -> dict:
@@ -390,7 +392,7 @@ def test_cpu_holds_bf16_at_twice_its_file_size():
     from h3kit.plan.budget import Choice, memory_estimate, make_budget
 
     fp = _fp("cpu-only-16gb", 128)
-    settings = dict(PROFILES["cpu-only"].settings)
+    settings = PROFILES["cpu-only"].settings
     budget = make_budget(CAT, Fingerprint.from_json(fp), settings, cpu=True)
     bf16, q8 = CAT.weight("h3-dit-pruned-bf16"), CAT.weight("h3-dit-pruned-q8_0")
     te, vae16, vae8, audio = CAT.weight("h3-te-qwen3vl32b-q2_k_m"), CAT.weight("h3-vae-video-fp16"), \
@@ -402,8 +404,8 @@ def test_cpu_holds_bf16_at_twice_its_file_size():
     fp16_vae = memory_estimate(CAT, budget, settings, Choice(q8, te, vae16, audio, (512, 288), 22))
     assert fp16_vae.phases["decode"]["ram_bytes"] - packed.phases["decode"]["ram_bytes"] == 2 * vae16.bytes - vae8.bytes
     gpu_fp = _fp("apple-m3ultra-192gb")
-    gpu_budget = make_budget(CAT, Fingerprint.from_json(gpu_fp), dict(PROFILES["apple-unified-128-plus"].settings))
-    assert memory_estimate(CAT, gpu_budget, dict(PROFILES["apple-unified-128-plus"].settings),
+    gpu_budget = make_budget(CAT, Fingerprint.from_json(gpu_fp), PROFILES["apple-unified-128-plus"].settings)
+    assert memory_estimate(CAT, gpu_budget, PROFILES["apple-unified-128-plus"].settings,
                     Choice(bf16, te, vae8, audio, (512, 288), 22)).dit_held == bf16.bytes
 
 

@@ -14,6 +14,7 @@ from h3kit.core.errors import BadInput
 from h3kit.data import catalog as catalog_mod
 from h3kit.data import comfy_nodes
 from h3kit.data import config as config_mod
+from h3kit.data.plan_doc import Plan
 from h3kit.plan import make_plan
 
 FPS = {p.stem: json.loads(p.read_text()) for p in sorted((Path(__file__).parents[1] / "fixtures" / "fingerprints").glob("*.json"))}
@@ -30,11 +31,14 @@ def _config(text: str, tmp_path: Path):
 
 
 def _plan(fp=FP_4090, text: str | None = None, tmp_path: Path | None = None) -> dict:
-    return make_plan(Fingerprint.from_json(fp), CAT, PROFILES, config=_config(text, tmp_path) if text else None)
+    """The planner's h3kit.plan/1 document, with `text` as config.yaml."""
+    return make_plan(Fingerprint.from_json(fp), CAT, PROFILES,
+                     config=_config(text, tmp_path) if text else None).to_json()
 
 
 def _api(plan: dict, kind: str = "t2v") -> dict:
-    files = workflows.pack_files(plan, CAT, "p", SPECS)
+    """The workflow made from a plan document, read back as a saved plan.json would be."""
+    files = workflows.pack_files(Plan.from_json(plan), CAT, "p", SPECS)
     name = workflows.NAMES[kind]
     api = json.loads(files[f"{workflows.API_DIR}/{name}.json"])
     assert ui_to_api(json.loads(files[f"{workflows.UI_DIR}/{name}.json"]), SPECS) == api  # both forms agree
@@ -126,10 +130,10 @@ def test_hours_per_clip_on_a_slow_cpu_is_a_plain_warning():
     fp = copy.deepcopy(FPS["cpu-only-16gb"])
     fp["cpu"].update(physical_cores=1, logical_cores=1, flags=[])
     plan = make_plan(Fingerprint.from_json(fp), CAT, PROFILES)
-    (warning,) = [w for w in plan["warnings"] if w.startswith("One clip at ")]
+    (warning,) = [w for w in plan.warnings if w.startswith("One clip at ")]
     assert "512x288, 22 frames takes about" in warning and "on this cpu" in warning
     assert " h " in warning or " days " in warning
-    assert plan["estimates"]["minutes_per_clip"] > 180
+    assert plan.estimates.minutes_per_clip > 180
 
 
 def test_overrides_win_and_are_checked_against_the_memory_limits(tmp_path):
@@ -173,9 +177,9 @@ def test_bad_values_for_the_new_keys_name_the_line(tmp_path, line, fragment):
 def test_the_new_keys_are_accepted_and_typed(tmp_path):
     cfg = _config("overrides:\n  stream_dit: on\n  prefetch_blocks: 3\n  target_minutes: 30\n  cfg: 1\n"
                   "  preset: auto\n", tmp_path)
-    assert cfg.overrides == {"stream_dit": "on", "prefetch_blocks": 3, "target_minutes": 30.0, "cfg": 1.0,
-                             "preset": "auto"}
-    assert _config("overrides:\n  stream_dit: off\n", tmp_path).overrides["stream_dit"] == "off"
+    assert cfg.overrides.as_dict() == {"stream_dit": "on", "prefetch_blocks": 3, "target_minutes": 30.0, "cfg": 1.0,
+                                       "preset": "auto"}
+    assert _config("overrides:\n  stream_dit: off\n", tmp_path).overrides.stream_dit == "off"
 
 
 def test_the_streamed_loader_replaces_unetloader_exactly_when_the_plan_streams():

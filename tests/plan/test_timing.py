@@ -140,7 +140,7 @@ def _plan(fp, timing_override=None):
     from h3kit.data.config import Config
 
     cfg = Config(overrides={"timing": timing_override}) if timing_override else None
-    return make_plan(Fingerprint.from_json(fp), CAT, PROFILES, config=cfg)
+    return make_plan(Fingerprint.from_json(fp), CAT, PROFILES, config=cfg).to_json()  # the h3kit.plan/1 document
 
 
 def test_defaults_never_exceed_the_memory_limits_and_a_faster_machine_never_gets_a_worse_preset():
@@ -191,5 +191,5 @@ def test_int8_and_fp8_dits_run_their_linears_at_the_8bit_rate_on_cuda_only():
             == timing.rates_from_table(Fingerprint.from_json(mac), CAT, "bf16")["block_s_per_token"])
     from h3kit.data.config import Config
 
-    plan = make_plan(Fingerprint.from_json(fp), CAT, PROFILES, config=Config(overrides={"quantization": "int8_convrot"}))
-    assert plan["settings"]["quantization"] == "int8_convrot" and "TOPS int8" in plan["settings"]["timing"]["source"]
+    s = make_plan(Fingerprint.from_json(fp), CAT, PROFILES, config=Config(overrides={"quantization": "int8_convrot"})).settings
+    assert s.quantization == "int8_convrot" and "TOPS int8" in s.timing["source"]

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 from fixtures.comfyui import comfy_tree
+from h3kit.data.plan_doc import Plan, PlanSettings
 from h3kit.steps import next_steps
 
-PLAN = {"settings": {"canvas": [864, 480], "frames": 124, "steps": 20}}
+PLAN = Plan(settings=PlanSettings(canvas=(864, 480), frames=124, steps=20))
 
 
 def test_three_lines_start_open_and_time():

@@ -22,6 +22,7 @@ import math
 import os
 
 from h3kit.core.units import human_bytes
+from h3kit.data.plan_doc import Plan, PlanSettings
 
 
 def _hb(n) -> str:
@@ -56,14 +57,14 @@ def decide_tile(tiles: list[dict], budget_bytes: int | None, current: int) -> di
                     f"peaked at {_hb(smallest['peak_bytes'])}); chose the smallest")
 
 
-def decide_preload(settings: dict, budget: int | None, estimated_peak: int | None, memory: str = "RAM") -> dict:
+def decide_preload(settings: PlanSettings, budget: int | None, estimated_peak: int | None, memory: str = "RAM") -> dict:
     """Shrink the preload by what the estimated peak overshoots the budget (whole shards).
 
     `memory` names where the preload lives: GPU memory on a GPU plan, RAM
     otherwise. Never grows it: more read-ahead is only ever the plan's call.
     """
-    preload = int(settings.get("preload_bytes") or 0)
-    shard = int(settings.get("shard_size_bytes") or 0) or 1
+    preload = int(settings.preload_bytes or 0)
+    shard = int(settings.shard_size_bytes or 0) or 1
     if not budget or not estimated_peak:
         return decision("preload_bytes", preload, preload, f"no {memory} peak estimate to compare with a budget; kept")
     over = estimated_peak - budget
@@ -82,18 +83,17 @@ def decide_preload(settings: dict, budget: int | None, estimated_peak: int | Non
                     f"{_hb(over)}; preload cut by whole {_hb(shard)} shards")
 
 
-def preload_memory(plan: dict, device: dict, estimates: dict) -> tuple[str, int | None, int | None]:
+def preload_memory(plan: Plan, device: dict, estimates: dict) -> tuple[str, int | None, int | None]:
     """Which memory the preload lives in, its budget and the estimated peak there.
 
     On a GPU plan that is GPU memory, and the budget is the smaller of the
     plan's and the free memory torch measured; otherwise RAM.
     """
-    budget = plan.get("budget") or {}
-    gpu = budget.get("gpu_bytes")
+    gpu = plan.budget.gpu_bytes
     if gpu:
         free = device.get("free_bytes") if device.get("status") == "measured" else None
         return "GPU memory", min(gpu, free) if free else gpu, estimates.get("peak_gpu_bytes")
-    return "RAM", budget.get("ram_bytes"), estimates.get("peak_ram_bytes")
+    return "RAM", plan.budget.ram_bytes, estimates.get("peak_ram_bytes")
 
 
 def decide_threads(scaling: list[dict], cores: int) -> dict:
@@ -109,9 +109,9 @@ def decide_threads(scaling: list[dict], cores: int) -> dict:
                     f"{best:.3g} GFLOP/s measured from 1 to {max(s['threads'] for s in ok)} threads")
 
 
-def decide_shard(settings: dict, inference: dict) -> dict:
+def decide_shard(settings: PlanSettings, inference: dict) -> dict:
     """The shard size stays the plan's; the evidence says how the scaled DiT streamed with it."""
-    shard = settings.get("shard_size_bytes")
+    shard = settings.shard_size_bytes
     if inference.get("status") != "measured":
         return decision("shard_size_bytes", shard, shard, "the scaled DiT did not run; kept the plan's shard size")
     return decision("shard_size_bytes", shard, shard,
@@ -119,28 +119,28 @@ def decide_shard(settings: dict, inference: dict) -> dict:
                     f"waiting {100 * (inference.get('wait_fraction') or 0):.3g}% of the time; kept")
 
 
-def decide(plan: dict, measurements: dict, estimates: dict, *, minutes_for=None, cat=None,
+def decide(plan: Plan, measurements: dict, estimates: dict, *, minutes_for=None, cat=None,
            disk: dict | None = None) -> list[dict]:
     """Every decision, each with its evidence; none raises memory use above the plan's budget.
 
     `minutes_for(canvas, frames, steps, cfg) -> minutes` (the calibrated estimate) and `cat` (the Catalog)
     enable the workflow-default decisions; `disk` (the disk probe) the read-ahead depth."""
-    s = plan.get("settings") or {}
-    budget = plan.get("budget") or {}
+    s = plan.settings
     native = measurements.get("native") or {}
-    tile_budget = budget.get("gpu_bytes") or budget.get("ram_bytes")
+    tile_budget = plan.budget.gpu_bytes or plan.budget.ram_bytes
     memory, preload_budget, peak = preload_memory(plan, measurements.get("device") or {}, estimates)
     out = [
-        decide_tile(measurements.get("tiles") or [], tile_budget, int(s.get("vae_tile_size") or 512)),
+        decide_tile(measurements.get("tiles") or [], tile_budget, int(s.vae_tile_size or 512)),
         decide_preload(s, preload_budget, peak, memory),
         decide_threads(native.get("scaling") or [], int(native.get("threads_max") or os.cpu_count() or 1)),
     ]
-    if s.get("shard_size_bytes"):
+    if s.shard_size_bytes:
         out.append(decide_shard(s, measurements.get("inference") or {}))
     if minutes_for is not None and cat is not None and estimates.get("kind") == "measured":
         out += decide_workload(plan, cat, minutes_for)
     elif minutes_for is not None and cat is not None:  # table rates: the plan chose its defaults with the same ones
-        out += [decision(k, s.get(k), s.get(k), "no measurement of ComfyUI's H3 here; the plan's default, chosen "
+        kept = {"canvas": list(s.canvas) if s.canvas else None, "frames": s.frames, "steps": s.steps}
+        out += [decision(k, kept[k], kept[k], "no measurement of ComfyUI's H3 here; the plan's default, chosen "
                          "with the throughput table's rates, stands") for k in ("canvas", "frames", "steps")]
     timing = decide_timing(plan, estimates)
     if timing is not None:
@@ -175,14 +175,14 @@ def _label(canvas, frames, steps) -> str:
     return f"{canvas[0]}x{canvas[1]}, {frames} frames, {steps} steps"
 
 
-def workload_options(plan: dict, cat) -> list[dict]:
+def workload_options(plan: Plan, cat) -> list[dict]:
     """Every (canvas, frames, steps, cfg, preset) within the memory limits that the search may choose."""
-    s = plan.get("settings") or {}
-    max_canvas = tuple(s.get("max_canvas") or cat.canvas_ladder[0])
-    max_frames = int(s.get("max_frames") or cat.frames_ladder[0])
-    steps = int(s.get("steps") or cat.sampling.steps)
-    cfg = float(s.get("cfg") if s.get("cfg") is not None else cat.sampling.cfg)
-    runs = [(steps, cfg, s.get("preset"))]
+    s = plan.settings
+    max_canvas = tuple(s.max_canvas or cat.canvas_ladder[0])
+    max_frames = int(s.max_frames or cat.frames_ladder[0])
+    steps = int(s.steps or cat.sampling.steps)
+    cfg = float(s.cfg if s.cfg is not None else cat.sampling.cfg)
+    runs = [(steps, cfg, s.preset)]
     fast = cat.presets.get("fast")
     if fast is not None and fast.steps < steps:
         runs.append((fast.steps, fast.cfg, "fast"))
@@ -205,16 +205,16 @@ def _rank(o: dict) -> tuple:
     return (o["canvas"][0] * o["canvas"][1], o["frames"], o["steps"])
 
 
-def decide_workload(plan: dict, cat, minutes_for) -> list[dict]:
+def decide_workload(plan: Plan, cat, minutes_for) -> list[dict]:
     """Canvas, frames, steps (and preset) for the workflows: the best within target_minutes and the memory limits."""
-    s = plan.get("settings") or {}
-    target = float(s.get("target_minutes") or DEFAULT_TARGET_MINUTES)
+    s = plan.settings
+    target = float(s.target_minutes or DEFAULT_TARGET_MINUTES)
     sampling = cat.sampling
-    now = {"canvas": list(s.get("canvas") or s.get("max_canvas") or cat.canvas_ladder[-1]),
-           "frames": int(s.get("frames") or s.get("max_frames") or cat.frames_ladder[-1]),
-           "steps": int(s.get("steps") or sampling.steps),
-           "cfg": float(s.get("cfg") if s.get("cfg") is not None else sampling.cfg),
-           "preset": s.get("preset")}
+    now = {"canvas": list(s.canvas or s.max_canvas or cat.canvas_ladder[-1]),
+           "frames": int(s.frames or s.max_frames or cat.frames_ladder[-1]),
+           "steps": int(s.steps or sampling.steps),
+           "cfg": float(s.cfg if s.cfg is not None else sampling.cfg),
+           "preset": s.preset}
     m_now = minutes_for(now["canvas"], now["frames"], now["steps"], now["cfg"])
     options = workload_options(plan, cat) + [now]  # the plan's own values may lie between the ladders' rungs
     timed = [(o, minutes_for(o["canvas"], o["frames"], o["steps"], o["cfg"])) for o in options]
@@ -246,12 +246,12 @@ def decide_workload(plan: dict, cat, minutes_for) -> list[dict]:
     return out
 
 
-def decide_timing(plan: dict, estimates: dict) -> dict | None:
+def decide_timing(plan: Plan, estimates: dict) -> dict | None:
     """The measured rates go to `calibrated:` (every later plan then estimates with them); a table estimate does not."""
     timing = estimates.get("timing")
     if not timing:
         return None
-    previous = (plan.get("settings") or {}).get("timing")
+    previous = dict(plan.settings.timing) or None
     if estimates.get("kind") != "measured":
         return decision("timing", previous, previous, f"no measurement of ComfyUI's H3 here; {timing.get('source')} "
                         "stays the plan's estimate")
@@ -262,12 +262,11 @@ def decide_timing(plan: dict, estimates: dict) -> dict | None:
                     f"{t.get('seconds_per_step') or 0:.3g} s per step at {t.get('tokens')} tokens")
 
 
-def streaming_enabled(plan: dict) -> bool:
-    st = (plan.get("settings") or {}).get("streaming") or {}
-    return bool(st.get("enabled"))
+def streaming_enabled(plan: Plan) -> bool:
+    return plan.streams_dit
 
 
-def prefetch_figures(plan: dict, estimates: dict, disk: dict, cpu: bool = False) -> dict | None:
+def prefetch_figures(plan: Plan, estimates: dict, disk: dict, cpu: bool = False) -> dict | None:
     """plan.streaming.prefetch_for at the measured disk rate and the measured compute per block, or None.
 
     Also "pass_overhead", what streaming adds to a model call as measured (plan.streaming.
@@ -281,39 +280,38 @@ def prefetch_figures(plan: dict, estimates: dict, disk: dict, cpu: bool = False)
         from h3kit.plan.streaming import prefetch_for  # H5's; guarded so calibration runs before it lands
     except ImportError:
         return None
-    st = (plan.get("settings") or {}).get("streaming") or {}
+    st = plan.settings.streaming
     timing, t = estimates.get("timing") or {}, estimates.get("time") or {}
     tokens = t.get("tokens") or estimates.get("tokens") or 0
-    if not st.get("block_bytes") or not timing.get("block_s_per_token"):
+    if not st.block_bytes or not timing.get("block_s_per_token"):
         return None
     from h3kit.plan.streaming import measured_pass_overhead
 
     compute = timing["block_s_per_token"] * tokens + timing.get("block_s_per_token2", 0.0) * tokens ** 2
-    res = prefetch_for(disk["gb_per_s"] * 1e9, int(st["block_bytes"]), compute)
+    res = prefetch_for(disk["gb_per_s"] * 1e9, int(st.block_bytes), compute)
     out = {"enabled": True, "disk_bytes_per_s": disk["gb_per_s"] * 1e9, "cache_dropped": disk.get("cache_dropped"),
            **res}
     # on a CPU the loader reads each block into its buffers while the model waits (calibration measures
     # that read only there: a GPU's copy overlaps the compute)
     rate = disk.get("direct_read_bytes_per_s") if cpu else None
     if rate:
-        out.update(direct_read_bytes_per_s=rate, copy_s_per_block=int(st["block_bytes"]) / rate)
-    blocks = int(st.get("blocks") or 0)
-    share = (blocks - int(st.get("resident_blocks") or 0)) / blocks if blocks else 1.0
+        out.update(direct_read_bytes_per_s=rate, copy_s_per_block=int(st.block_bytes) / rate)
+    blocks = int(st.blocks or 0)
+    share = (blocks - int(st.resident_blocks or 0)) / blocks if blocks else 1.0
     out["pass_overhead"] = None if cpu and not rate else \
         measured_pass_overhead(res, share, out.get("copy_s_per_block"))
-    out["pass_overhead_planned"] = st.get("pass_overhead")
+    out["pass_overhead_planned"] = st.streamed.pass_overhead if st.streamed is not None else None
     if out["pass_overhead"] is None:
         out["pass_overhead_note"] = ("the CPU's in-place read of each block was not measured (no native "
                                      "library); the clip time keeps the plan's share")
     return out
 
 
-def decide_prefetch(plan: dict, estimates: dict, disk: dict) -> dict | None:
+def decide_prefetch(plan: Plan, estimates: dict, disk: dict) -> dict | None:
     """Blocks to read ahead while one computes, when the plan streams the DiT (None when it does not)."""
     if not streaming_enabled(plan):
         return None
-    current = int((plan.get("settings") or {}).get("prefetch_blocks") or
-                  ((plan.get("settings") or {}).get("streaming") or {}).get("prefetch_blocks") or 1)
+    current = int(plan.settings.streaming.prefetch_blocks or 1)
     fig = prefetch_figures(plan, estimates, disk)
     if fig is None:
         return decision("prefetch_blocks", current, current, "no disk rate or block compute time measured; kept")

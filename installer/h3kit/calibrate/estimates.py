@@ -38,6 +38,7 @@ from h3kit.calibrate.native_estimate import (  # noqa: F401  (the appendix's nam
 from h3kit.data.architecture import tokens_for
 from h3kit.data.catalog import Catalog
 from h3kit.data.fingerprint import Fingerprint
+from h3kit.data.plan_doc import Plan
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}
 TIMING_RATES = ("block_s_per_token", "block_s_per_token2", "step_fixed_s", "step_fixed_s_per_token")
@@ -119,19 +120,19 @@ def measure_points(tokens: int, arch: dict, table: dict, quick: bool, blocks_bui
     return sorted({top, *(max(32, top // f) for f in fractions)})
 
 
-def workload(plan: dict, catalog: Catalog) -> dict:
+def workload(plan: Plan, catalog: Catalog) -> dict:
     """What the plan's workflows run: canvas, frames, steps, cfg (the plan's defaults, else its limits)."""
-    s = plan.get("settings") or {}
-    streaming = s.get("streaming") or {}
+    s = plan.settings
+    streamed = s.streaming.streamed if s.streaming.enabled else None
     sampling = catalog.sampling
-    canvas = s.get("canvas") or s.get("max_canvas") or list(CALIBRATION_CANVAS[:2])
-    return {"canvas": [int(canvas[0]), int(canvas[1])], "frames": int(s.get("frames") or s.get("max_frames") or 22),
-            "steps": int(s.get("steps") or sampling.steps),
-            "cfg": float(s.get("cfg") if s.get("cfg") is not None else sampling.cfg),
-            "preset": s.get("preset"), "quantization": s.get("quantization"),
+    canvas = s.canvas or s.max_canvas or CALIBRATION_CANVAS[:2]
+    return {"canvas": [int(canvas[0]), int(canvas[1])], "frames": int(s.frames or s.max_frames or 22),
+            "steps": int(s.steps or sampling.steps),
+            "cfg": float(s.cfg if s.cfg is not None else sampling.cfg),
+            "preset": s.preset, "quantization": s.quantization,
             # h3kit's streamer makes each model call longer by this share (the plan's figure, an assumption
             # until the disk is calibrated); 0 when ComfyUI holds the model
-            "pass_overhead": float(streaming.get("pass_overhead") or 0.0) if streaming.get("enabled") else 0.0}
+            "pass_overhead": float((streamed.pass_overhead if streamed is not None else None) or 0.0)}
 
 
 def clip_time(arch: dict, timing: dict, work: dict, cat, tm) -> dict:
@@ -164,7 +165,7 @@ def _held_part(weight, device: str, te: bool) -> int:
     return int(weight.bytes * held / stored)
 
 
-def memory_estimate(h3_model: dict | None, arch: dict, plan: dict, cat, fingerprint: Fingerprint, tokens: int,
+def memory_estimate(h3_model: dict | None, arch: dict, plan: Plan, cat, fingerprint: Fingerprint, tokens: int,
                     device: str, weights: dict | None = None, held_parts: dict | None = None,
                     rule_tokens: int | None = None) -> dict:
     """E.memory: peak RSS (and device memory on a GPU) of the real workflow at `tokens`, with its formula.
@@ -173,26 +174,26 @@ def memory_estimate(h3_model: dict | None, arch: dict, plan: dict, cat, fingerpr
     + text encoder + VAEs as held + max(activations at `tokens`, the load-time copy of a file being cast).
     `weights` ({dit, text_encoder, vae, audio_vae}: catalog Weights) defaults to the plan's files;
     `held_parts` ({text_encoder, vae}: bytes) replaces what the catalog says ComfyUI holds of those."""
-    s = plan.get("settings") or {}
+    s = plan.settings
     mem = (h3_model or {}).get("memory") or {}
     dtype = (h3_model or {}).get("dtype") or compute_dtype(device)
     dbytes = DTYPE_BYTES.get(dtype, 4)
-    weights = weights or {k: cat.weight(s.get(f"{k}_weights") or "") for k in ("dit", "text_encoder", "vae", "audio_vae")}
+    weights = weights or {k: cat.weight(w or "") for k, w in s.weight_ids().items()}
     dit = weights.get("dit")
-    fmt = dit.format if dit is not None else s.get("quantization")
+    fmt = dit.format if dit is not None else s.quantization
     held = held_weight_bytes(arch, fmt, dbytes)
     blocks = arch.get("blocks_total") or cat.blocks
     per_block = held["per_block"]
     if mem.get("weights_bytes_per_block") and (fmt or "").lower() in FLOAT_FORMATS and arch.get("from") != "catalog":
         per_block = int(mem["weights_bytes_per_block"])  # what torch really allocated per built block
     dit_held = int((per_block or 0) * blocks + (held["other"] or 0))
-    streaming = s.get("streaming") or {}
-    streamed = bool(streaming.get("enabled"))
+    streaming = s.streaming
+    streamed = bool(streaming.enabled)
     if streamed:  # h3kit's loader: resident blocks and the computing one cast, a ring of file-dtype reads
         # (none on a CPU: blocks are read in place there, the read-ahead waits in the page cache)
         ring = 0 if device == "cpu" else \
-            (int(streaming.get("prefetch_blocks") or 1) + 1) * int(streaming.get("block_bytes") or 0)
-        dit_held = int((per_block or 0) * (int(streaming.get("resident_blocks") or 0) + 1) + ring
+            (int(streaming.prefetch_blocks or 1) + 1) * int(streaming.block_bytes or 0)
+        dit_held = int((per_block or 0) * (int(streaming.resident_blocks or 0) + 1) + ring
                        + (held["other"] or 0))
     te_held = _held_part(weights.get("text_encoder"), device, te=True)
     vae_held = _held_part(weights.get("vae"), device, te=False) + _held_part(weights.get("audio_vae"), device, te=False)
@@ -207,15 +208,15 @@ def memory_estimate(h3_model: dict | None, arch: dict, plan: dict, cat, fingerpr
             and abs(dit_held - file_bytes) > 0.05 * file_bytes)
     transient = int(file_bytes) if cast else 0
     baseline = int(mem.get("baseline_rss_bytes") or cat.memory.comfyui_process_ram)
-    on_gpu = device != "cpu" and bool((plan.get("budget") or {}).get("gpu_bytes"))
-    plan_est = plan.get("estimates") or {}
+    on_gpu = device != "cpu" and bool(plan.budget.gpu_bytes)
+    plan_est = plan.estimates
     if on_gpu:  # the DiT's GPU share is the plan's arithmetic; RAM keeps what is not resident plus the offloaded parts
-        resident = streaming.get("resident_blocks") or 0
+        resident = streaming.resident_blocks or 0
         ram_dit = max(0, blocks - resident) * (per_block or 0) + (held["other"] or 0)
         peak_rss = baseline + ram_dit + te_held + vae_held
-        gpu = plan_est.get("peak_gpu_bytes")
+        gpu = plan_est.peak_gpu_bytes
         if gpu and mem.get("activation_bytes_per_token"):
-            gpu = int(gpu - (plan_est.get("activation_bytes") or 0) + activations)
+            gpu = int(gpu - (plan_est.activation_bytes or 0) + activations)
     else:
         peak_rss = baseline + dit_held + te_held + vae_held + max(activations, transient)
         gpu = None
@@ -242,10 +243,9 @@ def _ladder_below(ladder, current, key):
     return max(lower, key=key) if lower else None
 
 
-def alternatives(arch: dict, timing: dict, work: dict, h3_model, plan: dict, cat, fingerprint: Fingerprint,
+def alternatives(arch: dict, timing: dict, work: dict, h3_model, plan: Plan, cat, fingerprint: Fingerprint,
                  device: str, tm) -> list[dict]:
     """Faster (and, within the memory limits, better) workloads than the plan's, each with its minutes."""
-    s = plan.get("settings") or {}
     options = []
     fast = cat.presets.get("fast")
     if fast is not None and fast.steps < work["steps"]:
@@ -261,7 +261,7 @@ def alternatives(arch: dict, timing: dict, work: dict, h3_model, plan: dict, cat
     fewer = _ladder_below(cat.frames_ladder, work["frames"], key=int)
     if fewer:
         options.append((f"{fewer} frames", "a shorter clip", {**work, "frames": int(fewer)}))
-    max_canvas = tuple(s.get("max_canvas") or (w, h))
+    max_canvas = tuple(plan.settings.max_canvas or (w, h))
     if tuple(work["canvas"]) != max_canvas:
         options.append((f"{max_canvas[0]}x{max_canvas[1]}", "the largest canvas that fits in memory (better)",
                         {**work, "canvas": list(max_canvas)}))
@@ -282,8 +282,8 @@ def _quantization_alternative(arch, timing, work, h3_model, plan, cat, fingerpri
     """The next smaller DiT file of the same variant that this machine can run: less memory, about the same time."""
     from h3kit.data.catalog import Machine
 
-    s = plan.get("settings") or {}
-    current = cat.weight(s.get("dit_weights") or "")
+    s = plan.settings
+    current = cat.weight(s.dit_weights or "")
     if current is None:
         return []
     machine = Machine.from_fingerprint(fingerprint)
@@ -297,7 +297,7 @@ def _quantization_alternative(arch, timing, work, h3_model, plan, cat, fingerpri
     alt_arch.update(file_bytes=pick.bytes, **({"block_params": arch["block_params"], "other_params": arch["other_params"]}
                                               if "block_params" in arch else {}))
     t = clip_time(alt_arch, timing, {**work, "quantization": pick.format}, cat, tm)
-    weights = {"dit": pick, **{k: cat.weight(s.get(f"{k}_weights") or "") for k in ("text_encoder", "vae", "audio_vae")}}
+    weights = {"dit": pick, **{k: cat.weight(w or "") for k, w in s.weight_ids().items() if k != "dit"}}
     m = memory_estimate(None if pick.format.lower() not in FLOAT_FORMATS else h3_model, alt_arch, plan, cat,
                         fingerprint, t["tokens"], device, weights, rule_tokens=_rule_tokens(cat, work))
     return [{"label": pick.format, "why": f"a smaller DiT file ({pick.bytes / 1e9:.1f} GB instead of "
@@ -307,7 +307,7 @@ def _quantization_alternative(arch, timing, work, h3_model, plan, cat, fingerpri
              "peak_rss_bytes": m["peak_rss_bytes"]}]
 
 
-def clip_estimate(cat, plan: dict, fingerprint: Fingerprint, h3_model: dict | None, arch: dict, *, day: str,
+def clip_estimate(cat, plan: Plan, fingerprint: Fingerprint, h3_model: dict | None, arch: dict, *, day: str,
              device: str, tm=None, native_appendix: dict | None = None, pass_overhead: float | None = None) -> dict:
     """doc["estimates"]: the clip's time and memory at the plan's workload, alternatives, the timing used.
 
@@ -317,7 +317,7 @@ def clip_estimate(cat, plan: dict, fingerprint: Fingerprint, h3_model: dict | No
     figures), replacing the plan's assumed share; None keeps the plan's."""
     tm = tm or timing_module()
     table = tm.rates_from_table(fingerprint, cat, compute_dtype(device),
-                                weight_format=(plan.get("settings") or {}).get("quantization"))
+                                weight_format=plan.settings.quantization)
     if measured(h3_model):
         timing, from_table = calibrated_timing(h3_model, table, day)
         kind, note = "measured", ("from ComfyUI's own H3 transformer, built at the file's full width "

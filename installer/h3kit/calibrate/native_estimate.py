@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from h3kit.data.architecture import tokens_for
 from h3kit.data.catalog import Catalog
+from h3kit.data.plan_doc import Plan
 
 # The scaled DiT: H3's block shape (from the catalog) at a width this machine can run in seconds.
 SCALED = {"quick": {"blocks": 2, "hidden": 512}, "full": {"blocks": 4, "hidden": 1024}}
@@ -30,14 +31,14 @@ def native_kind(fmt: str | None) -> str:
     return "q4_0" if fmt and fmt.startswith(low_bits) else "q8_0"
 
 
-def scaled_dit_config(catalog: Catalog, plan: dict, quick: bool) -> dict:
+def scaled_dit_config(catalog: Catalog, plan: Plan, quick: bool) -> dict:
     """The scaled-down H3-shaped DiT the runner builds: H3's ratios, a small width."""
     arch = catalog.architecture
     size = SCALED["quick" if quick else "full"]
     hidden = size["hidden"]
     head_dim = arch.head_dim
     ffn = int(round(hidden * arch.ffn / arch.hidden / 32)) * 32  # same FFN ratio, whole quant blocks
-    quant = (plan.get("settings") or {}).get("quantization")
+    quant = plan.settings.quantization
     return {
         "blocks": size["blocks"],
         "hidden": hidden,
@@ -75,17 +76,17 @@ def measured_rates(native: dict, device: dict, disk: dict, inference: dict, kind
             "memory_growth_ratio": inference.get("memory_growth_ratio")}
 
 
-def streamed_per_step(plan: dict, dit_bytes: int | None) -> tuple[int, str]:
+def streamed_per_step(plan: Plan, dit_bytes: int | None) -> tuple[int, str]:
     """DiT bytes moved per sampling step and where they come from (ram or disk), by the plan's streaming."""
-    s = plan.get("settings") or {}
-    streaming = s.get("streaming") or {}
-    ram_budget = (plan.get("budget") or {}).get("ram_bytes") or 0
-    source = "disk" if s.get("stream_from") == "disk" or (dit_bytes and ram_budget and dit_bytes > ram_budget) else "ram"
-    if streaming.get("resident"):
+    s = plan.settings
+    streaming = s.streaming
+    ram_budget = plan.budget.ram_bytes or 0
+    source = "disk" if s.stream_from == "disk" or (dit_bytes and ram_budget and dit_bytes > ram_budget) else "ram"
+    if streaming.resident:
         return 0, source
-    if streaming.get("block_bytes") and streaming.get("blocks"):
-        moving_blocks = streaming["blocks"] - (streaming.get("resident_blocks") or 0)
-        return int(moving_blocks * streaming["block_bytes"]), source
+    if streaming.block_bytes and streaming.blocks:
+        moving_blocks = streaming.blocks - (streaming.resident_blocks or 0)
+        return int(moving_blocks * streaming.block_bytes), source
     return int(dit_bytes or 0), source
 
 
@@ -93,7 +94,7 @@ def _g(x) -> str:
     return "-" if x is None else f"{x:.3g}"
 
 
-def native_appendix(catalog: Catalog, plan: dict, measured: dict, dit_bytes: int | None) -> dict:
+def native_appendix(catalog: Catalog, plan: Plan, measured: dict, dit_bytes: int | None) -> dict:
     """Seconds per sampling step and peak memory of the real model at the plan's settings.
 
     `measured` holds the rates the run found (`measured_rates`): native
@@ -102,9 +103,9 @@ def native_appendix(catalog: Catalog, plan: dict, measured: dict, dit_bytes: int
     RSS growth. Every value carries its formula in `formulas`.
     """
     arch = catalog.architecture
-    s = plan.get("settings") or {}
-    w, h = (s.get("max_canvas") or [CALIBRATION_CANVAS[0], CALIBRATION_CANVAS[1]])[:2]
-    frames = s.get("max_frames") or CALIBRATION_CANVAS[2]
+    s = plan.settings
+    w, h = (s.max_canvas or CALIBRATION_CANVAS)[:2]
+    frames = s.max_frames or CALIBRATION_CANVAS[2]
     tokens = tokens_for(catalog.tokens, w, h, frames)
     flops = flops_per_pass(arch.blocks, arch.hidden, arch.ffn, tokens)
     device_tflops = measured.get("device_tflops")
@@ -119,14 +120,14 @@ def native_appendix(catalog: Catalog, plan: dict, measured: dict, dit_bytes: int
     else:  # CPU compute reads the weights where they lie: already in the measured matmul rate
         link, link_name = None, None
     stream_s = streamed / (link * 1e9) if (streamed and link) else 0.0
-    overlapped = (s.get("preload_bytes") or 0) > 0
+    overlapped = (s.preload_bytes or 0) > 0
     step_s = None
     if compute_s is not None:
         step_s = max(compute_s, stream_s) if overlapped else compute_s + stream_s
     growth = measured.get("memory_growth_ratio") or 1.0
-    plan_est = plan.get("estimates") or {}
-    plan_peak_ram = plan_est.get("peak_ram_bytes")
-    moving = (plan_est.get("activation_bytes") or 0) + (s.get("shard_size_bytes") or 0) + (s.get("preload_bytes") or 0)
+    plan_est = plan.estimates
+    plan_peak_ram = plan_est.peak_ram_bytes
+    moving = (plan_est.activation_bytes or 0) + (s.shard_size_bytes or 0) + (s.preload_bytes or 0)
     px, tc = catalog.tokens.spatial_tokens_px, catalog.tokens.temporal_compression
     return {
         "label": "native-kernel estimate (appendix)",
@@ -137,7 +138,7 @@ def native_appendix(catalog: Catalog, plan: dict, measured: dict, dit_bytes: int
         "stream_seconds_per_step": stream_s,
         "seconds_per_step": step_s,
         "peak_ram_bytes": int(plan_peak_ram + (growth - 1.0) * moving) if plan_peak_ram else None,
-        "peak_gpu_bytes": plan_est.get("peak_gpu_bytes"),
+        "peak_gpu_bytes": plan_est.peak_gpu_bytes,
         "memory_growth_ratio": growth,
         "formulas": {
             "tokens": f"(w/{px}) x (h/{px}) x ceil(frames/{tc}) = {tokens}",

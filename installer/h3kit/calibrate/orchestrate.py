@@ -41,6 +41,7 @@ from h3kit.core.errors import NotReady
 from h3kit.core.session import Session
 from h3kit.data import catalog as catalog_mod
 from h3kit.data import config as config_mod
+from h3kit.data.plan_doc import Plan
 from h3kit.data.settings import KEYS as SETTINGS_KEYS
 from h3kit.data.fingerprint import Fingerprint
 from h3kit.fingerprint import this_machine
@@ -83,7 +84,7 @@ def _comfyui(ctx: Session, explicit: str | None, cfg) -> tuple[object | None, di
     return install, comfyui_locate.inspect(install), None
 
 
-def run_with_model(wanted: bool, install, cat, *, plan: dict | None = None, fingerprint: Fingerprint | None = None,
+def run_with_model(wanted: bool, install, cat, *, plan: Plan | None = None, fingerprint: Fingerprint | None = None,
                    ctx: Session | None = None) -> dict:
     """The optional real-workflow run (h3kit.calibrate.with_model), or plainly why it did not run."""
     ctx = ctx or Session()
@@ -93,7 +94,7 @@ def run_with_model(wanted: bool, install, cat, *, plan: dict | None = None, fing
         return real_model.not_run("--with-model needs a ComfyUI (pass --comfyui PATH)")
     if ctx.dry_run:
         return real_model.not_run("a dry run starts no ComfyUI")
-    return real_model.run(install, plan or {}, fingerprint or Fingerprint(), cat, cache_dir=ctx.locations.cache_dir,
+    return real_model.run(install, plan or Plan(), fingerprint or Fingerprint(), cat, cache_dir=ctx.locations.cache_dir,
                           progress=ctx.progress)
 
 
@@ -106,15 +107,15 @@ def _measure(ctx: Session, python: str, lib: Path | None, job: dict, quick: bool
         return run_runner(ctx, python, BRIDGE, lib, job, quick, Path(tmp), comfyui=comfyui_dir)
 
 
-def device_of(fingerprint: Fingerprint, plan: dict) -> str:
+def device_of(fingerprint: Fingerprint, plan: Plan) -> str:
     """Where the plan's DiT computes: cpu with --cpu or no GPU, else the GPU's backend (directml counts as cuda)."""
-    if "--cpu" in ((plan.get("settings") or {}).get("comfyui_args") or []):
+    if "--cpu" in plan.settings.comfyui_args:
         return "cpu"
     backend = fingerprint.backend
     return {"directml": "cuda"}.get(backend, backend)
 
 
-def _estimates(cat, plan: dict, fingerprint: Fingerprint, measured: dict, arch: dict, device: str, appendix: dict,
+def _estimates(cat, plan: Plan, fingerprint: Fingerprint, measured: dict, arch: dict, device: str, appendix: dict,
                disk: dict) -> tuple[dict, dict | None]:
     """(doc["estimates"], doc["streaming"]): from the runner's h3_model, or the throughput table when it
     measured nothing; when the plan streams and the disk was measured, the time counts what streaming
@@ -151,8 +152,8 @@ def _apply(ctx: Session, install, fingerprint: Fingerprint, cat, profiles: dict,
         return {"status": "skipped", "reason": "no ComfyUI known"}
     try:
         plan = make_plan(fingerprint, cat, profiles, profile=profile, config=_load_config(ctx, cat, profiles))
-        doc = deploy.apply(install, dict(plan["settings"]), plan["profile"], ctx.locations.state_dir,
-                           ctx.locations.cache_dir, generated=workflows.pack_files(plan, cat, plan["profile"]))
+        doc = deploy.apply(install, plan.settings.to_json(), plan.profile, ctx.locations.state_dir,
+                           ctx.locations.cache_dir, generated=workflows.pack_files(plan, cat, plan.profile))
     except NotReady as exc:
         return {"status": "skipped", "reason": exc.message}
     return {"status": "applied", "profile_file": doc.get("profile_file"),
@@ -187,8 +188,7 @@ def run(ctx: Session, *, comfyui_dir: str | None = None, quick: bool = True, wit
                             findings=probe_said) if install is not None else None
     plan = make_plan(fingerprint, cat, profiles, profile=profile, config=dataclasses.replace(cfg, calibrated={}),
                      evidence=probe)
-    settings = plan.get("settings") or {}
-    dit_weight = cat.weight(settings.get("dit_weights") or "")
+    dit_weight = cat.weight(plan.settings.dit_weights or "")
     lib, why_no_lib = native_library(ctx)
     if why_no_lib:
         skipped.append(f"native kernels and the scaled DiT: {why_no_lib}")
@@ -208,7 +208,7 @@ def run(ctx: Session, *, comfyui_dir: str | None = None, quick: bool = True, wit
     rows = tm.sequence_tokens(cat, work["canvas"][0], work["canvas"][1], work["frames"])
     points = estimates.measure_points(rows, arch, tm.rates_from_table(fingerprint, cat, estimates.compute_dtype(device),
                                                                  backend=device), quick)
-    job = {"plan": plan, "scaled_dit": dit, "quick": quick, "budget": plan.get("budget") or {},
+    job = {"plan": plan.to_json(), "scaled_dit": dit, "quick": quick, "budget": plan.budget.to_json(),
            "tile_candidates": TILE_CANDIDATES, **h3_job(cat, plan, arch, device, points)}
     if why_catalog and install is not None:
         skipped.append(f"the DiT file's header: {why_catalog}; H3 was built at the catalog's width")
@@ -250,8 +250,8 @@ def run(ctx: Session, *, comfyui_dir: str | None = None, quick: bool = True, wit
         "quick": quick,
         "dry_run": ctx.dry_run,
         "fingerprint": fingerprint.to_json(),
-        "plan": plan,
-        "profile": plan.get("profile"),
+        "plan": plan.to_json(),
+        "profile": plan.profile,
         "runner": measured.get("runner") or {"python": python},
         "comfyui": comfy_info,
         "native": native,

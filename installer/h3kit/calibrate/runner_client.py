@@ -32,7 +32,7 @@ def not_measured(reason: str) -> dict:
             "device": {"status": "skipped", "reason": reason}, "tiles": []}
 
 
-def h3_job(cat, plan: dict, arch: dict, device: str, points: list[int] | None = None) -> dict:
+def h3_job(cat, plan: Plan, arch: dict, device: str, points: list[int] | None = None) -> dict:
     """The job's H3 part: {"h3_arch", "h3_canvas", "h3_device"}, what the runner builds ComfyUI's H3 at.
 
     `h3_arch`: the file's full width and depth (`arch`, from its header or the catalog; `from` says

@@ -27,6 +27,7 @@ TQDM_DONE = re.compile(r"(\d+)/(\d+) \[[0-9:]+<[0-9:?]+,\s*([0-9.]+)(s/it|it/s)\
 from h3kit.comfyui import client as comfy_api
 from h3kit.comfyui import workflows
 from h3kit.data.fingerprint import Fingerprint
+from h3kit.data.plan_doc import Plan
 
 MEASURE_STEPS = 2
 RUN_TIMEOUT = 3600.0  # a step of a 20-33B model on a CPU can take long; still bounded
@@ -48,7 +49,7 @@ def not_run(reason: str, **extra) -> dict:
     return {"status": "not run", "reason": f"not run: {reason}", **extra}
 
 
-def workflow_for(install, plan: dict, cat) -> tuple[dict, str]:
+def workflow_for(install, plan: Plan, cat) -> tuple[dict, str]:
     """(API graph, where it came from): the installed pack's file, else the same graph made from the plan."""
     installed = Path(install.node_dir) / workflows.API_DIR / f"{WORKFLOW}.json" if getattr(install, "node_dir", None) \
         else None
@@ -57,7 +58,7 @@ def workflow_for(install, plan: dict, cat) -> tuple[dict, str]:
             return json.loads(installed.read_text(encoding="utf-8")), str(installed)
         except (OSError, ValueError):
             pass  # unreadable: the generated graph is the same one
-    files = workflows.pack_files(plan, cat, plan.get("profile", ""))
+    files = workflows.pack_files(plan, cat, plan.profile or "")
     return json.loads(files[f"{workflows.API_DIR}/{WORKFLOW}.json"]), "generated from the plan"
 
 
@@ -214,7 +215,7 @@ def preflight(workflow: dict, object_info: dict, min_version: str | None) -> str
     return None
 
 
-def run(install, plan: dict, fingerprint: Fingerprint, cat, *, cache_dir: Path, progress=None,
+def run(install, plan: Plan, fingerprint: Fingerprint, cat, *, cache_dir: Path, progress=None,
         timeout: float = RUN_TIMEOUT) -> dict:
     """Start ComfyUI with the profile's flags, run the installed workflow for a few steps, measure it, stop it."""
     from h3kit.comfyui.launcher import accepted_flags
@@ -231,7 +232,7 @@ def run(install, plan: dict, fingerprint: Fingerprint, cat, *, cache_dir: Path, 
     except NotReady as exc:
         return not_run(exc.message)
     accepted, _detail = accepted_flags(install, cache_dir)
-    args, dropped = comfy_api.launch_args((plan.get("settings") or {}).get("comfyui_args") or [], accepted,
+    args, dropped = comfy_api.launch_args(list(plan.settings.comfyui_args), accepted,
                                           bool(fingerprint.gpus))
     canvas = canvas_of(workflow)
     steps = MEASURE_STEPS if planned_steps is None else min(int(planned_steps), MEASURE_STEPS)

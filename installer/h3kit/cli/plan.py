@@ -8,6 +8,7 @@ from pathlib import Path
 from h3kit.cli.context import Context, Outcome
 from h3kit.core.units import gb, human_seconds
 from h3kit.data import config as config_mod
+from h3kit.data.plan_doc import Estimates, MemoryBudget, Plan, PlanSettings
 from h3kit.steps.common import machine_fingerprint
 
 HELP = "choose a profile and settings for this machine, with estimates and reasons"
@@ -35,50 +36,51 @@ def format_probe(path: str | None):
                        "--format-probe out.") from exc
 
 
-def _workflow_line(s: dict, e: dict) -> str:
+def _workflow_line(s: PlanSettings, e: Estimates) -> str:
     """What the generated workflows open with, and how long one clip of it takes."""
-    if "canvas" not in s:
+    if s.canvas is None:
         return "workflows (no defaults in this plan)"
-    lora = f", LoRA {s['lora']}" if s.get("lora") else ""
-    line = (f"workflows {s['canvas'][0]}x{s['canvas'][1]}, {s['frames']} frames, {s['steps']} steps "
-            f"(preset {s.get('preset', '?')}{lora})")
-    clip = (e.get("time") or {}).get("seconds_per_clip")
+    lora = f", LoRA {s.lora}" if s.lora else ""
+    line = (f"workflows {s.canvas[0]}x{s.canvas[1]}, {s.frames} frames, {s.steps} steps "
+            f"(preset {s.preset or '?'}{lora})")
+    clip = e.time.seconds_per_clip
     if clip is not None:
         line += f": about {human_seconds(clip)} per clip"
-        if s.get("target_minutes") is not None:
-            line += f", target {s['target_minutes']:g} min"
+        if s.target_minutes is not None:
+            line += f", target {s.target_minutes:g} min"
     return line
 
 
-def _streaming_line(s: dict, b: dict) -> str:
-    streaming = s.get("streaming") or {}
-    if streaming.get("enabled"):
-        line = (f"streaming on: h3kit's streamed loader keeps {streaming.get('resident_blocks', '?')} of "
-                f"{streaming.get('blocks', '?')} DiT blocks resident, {streaming.get('prefetch_blocks', 1)} read ahead")
-        if streaming.get("held_peak_ram_bytes") is not None:
-            line += f" (held whole it would peak at {gb(streaming['held_peak_ram_bytes'])} of RAM)"
-        if streaming.get("pass_overhead"):
-            line += f"; about {streaming['pass_overhead']:.0%} more time per model call (assumed)"
+def _streaming_line(s: PlanSettings, b: MemoryBudget) -> str:
+    streaming = s.streaming
+    if streaming.enabled:
+        line = (f"streaming on: h3kit's streamed loader keeps {'?' if streaming.resident_blocks is None else streaming.resident_blocks} of "
+                f"{streaming.blocks or '?'} DiT blocks resident, {streaming.prefetch_blocks or 1} read ahead")
+        run = streaming.streamed
+        if run is not None and run.held_peak_ram_bytes is not None:
+            line += f" (held whole it would peak at {gb(run.held_peak_ram_bytes)} of RAM)"
+        if run is not None and run.pass_overhead:
+            line += f"; about {run.pass_overhead:.0%} more time per model call (assumed)"
         return line
-    if b["gpu_bytes"] is not None:
-        return f"streaming preload {gb(s['preload_bytes'])}, shard {gb(s['shard_size_bytes'])} from {s['stream_from']}"
+    if b.gpu_bytes is not None:
+        return f"streaming preload {gb(s.preload_bytes)}, shard {gb(s.shard_size_bytes)} from {s.stream_from}"
     return "streaming none: the DiT is held in RAM"
 
 
-def render(plan: dict) -> str:
-    s, e, b = plan["settings"], plan["estimates"], plan["budget"]
+def render(plan: Plan) -> str:
+    s, e, b = plan.settings, plan.estimates, plan.budget
     lines = [
-        f"profile   {plan['profile']}   fits: {'yes' if plan['fits'] else 'NO'}",
-        f"DiT       {s['dit_weights']}   text encoder {s['text_encoder_weights']}   VAE {s['vae_weights']}",
-        f"limits    {s['max_canvas'][0]}x{s['max_canvas'][1]}, up to {s['max_frames']} frames (what fits in memory)",
+        f"profile   {plan.profile}   fits: {'yes' if plan.fits else 'NO'}",
+        f"DiT       {s.dit_weights}   text encoder {s.text_encoder_weights}   VAE {s.vae_weights}",
+        f"limits    {s.max_canvas[0]}x{s.max_canvas[1]}, up to {s.max_frames} frames (what fits in memory)",
         _workflow_line(s, e),
         _streaming_line(s, b),
-        f"VAE tiles {s['vae_tile_size']} px, overlap {s['vae_tile_overlap']}, {s['vae_temporal_tile']} frames",
-        f"peaks     GPU {gb(e['peak_gpu_bytes'])} of {gb(b['gpu_bytes'])}, RAM {gb(e['peak_ram_bytes'])} of "
-        f"{gb(b['ram_bytes'])}, disk {gb(e['disk_bytes'])} of {gb(b['disk_bytes'])}",
-        f"ComfyUI   {' '.join(s['comfyui_args']) or '(no flags)'}  env {s['env'] or '{}'}",
-    ] + ([f"NOT READY {plan['blocked']}"] if plan.get("blocked") else []) + ["why:"] + \
-        [f"  - {r}" for r in plan["rationale"]]
+        f"VAE tiles {s.vae_tile_size} px, overlap {s.vae_tile_overlap}, {s.vae_temporal_tile} frames",
+        f"peaks     GPU {gb(e.peak_gpu_bytes)} of {gb(b.gpu_bytes)}, RAM {gb(e.peak_ram_bytes)} of "
+        f"{gb(b.ram_bytes)}, disk {gb(e.disk_bytes)} of {gb(b.disk_bytes)}",
+        f"ComfyUI   {' '.join(s.comfyui_args) or '(no flags)'}  env {dict(s.env) or '{}'}",
+    ] + ([f"NOT READY {plan.blocked}"] if plan.blocked else []) + ["why:"] + \
+        [f"  - {r}" for r in plan.rationale]
     return "\n".join(lines)
 
 
@@ -91,4 +93,4 @@ def run(args, ctx: Context) -> Outcome:
     fingerprint = machine_fingerprint(args.fingerprint)
     plan = make_plan(fingerprint, cat, catalog_mod.load_profiles(cat), profile=args.profile, config=cfg,
                      evidence=format_probe(getattr(args, "format_probe", None)))
-    return Outcome(plan, render(plan), 0, plan["warnings"])
+    return Outcome(plan.to_json(), render(plan), 0, list(plan.warnings))

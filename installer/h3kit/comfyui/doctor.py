@@ -16,6 +16,7 @@ from h3kit.comfyui.h3_support import H3_SCRIPT
 from h3kit.comfyui.inspect import marked_json
 from h3kit.comfyui.launcher import accepted_flags, filter_args
 from h3kit.comfyui.locate import ComfyInstall, run_python
+from h3kit.data.plan_doc import Plan, Streaming
 
 NATIVE_TIMEOUT = 60.0
 
@@ -112,7 +113,7 @@ def native_findings(install: ComfyInstall) -> list[dict]:
                     "h3kit build --force, then " + _reinstall(install))]
 
 
-def profile_findings(install: ComfyInstall, plan: dict | None) -> list[dict]:
+def profile_findings(install: ComfyInstall, plan: Plan | None) -> list[dict]:
     """h3kit_profile.json exists, is readable, and matches the plan the config gives now."""
     path = install.node_dir / PROFILE_FILE
     apply_fix = f'h3kit apply --comfyui "{install.path}"'
@@ -124,9 +125,9 @@ def profile_findings(install: ComfyInstall, plan: dict | None) -> list[dict]:
         return [finding("profile.current", "fail", f"{path} is missing or unreadable ({exc}).", apply_fix)]
     if plan is None:
         return [finding("profile.current", "ok", f"Profile '{doc.get('profile')}' is in place (no planner here to compare with).")]
-    if doc.get("profile") != plan.get("profile") or doc.get("settings") != plan.get("settings"):
+    if doc.get("profile") != plan.profile or doc.get("settings") != plan.settings.to_json():
         return [finding("profile.current", "warn",
-                        f"The pack uses profile '{doc.get('profile')}' but the config now gives '{plan.get('profile')}' "
+                        f"The pack uses profile '{doc.get('profile')}' but the config now gives '{plan.profile}' "
                         "or different settings.", apply_fix)]
     return [finding("profile.current", "ok", f"Profile '{doc.get('profile')}' in the pack matches the config.")]
 
@@ -191,19 +192,18 @@ def dynamic_vram_status(info: dict, aimdo: dict, args: list, tree: bool | None, 
     return {**out, "active": active, "reason": reason, "line": line}
 
 
-def launch_args(record: mf.Manifest | None, plan: dict | None) -> tuple[list[str], str]:
+def launch_args(record: mf.Manifest | None, plan: Plan | None) -> tuple[list[str], str]:
     """The flags ComfyUI starts with: the recorded launcher's, else the plan's comfyui_args."""
     launcher = (record.extra.get("launcher") if record else None) or {}
     if launcher.get("path"):
         return [str(a) for a in launcher.get("args") or []], "the h3kit launcher's flags"
-    planned = ((plan or {}).get("settings") or {}).get("comfyui_args")
-    if planned is not None:
-        return [str(a) for a in planned], "the plan's flags (no h3kit launcher recorded)"
+    if plan is not None:
+        return [str(a) for a in plan.settings.comfyui_args], "the plan's flags (no h3kit launcher recorded)"
     return [], "no launch flags known"
 
 
 def dynamic_vram_findings(install: ComfyInstall, info: dict | None, record: mf.Manifest | None,
-                          plan: dict | None) -> list[dict]:
+                          plan: Plan | None) -> list[dict]:
     """The finding `comfyui.dynamic_vram`: ok with the one-line verdict; warn where it cannot tell or
     where the plan counted on the opposite: it relies on dynamic VRAM that is off, or streams with
     h3kit's loader where ComfyUI streams itself."""
@@ -221,15 +221,15 @@ def dynamic_vram_findings(install: ComfyInstall, info: dict | None, record: mf.M
     status = dynamic_vram_status(info, aimdo, args, tree, version)
     where = f"ComfyUI {version}; " if version else ""
     message = f"{status['line']} [{where}{flags_from}: {' '.join(args) or 'none'}]"
-    planned = (((plan or {}).get("settings") or {}).get("streaming") or {})
-    expected = planned.get("dynamic_vram")
+    planned = plan.settings.streaming if plan is not None else Streaming()
+    expected = planned.dynamic_vram
     if status["active"] is None:
         return [dict(finding("comfyui.dynamic_vram", "warn", message), dynamic_vram=status)]
     if expected is True and status["active"] is False:
         return [dict(finding("comfyui.dynamic_vram", "warn",
                              f"{message}; the plan counted on it and does not stream, so ComfyUI holds the DiT whole.",
                              _dynamic_vram_fix(status, install)), dynamic_vram=status)]
-    if expected is False and status["active"] and planned.get("enabled"):
+    if expected is False and status["active"] and planned.enabled:
         return [dict(finding("comfyui.dynamic_vram", "warn",
                              f"{message}; the plan streams with h3kit's loader, which ComfyUI's own streaming makes "
                              "unneeded (and slower).", _dynamic_vram_fix(status, install)), dynamic_vram=status)]

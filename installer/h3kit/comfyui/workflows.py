@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from h3kit.comfyui.graph import Graph
 from h3kit.core.errors import BadInput
 from h3kit.data import comfy_nodes
+from h3kit.data.plan_doc import Plan, PlanSettings
 
 UI_DIR = "example_workflows"
 API_DIR = "workflows_api"
@@ -69,39 +70,34 @@ class WorkflowSettings:
     stream: dict | None = None  # {preload_bytes, shard_size_bytes, prefetch_blocks} when the plan streams the DiT
 
     @classmethod
-    def from_plan(cls, plan: dict, catalog) -> "WorkflowSettings":
-        s = plan["settings"]
+    def from_plan(cls, plan: Plan, catalog) -> "WorkflowSettings":
+        s = plan.settings
         sampling = catalog.sampling
-        width, height = _canvas(s)
+        width, height = s.canvas or s.max_canvas
         return cls(
-            dit=_file(catalog, s["dit_weights"]), text_encoder=_file(catalog, s["text_encoder_weights"]),
-            vae=_file(catalog, s["vae_weights"]),
-            audio_vae=_file(catalog, s.get("audio_vae_weights") or catalog.audio_vae[0].id),
-            width=width, height=height, frames=int(s.get("frames") or s["max_frames"]),
-            steps=int(s.get("steps") or sampling.steps),
+            dit=_file(catalog, s.dit_weights), text_encoder=_file(catalog, s.text_encoder_weights),
+            vae=_file(catalog, s.vae_weights),
+            audio_vae=_file(catalog, s.audio_vae_weights or catalog.audio_vae[0].id),
+            width=int(width), height=int(height), frames=int(s.frames or s.max_frames),
+            steps=int(s.steps or sampling.steps),
             sampler=sampling.sampler, scheduler=sampling.scheduler,
             shift_video=float(sampling.shift_video), shift_audio=float(sampling.shift_audio),
             fps=int(sampling.fps), seed=int(sampling.seed),
-            guard_memory=bool(s.get("unload_text_encoder", True)),
-            cfg=float(s["cfg"] if s.get("cfg") is not None else sampling.cfg),
-            lora=_file(catalog, s["lora"]) if s.get("lora") else None,
-            lora_strength=float(s.get("lora_strength") or 1.0),
+            guard_memory=True,
+            cfg=float(s.cfg if s.cfg is not None else sampling.cfg),
+            lora=_file(catalog, s.lora) if s.lora else None,
+            lora_strength=float(s.lora_strength or 1.0),
             stream=_stream(s))
 
 
-def _stream(settings: dict) -> dict | None:
+def _stream(settings: PlanSettings) -> dict | None:
     """The streamed loader's widget values when the plan streams the DiT (settings.streaming.enabled)."""
-    st = settings.get("streaming") or {}
-    if not st.get("enabled"):
+    st = settings.streaming
+    if not st.enabled:
         return None
-    preload = st.get("preload_bytes", settings.get("preload_bytes"))
-    return {"preload_bytes": int(preload or 0), "shard_size_bytes": int(settings.get("shard_size_bytes") or 0),
-            "prefetch_blocks": int(st.get("prefetch_blocks") or settings.get("prefetch_blocks") or 1)}
-
-
-def _canvas(settings: dict) -> tuple[int, int]:
-    canvas = settings.get("canvas") or settings["max_canvas"]
-    return int(canvas[0]), int(canvas[1])
+    preload = st.streamed.preload_bytes if st.streamed is not None else settings.preload_bytes
+    return {"preload_bytes": int(preload or 0), "shard_size_bytes": int(settings.shard_size_bytes or 0),
+            "prefetch_blocks": int(st.prefetch_blocks or 1)}
 
 
 def _file(catalog, weight_id: str) -> LoadedFile:
@@ -182,7 +178,7 @@ def _load_text_encoder(g: Graph, ws: WorkflowSettings):
     return g.add("CLIPLoader", "text encoder", clip_name=f.name, type=ws.text_encoder_type, device="default")
 
 
-def pack_files(plan: dict, catalog, profile: str, specs: dict | None = None) -> dict[str, bytes]:
+def pack_files(plan: Plan, catalog, profile: str, specs: dict | None = None) -> dict[str, bytes]:
     """Relative path inside the pack -> bytes, for both formats of every workflow of `plan`."""
     return files(WorkflowSettings.from_plan(plan, catalog), specs if specs is not None else comfy_nodes.load(), profile)
 

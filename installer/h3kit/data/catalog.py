@@ -291,7 +291,7 @@ class Profile:
     name: str
     description: str
     match: dict  # sizes in bytes: gpu_memory and ram are (min, max | None)
-    settings: dict  # typed (data.settings.typed); the file's own spelling is `written`
+    settings: settings_mod.Settings  # typed (data.settings.typed); the file's own spelling is `written`
     path: Path
     why: dict = field(default_factory=dict)  # settings key -> the reason (and source) for the profile's value
     written: dict = field(default_factory=dict)  # the settings as the file spells them ("4 GB", [1344, 768])

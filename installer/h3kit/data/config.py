@@ -39,6 +39,7 @@ from h3kit.core.errors import BadInput
 from h3kit.core.paths import Locations
 from h3kit.core.paths import locations as default_locations
 from h3kit.data import settings as settings_mod
+from h3kit.data.settings import Settings
 from h3kit.data.yamlio import Problems, YamlDoc, parse_yaml
 
 KNOWN_KEYS = ("profile", "overrides", "comfyui_path", "calibrated", "comfyui_python", "models")
@@ -55,14 +56,20 @@ HEADER = """# h3kit configuration. Edit by hand; the next `h3kit plan` uses it.
 @dataclass
 class Config:
     profile: str = "auto"
-    overrides: dict = field(default_factory=dict)  # typed like a profile's settings (data.settings.typed)
+    overrides: Settings = field(default_factory=Settings)  # typed like a profile's settings (data.settings.typed)
     comfyui_path: str | None = None
-    calibrated: dict = field(default_factory=dict)  # typed the same way
+    calibrated: Settings = field(default_factory=Settings)  # typed the same way
     comfyui_python: str | None = None
     models: dict = field(default_factory=dict)  # {mirror: URL}
     raw: Path | None = None  # the file read (None when there was none)
     doc: YamlDoc | None = None
     notes: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # a caller's mapping of checked values (a test, a script) is typed here, as load() types the file's
+        for section in ("overrides", "calibrated"):
+            if not isinstance(getattr(self, section), Settings):
+                setattr(self, section, settings_mod.typed(getattr(self, section)))
 
     @property
     def mirror(self) -> str | None:

@@ -4,13 +4,17 @@ One table serves all three places, so an override is checked exactly like
 the profile value it replaces. Errors go into a `Problems` collector, which
 names file:line and key; whether a valid value *fits* the machine is the
 planner's question (a warning there, never an error here). `typed` turns
-checked settings into the values the planner computes with.
+checked settings into the values the planner computes with: a `Settings`,
+one field per key of the table, `given` naming the keys the layer sets.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal, Mapping
 
 from h3kit.data.yamlio import (
     Problems,
@@ -214,20 +218,93 @@ def check(settings: Any, base: tuple, problems: Problems, catalog, *, complete: 
                 problems.add(base + ("comfyui_args", i), f"is {arg!r}, which harms H3; not allowed: {', '.join(avoid)}")
 
 
-def typed(settings: dict) -> dict:
+def typed(settings: dict | None) -> Settings:
     """Checked settings as the planner uses them: sizes in bytes, canvases as (width, height); auto stays auto."""
-    out = dict(settings)
-    for key in SIZE_KEYS:
-        if key in out and out[key] != AUTO:
-            out[key] = parse_size(out[key])
-    for key in CANVAS_KEYS:
-        if key in out:
-            out[key] = tuple(out[key])
-    for key in ("cfg", "target_minutes"):
-        if key in out:
-            out[key] = float(out[key])
-    if isinstance(out.get("stream_dit"), bool):
-        out["stream_dit"] = "on" if out["stream_dit"] else "off"
-    if "timing" in out:
-        out["timing"] = {k: (_seconds(x) if k in TIMING_REQUIRED + TIMING_OPTIONAL else x) for k, x in out["timing"].items()}
-    return out
+    return Settings.from_checked(settings or {})
+
+
+# The keys whose check accepts "auto": unset, they are auto (the planner decides).
+AUTO_KEYS = ("dit_weights", "quantization", "text_encoder_weights", "vae_weights", "shard_size_bytes",
+             "preload_bytes", "preset", "stream_dit")
+Auto = Literal["auto"]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One layer of settings (a profile's, `calibrated:` or `overrides:`), or their merge: one field per key
+    of the table above, each typed as `typed` makes it. `given` names the keys the layer sets; a key it does
+    not set reads as auto where auto is allowed (AUTO_KEYS), else None."""
+
+    dit_weights: str | Auto = AUTO
+    quantization: str | Auto = AUTO
+    text_encoder_weights: str | Auto = AUTO
+    vae_weights: str | Auto = AUTO
+    shard_size_bytes: int | Auto = AUTO
+    preload_bytes: int | Auto = AUTO
+    vae_tile_size: int | None = None
+    vae_tile_overlap: int | None = None
+    vae_temporal_tile: int | None = None
+    max_canvas: tuple[int, int] | None = None
+    min_canvas: tuple[int, int] | None = None
+    max_frames: int | None = None
+    canvas: tuple[int, int] | None = None
+    frames: int | None = None
+    steps: int | None = None
+    cfg: float | None = None
+    preset: str | Auto = AUTO
+    target_minutes: float | None = None
+    timing: Mapping[str, Any] | None = None
+    stream_dit: str = AUTO  # auto | on | off
+    prefetch_blocks: int | None = None
+    min_frames: int | None = None
+    formats: tuple[str, ...] | None = None
+    stream_from: str | None = None  # ram | disk
+    max_shard_blocks: int | None = None
+    comfyui_args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    os_ram_headroom: int | None = None
+    given: frozenset[str] = frozenset()
+
+    @classmethod
+    def from_checked(cls, settings: Mapping[str, Any]) -> Settings:
+        """A layer from values `check` accepted (or already typed ones): sizes in bytes, tuples, on/off."""
+        out = dict(settings)
+        for key in SIZE_KEYS:
+            if key in out and out[key] != AUTO:
+                out[key] = parse_size(out[key])
+        for key in CANVAS_KEYS:
+            if key in out:
+                out[key] = tuple(out[key])
+        for key in ("cfg", "target_minutes"):
+            if key in out:
+                out[key] = float(out[key])
+        if isinstance(out.get("stream_dit"), bool):
+            out["stream_dit"] = "on" if out["stream_dit"] else "off"
+        if "timing" in out:
+            out["timing"] = MappingProxyType({k: (_seconds(x) if k in TIMING_REQUIRED + TIMING_OPTIONAL else x)
+                                              for k, x in out["timing"].items()})
+        for key in ("formats", "comfyui_args"):
+            if key in out:
+                out[key] = tuple(out[key] or ())
+        if "env" in out:
+            out["env"] = MappingProxyType(dict(out["env"] or {}))
+        unknown = set(out) - set(KEYS)
+        if unknown:
+            raise ValueError(f"not settings keys: {', '.join(sorted(unknown))}")
+        return cls(**out, given=frozenset(out))
+
+    def items(self) -> list[tuple[str, Any]]:
+        """(key, value) for the keys this layer sets, in the table's order."""
+        return [(k, getattr(self, k)) for k in KEYS if k in self.given]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The keys this layer sets and their typed values."""
+        return dict(self.items())
+
+    def over(self, layer: Settings) -> Settings:
+        """These settings with every key `layer` sets taken from it (profile < calibrated < overrides)."""
+        return dataclasses.replace(self, **dict(layer.items()), given=self.given | layer.given)
+
+    def but(self, **values) -> Settings:
+        """A copy with `values` set (and counted as given)."""
+        return dataclasses.replace(self, **values, given=self.given | frozenset(values))

@@ -7,6 +7,7 @@ from pathlib import Path
 from h3kit.core.errors import NotReady
 from h3kit.core.session import Session
 from h3kit.core.units import human_bytes
+from h3kit.data.plan_doc import Plan
 from h3kit.models.files import (
     SCHEMA,
     file_state,
@@ -20,7 +21,7 @@ from h3kit.models.loader_pack import install_loader_pack
 from h3kit.models.store import fetch
 
 
-def doctor_findings(plan: dict, comfyui_dir) -> list[dict]:
+def doctor_findings(plan: Plan, comfyui_dir) -> list[dict]:
     """Findings for `h3kit doctor`: files present, loader packs installed, known load problems. Never raises."""
     try:
         ctx = Session()
@@ -65,9 +66,9 @@ def _finding(check: str, status: str, message: str, fix: str | None) -> dict:
 TRUSTED = ("stock", "with_loader_pack", "with_h3kit_loader")
 
 
-def distrusted(plan: dict, files) -> dict[str, str]:
+def distrusted(plan: Plan, files) -> dict[str, str]:
     """name -> why, for the plan's files that are not reported to load in ComfyUI (or have no confirmed source)."""
-    loads = plan.get("comfyui_loads") or {}
+    loads = plan.comfyui_loads
     out = {}
     for f in files:
         state = loads.get(f.part, "unknown")
@@ -79,7 +80,7 @@ def distrusted(plan: dict, files) -> dict[str, str]:
     return out
 
 
-def ensure_models(ctx, plan: dict, comfyui_dir, *, skip: bool, with_loaders: bool, config=None,
+def ensure_models(ctx, plan: Plan, comfyui_dir, *, skip: bool, with_loaders: bool, config=None,
                   allow_unverified: bool = False) -> dict:
     """The install step: state the total, ask (or --yes / --no-models), fetch, install loader packs on request.
 

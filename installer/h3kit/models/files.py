@@ -18,6 +18,7 @@ from pathlib import Path
 from h3kit.comfyui import manifest as manifest_mod
 from h3kit.core.errors import BadInput
 from h3kit.data.catalog_sections import LoaderPack
+from h3kit.data.plan_doc import Plan
 from h3kit.models.download import ROUNDED_SIZE_TOLERANCE, Want
 
 SCHEMA = "h3kit.models/1"
@@ -77,13 +78,13 @@ def _catalog(catalog=None):
     return load()
 
 
-def files_for_plan(plan: dict, catalog=None) -> list[ModelFile]:
+def files_for_plan(plan: Plan, catalog=None) -> list[ModelFile]:
     """The files `plan` needs, DiT first, then text encoder, VAEs and the preset's LoRA, each from its catalog entry."""
     cat = _catalog(catalog)
-    settings = plan.get("settings") or {}
-    ids = [settings.get("dit_weights"), settings.get("text_encoder_weights"), settings.get("vae_weights"),
-           settings.get("audio_vae_weights") or (cat.audio_vae[0].id if cat.audio_vae else None),
-           settings.get("lora")]  # the preset's LoRA (the fast preset's Turbo LoRA), when it uses one
+    settings = plan.settings
+    ids = [settings.dit_weights, settings.text_encoder_weights, settings.vae_weights,
+           settings.audio_vae_weights or (cat.audio_vae[0].id if cat.audio_vae else None),
+           settings.lora]  # the preset's LoRA (the fast preset's Turbo LoRA), when it uses one
     packs = cat.loader_packs
     out: list[ModelFile] = []
     for wid in ids:
@@ -115,7 +116,7 @@ def loader_packs(files: list[ModelFile], comfyui_dir: Path | None) -> list[dict]
     return list(seen.values())
 
 
-def plan_doc(plan: dict, *, comfyui_dir: Path | None = None, catalog=None) -> dict:
+def plan_doc(plan: Plan, *, comfyui_dir: Path | None = None, catalog=None) -> dict:
     files = files_for_plan(plan, catalog)
     total = sum(f.bytes for f in files)
     warnings = []
@@ -132,8 +133,8 @@ def plan_doc(plan: dict, *, comfyui_dir: Path | None = None, catalog=None) -> di
             warnings.append(f"{f.name}: {f.comfyui_compat}.")
         if f.unverified:
             warnings.append(f"{f.name}: {f.unverified}.")
-    disk = (plan.get("estimates") or {}).get("disk_bytes")
-    return {"schema": SCHEMA, "action": "plan", "profile": plan.get("profile"),
+    disk = plan.estimates.disk_bytes
+    return {"schema": SCHEMA, "action": "plan", "profile": plan.profile,
             "files": [f.to_json() for f in files], "total_bytes": total, "plan_disk_bytes": disk,
             "loader_packs": loader_packs(files, comfyui_dir), "warnings": warnings}
 
@@ -173,7 +174,7 @@ def file_state(f: ModelFile, comfyui_dir: Path, man: manifest_mod.Manifest) -> d
     return {"name": f.name, "path": str(f.dest(comfyui_dir)), "state": "missing", "bytes_on_disk": 0, "by_h3kit": False}
 
 
-def status_doc(ctx, plan: dict, comfyui_dir: Path, *, catalog=None) -> dict:
+def status_doc(ctx, plan: Plan, comfyui_dir: Path, *, catalog=None) -> dict:
     files = files_for_plan(plan, catalog)
     man = manifest_for(ctx, comfyui_dir)
     rows = []

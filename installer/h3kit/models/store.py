@@ -19,6 +19,7 @@ from tqdm import tqdm
 from h3kit.comfyui.journal import Journal
 from h3kit.core.errors import BadInput, NotReady, VerificationFailed
 from h3kit.core import files as core_files
+from h3kit.data.plan_doc import Plan
 from h3kit.core.files import nearest_existing, sha256_file
 from h3kit.core.units import human_bytes
 from h3kit.models.download import ROUNDED_SIZE_TOLERANCE, Downloader, Fetched, HostsUnreachable, check_free_space
@@ -57,7 +58,7 @@ def _ensure_folder(journal: Journal, folder: Path) -> None:
     journal.mkdirs(missing[:next(i for i, p in enumerate(missing) if p.exists())], ROLE)
 
 
-def fetch(ctx, plan: dict, comfyui_dir: Path, *, from_dir: Path | None = None, downloader: Downloader | None = None,
+def fetch(ctx, plan: Plan, comfyui_dir: Path, *, from_dir: Path | None = None, downloader: Downloader | None = None,
           free_bytes=None, catalog=None, config=None, skip_names: set | frozenset = frozenset()) -> dict:
     """Get every missing file of the plan into ComfyUI; raises NotReady / VerificationFailed.
 
@@ -187,7 +188,7 @@ def _same_disk(src: Path | None, comfyui_dir: Path) -> bool:
 
 # -- verify / remove ---------------------------------------------------------------------
 
-def verify(ctx, plan: dict, comfyui_dir: Path, *, catalog=None) -> dict:
+def verify(ctx, plan: Plan, comfyui_dir: Path, *, catalog=None) -> dict:
     """Re-hash every present file against the catalog hash, else the hash recorded when h3kit wrote it."""
     files = files_for_plan(plan, catalog)
     man = manifest_for(ctx, comfyui_dir)
@@ -218,7 +219,7 @@ def verify(ctx, plan: dict, comfyui_dir: Path, *, catalog=None) -> dict:
     return doc
 
 
-def remove(ctx, comfyui_dir: Path, *, plan: dict | None = None, catalog=None) -> dict:
+def remove(ctx, comfyui_dir: Path, *, plan: Plan | None = None, catalog=None) -> dict:
     """Delete the model files h3kit recorded for this ComfyUI; a file the user put there or changed stays."""
     comfyui_dir = Path(comfyui_dir)
     man = manifest_for(ctx, comfyui_dir)

@@ -32,19 +32,22 @@ the hardware needs.
 
 from __future__ import annotations
 
+from dataclasses import fields
+from types import MappingProxyType
 from typing import Mapping
 
 from h3kit.core.errors import BadInput
 from h3kit.data import catalog as catalog_mod
 from h3kit.data.catalog import Catalog, Machine, Profile
 from h3kit.data.fingerprint import Fingerprint
+from h3kit.data.plan_doc import (SCHEMA, CandidateSummary, ClipTime, Estimates, FormatEvidence, MemoryBudget,
+                                 PhasePeak, Plan, PlanSettings, Streaming)
 from h3kit.plan.loads import blocked_sentence, evidence_doc, evidence_rationale, reported_setup_rationale
 from h3kit.plan.rationale import rationale_for, warnings_for
 from h3kit.plan.search import Candidate, plan_profile
-
 from h3kit.plan.streaming import decide_streaming
 
-SCHEMA = "h3kit.plan/1"
+__all__ = ["SCHEMA", "Plan", "make_plan"]
 
 
 def _candidates(fingerprint: Fingerprint, machine: Machine, profiles: Mapping[str, Profile], wanted: str,
@@ -65,8 +68,8 @@ def _candidates(fingerprint: Fingerprint, machine: Machine, profiles: Mapping[st
 
 
 def make_plan(fingerprint: Fingerprint, catalog: Catalog, profiles: Mapping[str, Profile], *,
-              profile: str | None = None, config=None, evidence=None) -> dict:
-    """An h3kit.plan/1 for `fingerprint`. `profile` (a name) beats config.profile; 'auto'/None lets matching decide.
+              profile: str | None = None, config=None, evidence=None) -> Plan:
+    """The Plan (h3kit.data.plan_doc; `.to_json()` is the h3kit.plan/1) for `fingerprint`. `profile` (a name) beats config.profile; 'auto'/None lets matching decide.
 
     `catalog` and `profiles` are h3kit.data.catalog.load() and load_profiles(catalog); `config` is a
     h3kit.data.config.Config or None (no config file); `evidence` the format probe measured on this machine
@@ -85,55 +88,42 @@ def make_plan(fingerprint: Fingerprint, catalog: Catalog, profiles: Mapping[str,
                        + (f" and gives the best plan of {len(plans)} matching ({', '.join(others)} also matched)."
                           if others else "."))
     ch, e, s, b = best.choice, best.est, best.settings, best.budget
-    settings = {
-        "dit_weights": ch.dit.id,
-        "quantization": ch.dit.format,
-        "text_encoder_weights": ch.te.id,
-        "vae_weights": ch.vae.id,
-        "audio_vae_weights": ch.audio_vae.id,
-        "shard_size_bytes": e.shard,
-        "preload_bytes": e.preload,
-        "vae_tile_size": s["vae_tile_size"],
-        "vae_tile_overlap": s["vae_tile_overlap"],
-        "vae_temporal_tile": s["vae_temporal_tile"],
-        "max_canvas": list(ch.canvas),
-        "max_frames": ch.frames,
-        "comfyui_args": list(s.get("comfyui_args") or []),
-        "comfyui_args_version_dependent": True,
-        "env": {k: str(v) for k, v in (s.get("env") or {}).items()},
-        "stream_from": s["stream_from"],
-        "streaming": {"resident": e.resident, "blocks": catalog.blocks, "block_bytes": e.block,
-                      "resident_blocks": catalog.blocks if e.resident else e.preload // e.block,
-                      "shard_blocks": e.shard_blocks},
-    }
-    defaults, time, defaults_why, defaults_warnings = best.defaults, best.time, best.defaults_why, best.defaults_warnings
-    settings.update(defaults)
-    settings["timing"] = best.timing
+    defaults, time = best.defaults, best.time
     lora = catalog.weight(defaults["lora"]) if defaults["lora"] else None
     decided, stream_why = decide_streaming(fingerprint, machine, s, e, catalog, budget=b, dit_weight=ch.dit,
                                            choice=ch, held=best.held)
-    settings["streaming"].update(decided)
-    return {
-        "schema": SCHEMA,
-        "model": catalog.model.id,
-        "profile": best.profile.name,
-        "fits": best.fits,
-        "settings": settings,
-        "comfyui_loads": {w.part: w.comfyui_loads for w in (ch.dit, ch.te, ch.vae, ch.audio_vae)},
-        "evidence": evidence_doc(catalog, best),
-        "blocked": blocked_sentence(catalog, best, lora),
-        "settings_source": {k: best.source.get(k, "planner") for k in settings},
-        "budget": {"gpu_bytes": b.gpu_bytes, "ram_bytes": b.ram_bytes, "disk_bytes": b.disk_bytes,
-                   "unified_memory": b.unified},
-        "estimates": {"peak_gpu_bytes": e.peak_gpu, "peak_ram_bytes": e.peak_ram,
-                      "disk_bytes": e.disk + (lora.bytes if lora else 0),
-                      "tokens": e.tokens, "activation_bytes": e.activations, "phases": e.phases,
-                      "minutes_per_clip": time["minutes_per_clip"], "seconds_per_step": time["seconds_per_step"],
-                      "time": time},
-        "candidates": [{"profile": p.profile.name, "fits": p.est.fits, "quantization": p.choice.dit.format,
-                        "max_canvas": list(p.choice.canvas), "max_frames": p.choice.frames,
-                        "streamed": p.est.streamed} for p in plans],
-        "rationale": (rationale_for(catalog, best, why_profile) + defaults_why + stream_why
-                      + evidence_rationale(catalog, best) + reported_setup_rationale(catalog, best)),
-        "warnings": notes + warnings_for(catalog, best, config) + defaults_warnings,
-    }
+    streaming = Streaming.from_json({"resident": e.resident, "blocks": catalog.blocks, "block_bytes": e.block,
+                                     "resident_blocks": catalog.blocks if e.resident else e.preload // e.block,
+                                     "shard_blocks": e.shard_blocks, **decided})
+    settings = PlanSettings(
+        dit_weights=ch.dit.id, quantization=ch.dit.format, text_encoder_weights=ch.te.id, vae_weights=ch.vae.id,
+        audio_vae_weights=ch.audio_vae.id, shard_size_bytes=e.shard, preload_bytes=e.preload,
+        vae_tile_size=s.vae_tile_size, vae_tile_overlap=s.vae_tile_overlap,
+        vae_temporal_tile=s.vae_temporal_tile, max_canvas=tuple(ch.canvas), max_frames=ch.frames,
+        comfyui_args=s.comfyui_args, comfyui_args_version_dependent=True,
+        env=MappingProxyType({k: str(v) for k, v in s.env.items()}), stream_from=s.stream_from,
+        streaming=streaming, canvas=tuple(defaults["canvas"]), frames=defaults["frames"], steps=defaults["steps"],
+        cfg=defaults["cfg"], preset=defaults["preset"], lora=defaults["lora"], lora_strength=defaults["lora_strength"],
+        target_minutes=defaults["target_minutes"], timing=MappingProxyType(dict(best.timing)))
+    return Plan(
+        model=catalog.model.id,
+        profile=best.profile.name,
+        fits=best.fits,
+        settings=settings,
+        comfyui_loads=MappingProxyType({w.part: w.comfyui_loads for w in (ch.dit, ch.te, ch.vae, ch.audio_vae)}),
+        evidence=MappingProxyType({part: FormatEvidence(**ev) for part, ev in evidence_doc(catalog, best).items()}),
+        blocked=blocked_sentence(catalog, best, lora),
+        settings_source=MappingProxyType({f.name: best.source.get(f.name, "planner") for f in fields(settings)}),
+        budget=MemoryBudget(b.gpu_bytes, b.ram_bytes, b.disk_bytes, b.unified),
+        estimates=Estimates(peak_gpu_bytes=e.peak_gpu, peak_ram_bytes=e.peak_ram,
+                            disk_bytes=e.disk + (lora.bytes if lora else 0), tokens=e.tokens,
+                            activation_bytes=e.activations,
+                            phases=MappingProxyType({k: PhasePeak(**v) for k, v in e.phases.items()}),
+                            minutes_per_clip=time["minutes_per_clip"], seconds_per_step=time["seconds_per_step"],
+                            time=ClipTime.from_json(time)),
+        candidates=tuple(CandidateSummary(p.profile.name, p.est.fits, p.choice.dit.format, tuple(p.choice.canvas),
+                                          p.choice.frames, p.est.streamed) for p in plans),
+        rationale=tuple(rationale_for(catalog, best, why_profile) + best.defaults_why + stream_why
+                        + evidence_rationale(catalog, best) + reported_setup_rationale(catalog, best)),
+        warnings=tuple(notes + warnings_for(catalog, best, config) + best.defaults_warnings),
+    )

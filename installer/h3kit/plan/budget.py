@@ -40,6 +40,7 @@ from pathlib import PurePath, PurePosixPath, PureWindowsPath
 from h3kit.data.architecture import tokens_for
 from h3kit.data.catalog import Catalog, Weight
 from h3kit.data.fingerprint import Disk, Fingerprint
+from h3kit.data.settings import AUTO, Settings
 
 GIB = 2**30
 
@@ -92,12 +93,12 @@ def disk_for(disks: tuple[Disk, ...], folder: str | None, system: str) -> Disk |
     return max(disks, key=lambda d: d.free_bytes) if disks else None
 
 
-def make_budget(cat: Catalog, fingerprint: Fingerprint, settings: dict, comfyui_path: str | None = None, *,
+def make_budget(cat: Catalog, fingerprint: Fingerprint, settings: Settings, comfyui_path: str | None = None, *,
                 cpu: bool = False) -> Budget:
     """What ComfyUI may use on this machine under `settings`; `cpu` plans as if there were no GPU."""
     gpu = fingerprint.primary_gpu
     ram_total = fingerprint.ram_total_bytes
-    headroom = settings["os_ram_headroom"]
+    headroom = settings.os_ram_headroom
     ram_bytes = max(ram_total - headroom, 0)
     disk = disk_for(fingerprint.disks, comfyui_path, fingerprint.os.system)
     disk_bytes = int(disk.free_bytes) if disk else 0
@@ -106,7 +107,7 @@ def make_budget(cat: Catalog, fingerprint: Fingerprint, settings: dict, comfyui_
         return Budget(None, ram_bytes, disk_bytes, False, None, None, 0, ram_total, headroom,
                       disk_path, disk_kind, 0, "cpu")
     gpu_total = int(gpu.memory_total_bytes)
-    reserve = _reserve(cat, fingerprint, gpu_total, settings.get("comfyui_args") or [])
+    reserve = _reserve(cat, fingerprint, gpu_total, list(settings.comfyui_args))
     cu = cat.comfyui
     weights_cap = int(gpu_total * cu.weights_share - (cu.inference_minimum + reserve))
     gpu_bytes = gpu_total - reserve
@@ -168,18 +169,18 @@ def _encode_phase(cat: Catalog, budget: Budget, choice: Choice, process: int) ->
     return on_gpu, process + (te_need - on_gpu)
 
 
-def _shard_blocks(settings: dict, block: int) -> int:
+def _shard_blocks(settings: Settings, block: int) -> int:
     """Whole blocks per transfer: a transfer never splits a block, so an asked size rounds down (to one at least)."""
-    if settings.get("shard_size_bytes", "auto") != "auto":
-        return max(1, settings["shard_size_bytes"] // block)
-    return int(settings.get("max_shard_blocks") or 1)
+    if settings.shard_size_bytes != AUTO:
+        return max(1, settings.shard_size_bytes // block)
+    return int(settings.max_shard_blocks or 1)
 
 
-def _preload(cat: Catalog, budget: Budget, settings: dict, dit: int, block: int, act: int, shard: int) -> int:
+def _preload(cat: Catalog, budget: Budget, settings: Settings, dit: int, block: int, act: int, shard: int) -> int:
     """DiT bytes kept on the GPU: all of it when it fits with room to spare, else whole blocks that leave
     room for activations, ComfyUI's inference minimum and two shard buffers."""
-    if settings.get("preload_bytes", "auto") != "auto":
-        preload = min(settings["preload_bytes"], dit)
+    if settings.preload_bytes != AUTO:
+        preload = min(settings.preload_bytes, dit)
     else:
         resident_need = dit + cat.memory.gpu_resident_overhead
         room = budget.gpu_bytes - act - cat.comfyui.inference_minimum
@@ -194,19 +195,19 @@ def held_bytes(cat: Catalog, weight: Weight, backend: str) -> int:
     return int(weight.bytes * cat.comfyui.held_factor(weight.part, weight.format, backend))
 
 
-def _streamed_resident(cat: Catalog, budget: Budget, settings: dict, block: int, per_block: int,
+def _streamed_resident(cat: Catalog, budget: Budget, settings: Settings, block: int, per_block: int,
                        ram_peak: int, gpu_peak: int | None) -> int:
     """Blocks h3kit's loader keeps for the whole run: preload_bytes when set, else as many as the phases leave room
     for (they sit beside every phase, the next prompt's text encoding too); at least one block streams."""
-    if settings.get("preload_bytes", "auto") != "auto":
-        return max(0, min(cat.blocks - 1, settings["preload_bytes"] // block))
+    if settings.preload_bytes != AUTO:
+        return max(0, min(cat.blocks - 1, settings.preload_bytes // block))
     room = budget.ram_bytes - ram_peak
     if gpu_peak is not None:
         room = min(room, budget.gpu_bytes - gpu_peak)
     return max(0, min(cat.blocks - 1, room // per_block))
 
 
-def memory_estimate(cat: Catalog, budget: Budget, settings: dict, choice: Choice, stream: int | None = None) -> Estimate:
+def memory_estimate(cat: Catalog, budget: Budget, settings: Settings, choice: Choice, stream: int | None = None) -> Estimate:
     """Per-phase GPU and RAM needs of `choice` under `settings`, and what is short of `budget`.
 
     `stream` None: ComfyUI loads the DiT its own way (whole in RAM on a CPU and in unified memory on
@@ -224,7 +225,7 @@ def memory_estimate(cat: Catalog, budget: Budget, settings: dict, choice: Choice
                                                                                           budget.backend)
     # a computing (or resident) block of h3kit's loader: dequantized GGUF, or cast as ComfyUI casts
     per_block = int(block * (cat.streamed_block_factor(choice.dit, budget.backend) if stream is not None else cast))
-    from_disk = settings["stream_from"] == "disk" or stream is not None
+    from_disk = settings.stream_from == "disk" or stream is not None
     gpu = budget.gpu_bytes
     enc_gpu, enc_ram = _encode_phase(cat, budget, choice, process)
     # the CPU reads in place (nodes/h3kit_streaming.py, "direct"): its read-ahead is page cache, not RSS
@@ -232,8 +233,8 @@ def memory_estimate(cat: Catalog, budget: Budget, settings: dict, choice: Choice
 
     shard_blocks = _shard_blocks(settings, block)
     shard = shard_blocks * block
-    tile = settings["vae_tile_size"] + 2 * settings["vae_tile_overlap"]
-    tile_ws = tile * tile * settings["vae_temporal_tile"] * mem.vae_decode_bytes_per_voxel
+    tile = settings.vae_tile_size + 2 * settings.vae_tile_overlap
+    tile_ws = tile * tile * settings.vae_temporal_tile * mem.vae_decode_bytes_per_voxel
     video = choice.canvas[0] * choice.canvas[1] * choice.frames * mem.decoded_video_bytes_per_pixel_frame
     vae_need = held_bytes(cat, choice.vae, budget.backend) + held_bytes(cat, choice.audio_vae, budget.backend) + tile_ws
     resident_blocks = 0

@@ -22,6 +22,7 @@ from dataclasses import replace
 
 from h3kit.core.units import human_seconds
 from h3kit.data.catalog import Catalog
+from h3kit.data.settings import Settings
 from h3kit.data.speed import PRESET_ORDER, Preset
 from h3kit.plan.timing import estimate_clip
 
@@ -47,15 +48,15 @@ def _when(source: dict, key: str) -> str:
     return source.get(key, "the settings")
 
 
-def _options(cat: Catalog, settings: dict, max_canvas: tuple, max_frames: int, preset: Preset, cap: int):
+def _options(cat: Catalog, settings: Settings, max_canvas: tuple, max_frames: int, preset: Preset, cap: int):
     """(canvas, frames) pairs to try for `preset`, best first: largest canvas, then most frames."""
-    if "canvas" in settings:
-        canvases = [tuple(settings["canvas"])]
+    if settings.canvas is not None:
+        canvases = [settings.canvas]
     else:
         canvases = [c for c in cat.canvas_ladder if _fits(c, max_canvas)] or [tuple(max_canvas)]
         canvases = [c for c in canvases if c[0] * c[1] >= preset.min_canvas[0] * preset.min_canvas[1]]
-    if "frames" in settings:
-        frames = [int(settings["frames"])]
+    if settings.frames is not None:
+        frames = [settings.frames]
     else:
         top = min(max_frames, cap)
         frames = sorted({f for f in cat.frames_ladder if preset.min_frames <= f <= top}, reverse=True)
@@ -72,23 +73,23 @@ def _doubtful_loras(cat: Catalog, presets: dict) -> dict:
     return out
 
 
-def workflow_defaults(cat: Catalog, settings: dict, source: dict, max_canvas: tuple, max_frames: int,
+def workflow_defaults(cat: Catalog, settings: Settings, source: dict, max_canvas: tuple, max_frames: int,
                       timing: dict, *, pass_overhead: float = 0.0) -> tuple[dict, dict, list[str], list[str]]:
     """({canvas, frames, steps, cfg, preset, lora, lora_strength, target_minutes}, the time estimate,
     rationale sentences, warnings). `pass_overhead`: the share h3kit's streamed loader adds to each model call."""
     arch = {"blocks": cat.blocks}
     fps = float(cat.sampling.fps)
-    target = float(settings.get("target_minutes") or TARGET_MINUTES)
+    target = float(settings.target_minutes or TARGET_MINUTES)
     presets = _presets(cat)
-    wanted = settings.get("preset", "auto")
+    wanted = settings.preset
     doubtful = {} if wanted in presets else _doubtful_loras(cat, presets)
     order = [wanted] if wanted in presets else \
         ([p for p in PRESET_ORDER if p in presets and p not in doubtful] or [p for p in PRESET_ORDER if p in presets])
     cap = int(cat.sampling.frames)
 
     def run(p: Preset, canvas, frames) -> dict:
-        steps = int(settings.get("steps") or p.steps)
-        cfg = float(settings["cfg"]) if "cfg" in settings else p.cfg
+        steps = int(settings.steps or p.steps)
+        cfg = settings.cfg if settings.cfg is not None else p.cfg
         return estimate_clip(arch, timing, canvas, frames, steps, cfg, cat, pass_overhead=pass_overhead) | \
             {"steps": steps, "cfg": cfg}
 
@@ -117,9 +118,9 @@ def workflow_defaults(cat: Catalog, settings: dict, source: dict, max_canvas: tu
     met = chosen is not None
     if not met:  # nothing meets the target: the cheapest option, said plainly below
         p = relaxed
-        canvas = tuple(settings["canvas"]) if "canvas" in settings else \
+        canvas = settings.canvas if settings.canvas is not None else \
             min([c for c in cat.canvas_ladder if _fits(c, max_canvas)] or [tuple(max_canvas)], key=lambda c: c[0] * c[1])
-        frames = int(settings["frames"]) if "frames" in settings else \
+        frames = settings.frames if settings.frames is not None else \
             min([f for f in cat.frames_ladder if f <= max_frames] or [max_frames])
         chosen = (p, canvas, frames, run(p, canvas, frames))
     p, canvas, frames, est = chosen
@@ -136,7 +137,7 @@ def workflow_defaults(cat: Catalog, settings: dict, source: dict, max_canvas: tu
         why.append(f"No preset finishes one clip within target_minutes {target:g} ({'; '.join(skipped)}); "
                    f"the workflows open with the fastest, {p.name} ({p.why}).")
     limits = f"the memory limit is {max_canvas[0]}x{max_canvas[1]}, {max_frames} frames"
-    if "canvas" in settings:
+    if settings.canvas is not None:
         why.append(f"The workflows open at {canvas[0]}x{canvas[1]}, as {_when(source, 'canvas')} says ({limits}).")
         if not _fits(canvas, max_canvas):
             warnings.append(f"canvas {canvas[0]}x{canvas[1]} is beyond the largest canvas that fits in memory "
@@ -145,7 +146,7 @@ def workflow_defaults(cat: Catalog, settings: dict, source: dict, max_canvas: tu
         why.append(f"The workflows open at {canvas[0]}x{canvas[1]}, "
                    + (f"the largest canvas that meets the target with preset {p.name}" if met else
                       "the smallest canvas, since none meets the target") + f" ({limits}).")
-    if "frames" in settings:
+    if settings.frames is not None:
         why.append(f"They open with {frames} frames ({frames / fps:.1f} s of video), as {_when(source, 'frames')} says.")
         if frames > max_frames:
             warnings.append(f"frames {frames} is beyond the most frames that fit in memory ({max_frames}); "
@@ -154,11 +155,11 @@ def workflow_defaults(cat: Catalog, settings: dict, source: dict, max_canvas: tu
         why.append(f"They open with {frames} frames ({frames / fps:.1f} s of video), "
                    + ("the most within the target at that canvas" if met else "the fewest there are")
                    + f" (at most {min(max_frames, cap)}: the video node's default length {cap} or the memory limit).")
-    steps_from = f", as {_when(source, 'steps')} says," if "steps" in settings else f" (preset {p.name})"
+    steps_from = f", as {_when(source, 'steps')} says," if settings.steps is not None else f" (preset {p.name})"
     calls = "one model call per step" if est["model_calls_per_step"] == 1 else "two model calls per step (cfg is not 1.0)"
     why.append(f"They sample {est['steps']} steps{steps_from} at cfg {est['cfg']:g}, {calls}"
                + (f", with the LoRA {p.lora}" if p.lora else "") + f": about {took}, by {est['source']}.")
-    if "cfg" in settings and abs(est["cfg"] - 1.0) > 1e-9:
+    if settings.cfg is not None and abs(est["cfg"] - 1.0) > 1e-9:
         warnings.append(f"cfg {est['cfg']:g} ({_when(source, 'cfg')}) doubles the model calls per step, and H3 is "
                         "reported to give wrong results silently with any cfg but 1.0.")
     if not met:

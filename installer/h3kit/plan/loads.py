@@ -119,14 +119,14 @@ def _setup_shortfall(cat: Catalog, c: Candidate, setup: ReportedSetup) -> str:
     files = setup.files
     parts = [cat.weight(files.get(k, "")) or default for k, default in
              (("dit", c.choice.dit), ("text_encoder", c.choice.te), ("vae", c.choice.vae))]
-    canvas = tuple(c.settings.get("min_canvas") or cat.canvas_ladder[-1])
-    est = memory_estimate(cat, c.budget, c.settings, Choice(*parts, c.choice.audio_vae, canvas, c.settings["min_frames"]))
+    canvas = tuple(c.settings.min_canvas or cat.canvas_ladder[-1])
+    est = memory_estimate(cat, c.budget, c.settings, Choice(*parts, c.choice.audio_vae, canvas, c.settings.min_frames))
     if not est.short:
         return "h3kit's memory model fits it only at a smaller canvas than this plan's"
     what, need, have, phase = max(est.short, key=lambda s: s[1] - s[2])
     return (f"h3kit's memory model gives that setup {gb(need)} of {what} in the {phase} phase even at "
-            f"{canvas[0]}x{canvas[1]}x{c.settings['min_frames']}, against a budget of {gb(have)} (stream_from "
-            f"{c.settings.get('stream_from')}: ComfyUI keeps the off-card DiT blocks there); set dit_weights, "
+            f"{canvas[0]}x{canvas[1]}x{c.settings.min_frames}, against a budget of {gb(have)} (stream_from "
+            f"{c.settings.stream_from}: ComfyUI keeps the off-card DiT blocks there); set dit_weights, "
             "text_encoder_weights and vae_weights in config.yaml to try the reported setup anyway")
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from h3kit.core.units import gb
 from h3kit.data.catalog import Catalog, Weight
+from h3kit.data.settings import AUTO
 from h3kit.plan.search import Candidate
 
 # (Choice attribute, the name a person reads, the settings key that can force that file)
@@ -33,7 +34,7 @@ def _user_set(c: Candidate, key: str | None) -> str | None:
     """The config line that forced this part's file (its id, or for the DiT its format), else None."""
     keys = [key, "quantization"] if key == "dit_weights" else [key]
     for k in keys:
-        if k and c.settings.get(k, "auto") != "auto" and c.source.get(k, "").startswith(("override", "calibration")):
+        if k and getattr(c.settings, k) != AUTO and c.source.get(k, "").startswith(("override", "calibration")):
             return f"{k} from the {c.source[k]}"
     return None
 
@@ -41,7 +42,7 @@ def _user_set(c: Candidate, key: str | None) -> str | None:
 def _why_not_loadable(cat: Catalog, c: Candidate, part: str, w: Weight) -> str:
     """Why no file of this part that ranks better for loading was used: not allowed, not runnable, or too big."""
     s = c.settings
-    formats = [s["quantization"]] if s.get("quantization", "auto") != "auto" else s["formats"]
+    formats = [s.quantization] if s.quantization != AUTO else list(s.formats)
     not_allowed: list[str] = []
     cannot_run: list[str] = []
     left_out: list[str] = []  # runnable-check failures the rationale already gave ("Left out: ...")
@@ -124,8 +125,8 @@ def _profile_reasons(c: Candidate) -> list[str]:
     for key, why in c.profile.why.items():
         if not c.source.get(key, "").startswith("profile"):
             continue  # the user replaced the profile's value
-        bound = {"max_frames": ch.frames == s.get("max_frames"),
-                 "max_canvas": ch.canvas == s.get("max_canvas")}.get(key, True)
+        bound = {"max_frames": ch.frames == s.max_frames,
+                 "max_canvas": ch.canvas == s.max_canvas}.get(key, True)
         if bound:
             out.append(f"{key} {c.written[key]} is profile {c.profile.name}'s limit: {why}.")
     return out
@@ -150,7 +151,7 @@ def rationale_for(cat: Catalog, c: Candidate, why_profile: str) -> list[str]:
         out.append(f"{b.gpu_count} GPUs found; ComfyUI runs a workflow on one, so the plan uses the largest.")
     for why in c.skipped:
         out.append(f"Left out: {why}.")
-    why_format = (c.source.get("quantization", "profile") if s.get("quantization", "auto") != "auto"
+    why_format = (c.source.get("quantization", "profile") if s.quantization != AUTO
                   else "highest-quality format that fits among files ComfyUI loads" if not ch.dit.load_tier
                   else "a fallback, see below")
     cast = "" if e.block_held == e.block else f" as {cat.comfyui.dtype_on(b.backend)}"
@@ -181,36 +182,36 @@ def rationale_for(cat: Catalog, c: Candidate, why_profile: str) -> list[str]:
                        f"(DiT {gb(ch.dit.bytes)} + activations {gb(e.activations)} fit the GPU budget).")
         else:
             resident_blocks = e.preload // e.block
-            src = "the memory-mapped file on disk" if s["stream_from"] == "disk" else "RAM"
+            src = "the memory-mapped file on disk" if s.stream_from == "disk" else "RAM"
             out.append(f"ComfyUI's own loading: {resident_blocks} of {cat.blocks} blocks ({gb(e.block)} each) resident "
                        f"(preload {gb(e.preload)}), the other {cat.blocks - resident_blocks} stream from {src} "
                        f"{e.shard_blocks} block(s) ({gb(e.shard)}) per transfer, two buffers on the GPU.")
-    asked = s.get("shard_size_bytes", "auto")
-    if b.gpu_bytes is not None and asked != "auto" and asked != e.shard:
+    asked = s.shard_size_bytes
+    if b.gpu_bytes is not None and asked != AUTO and asked != e.shard:
         out.append(f"shard_size_bytes {c.written['shard_size_bytes']} was rounded to {e.shard_blocks} whole "
                    f"block(s) = {e.shard} bytes: a transfer never splits a block.")
-        if s["stream_from"] == "disk" and b.disk_kind == "hdd":
+        if s.stream_from == "disk" and b.disk_kind == "hdd":
             out.append("The model disk is a spinning disk: streaming from it starves the GPU; move models to an SSD.")
     enc = e.phases["encode"]
     out.append(f"Text encoder {ch.te.format}: {gb(ch.te.bytes)}, runs once per prompt and is dropped before sampling "
                f"(peak {'' if enc['gpu_bytes'] is None else 'GPU ' + gb(enc['gpu_bytes']) + ', '}RAM {gb(enc['ram_bytes'])}).")
     out.append(f"Video VAE {ch.vae.format} {gb(ch.vae.bytes)} + audio VAE {gb(ch.audio_vae.bytes)}; decode tiles "
-               f"{s['vae_tile_size']} px, overlap {s['vae_tile_overlap']} (h3kit Tiled VAE Decode sets them on the H3 "
+               f"{s.vae_tile_size} px, overlap {s.vae_tile_overlap} (h3kit Tiled VAE Decode sets them on the H3 "
                f"video VAE for the decode; its own are {H3_VAE_OWN_TILE} px): decode peak "
                + (f"{gb(e.phases['decode']['gpu_bytes'])} on the GPU." if b.gpu_bytes is not None else
                   f"{gb(e.phases['decode']['ram_bytes'])} of RAM "
                   + ("(with the resident blocks)." if e.streamed else "(the DiT is still loaded).")))
     out.append(f"The H3 video VAE chunks time itself ({H3_VAE_CLIP_FRAMES}-frame clips), so vae_temporal_tile "
-               f"({s['vae_temporal_tile']} frames) only applies to other VAEs.")
+               f"({s.vae_temporal_tile} frames) only applies to other VAEs.")
     out.append(f"Canvas {ch.canvas[0]}x{ch.canvas[1]} at {ch.frames} frames ({e.tokens} tokens): "
                + ("the largest that fits within the profile's limit "
-                  f"{s['max_canvas'][0]}x{s['max_canvas'][1]}x{s['max_frames']}." if c.searched and e.fits
+                  f"{s.max_canvas[0]}x{s.max_canvas[1]}x{s.max_frames}." if c.searched and e.fits
                   else "the smallest the profile allows, and even that does not fit (see warnings)." if not e.fits
                   else "set by the user."))
     out += _profile_reasons(c)
     out += _loads_rationale(cat, c)
     out.append(f"Disk: {gb(e.disk)} of weight files against {gb(b.disk_bytes)} free.")
-    args, env = s.get("comfyui_args") or [], s.get("env") or {}
+    args, env = list(s.comfyui_args), dict(s.env)
     out.append(f"ComfyUI flags {args or 'none'} and env {env or 'none'} from {c.source.get('comfyui_args', 'the profile')} "
                "(version-dependent: deploy keeps only flags the installed ComfyUI accepts).")
     for k, src in sorted(c.source.items()):
@@ -233,8 +234,8 @@ def warnings_for(cat: Catalog, c: Candidate, config) -> list[str]:
         out.append(f"Your overrides ({', '.join(sorted(user))}) are kept as you set them although the plan does not fit; "
                    "remove them from config.yaml to let h3kit choose.")
     for k in ("quantization", "dit_weights", "text_encoder_weights", "vae_weights"):
-        v = c.settings.get(k, "auto")
-        if v == "auto":
+        v = getattr(c.settings, k)
+        if v == AUTO:
             continue
         fmt = v if k == "quantization" else (cat.weight(v).format if cat.weight(v) else None)
         part = cat.weight(v).part if k != "quantization" and cat.weight(v) else "dit"
@@ -243,7 +244,7 @@ def warnings_for(cat: Catalog, c: Candidate, config) -> list[str]:
             out.append(f"{k} = {v!r} ({c.source.get(k)}): {why}; kept because you set it.")
     out += _loads_warnings(c)
     avoid = cat.avoid_args
-    bad = [a for a in c.settings.get("comfyui_args") or [] if a in avoid]
+    bad = [a for a in c.settings.comfyui_args if a in avoid]
     if bad:
         out.append(f"comfyui_args {bad} are known to give black frames with H3 (it computes in bf16); remove them.")
     if config is not None:

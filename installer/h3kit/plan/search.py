@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from h3kit.data.catalog import LOAD_TIERS, Catalog, Machine, Profile, Weight
 from h3kit.data.fingerprint import Fingerprint
+from h3kit.data.settings import AUTO, Settings
 from h3kit.data.speed import PRESET_ORDER
 from h3kit.plan import streaming
 from h3kit.plan import timing as timing_mod
@@ -30,34 +31,35 @@ from h3kit.plan.budget import Budget, Choice, Estimate, memory_estimate, make_bu
 from h3kit.plan.defaults import workflow_defaults
 
 
-def merge_settings(profile: Profile, config) -> tuple[dict, dict, dict]:
+def merge_settings(profile: Profile, config) -> tuple[Settings, dict, dict]:
     """profile < calibrated < overrides: (settings, where each value came from, each as its file spells it)."""
-    settings = dict(profile.settings)
-    source = {k: f"profile {profile.name}" for k in settings}
-    written = profile.written
+    settings = profile.settings
+    source = {k: f"profile {profile.name}" for k in settings.given}
+    written = dict(profile.written)
     if config is not None:
         for section, label in (("calibrated", "calibration"), ("overrides", "override")):
             spelled = config.written(section)
-            for k, v in (getattr(config, section) or {}).items():
-                settings[k] = v
+            layer = getattr(config, section)
+            settings = settings.over(layer)
+            for k, v in layer.items():
                 written[k] = spelled.get(k, v)
                 line = config.line_of(section, k)
                 source[k] = f"{label} ({config.raw}:{line})" if config.raw else label
     return settings, source, written
 
 
-def _ladder(cat: Catalog, settings: dict) -> tuple[list, list]:
+def _ladder(cat: Catalog, settings: Settings) -> tuple[list, list]:
     """The canvases (largest first) and frame counts (fewest first) the profile's limits allow."""
-    max_w, max_h = settings["max_canvas"]
-    min_w, min_h = settings.get("min_canvas") or cat.canvas_ladder[-1]
+    max_w, max_h = settings.max_canvas
+    min_w, min_h = settings.min_canvas or cat.canvas_ladder[-1]
     canvases = [c for c in cat.canvas_ladder
                 if c[0] * c[1] <= max_w * max_h and c[0] <= max_w and c[0] * c[1] >= min_w * min_h]
     if not canvases:
         canvases = [(min_w, min_h)]
-    frames = [f for f in cat.frames_ladder if settings["min_frames"] <= f <= settings["max_frames"]]
-    if frames and settings["max_frames"] not in frames:  # a cap between two rungs (e.g. 209) is itself a rung
-        frames.append(settings["max_frames"])
-    return canvases, frames or [settings["min_frames"]]
+    frames = [f for f in cat.frames_ladder if settings.min_frames <= f <= settings.max_frames]
+    if frames and settings.max_frames not in frames:  # a cap between two rungs (e.g. 209) is itself a rung
+        frames.append(settings.max_frames)
+    return canvases, frames or [settings.min_frames]
 
 
 def tier(cat: Catalog, machine: Machine, w: Weight, probe=None) -> tuple[int, int]:
@@ -72,13 +74,13 @@ LEVELS = ((0, 0), (0, 1), (1, 1))
 FORCED_LEVEL = (LOAD_TIERS["reported_broken"], 2)
 
 
-def _pick(weights: list[Weight], cat: Catalog, machine: Machine, settings: dict, key: str,
+def _pick(weights: list[Weight], cat: Catalog, machine: Machine, settings: Settings, key: str,
           formats: list | None = None, probe=None) -> tuple[list[Weight], list[str]]:
     """Runnable weights -- files that load and are known to run first (quality order among them, ComfyUI's own
     loader before a node pack), then ones nobody reported on, then ones reported broken; smaller first at equal
     rank -- plus reasons for those left out (a format that fails here, by the probe or a report, is never kept)."""
-    if settings.get(key, "auto") != "auto":
-        return [w for w in weights if w.id == settings[key]], []
+    if getattr(settings, key) != AUTO:
+        return [w for w in weights if w.id == getattr(settings, key)], []
     out, skipped = [], []
     for w in weights:
         if formats is not None and w.format not in formats:
@@ -97,7 +99,7 @@ def _pick(weights: list[Weight], cat: Catalog, machine: Machine, settings: dict,
 @dataclass
 class Candidate:
     profile: Profile
-    settings: dict
+    settings: Settings
     source: dict
     written: dict  # the settings as their files spell them, for sentences that quote them
     budget: Budget
@@ -142,11 +144,11 @@ class Candidate:
                 ch.canvas[0] * ch.canvas[1], ch.frames, -ch.dit.bytes)
 
 
-def _timing(cat: Catalog, fingerprint: Fingerprint, machine: Machine, profile: Profile, settings: dict,
+def _timing(cat: Catalog, fingerprint: Fingerprint, machine: Machine, profile: Profile, settings: Settings,
             dit: Weight) -> dict:
     """The rates the time estimate uses: calibrated `timing` when set, else the throughput table's for this DiT."""
-    if isinstance(settings.get("timing"), dict):
-        return dict(settings["timing"])
+    if settings.timing is not None:
+        return dict(settings.timing)
     backend = "cpu" if profile.match.get("backend") == ["cpu"] else machine.backend
     return timing_mod.rates_from_table(fingerprint, cat, timing_mod.compute_dtype(fingerprint, backend, cat),
                                        backend=backend, weight_format=dit.format)
@@ -175,13 +177,13 @@ def plan_profile(cat: Catalog, fingerprint: Fingerprint, machine: Machine, profi
     pol = streaming.policy(fingerprint, machine, settings, budget)
     # ComfyUI maps the off-card part from the file only with dynamic VRAM; without it, it keeps that part in RAM.
     discrete = budget.gpu_bytes is not None and not budget.unified
-    hs = dict(settings, stream_from="ram") if discrete and pol["dynamic_vram"] is not True else settings
-    formats = settings["formats"]
-    if settings.get("quantization", "auto") != "auto":
-        formats = [settings["quantization"]]
+    hs = settings.but(stream_from="ram") if discrete and pol["dynamic_vram"] is not True else settings
+    formats = list(settings.formats)
+    if settings.quantization != AUTO:
+        formats = [settings.quantization]
     dits, skipped = _pick(cat.dit, cat, machine, settings, "dit_weights", formats, probe)
     if not dits:  # the user forced something this machine cannot run: keep it, warn later
-        dits = [w for w in cat.dit if w.format in formats or w.id == settings.get("dit_weights")]
+        dits = [w for w in cat.dit if w.format in formats or w.id == settings.dit_weights]
     tes, _ = _pick(cat.text_encoder, cat, machine, settings, "text_encoder_weights", probe=probe)
     vaes, _ = _pick(cat.vae, cat, machine, settings, "vae_weights", probe=probe)
     tes = tes or sorted(cat.text_encoder, key=lambda w: w.bytes)
@@ -191,9 +193,9 @@ def plan_profile(cat: Catalog, fingerprint: Fingerprint, machine: Machine, profi
     fixed_canvas = source.get("max_canvas", "").startswith(("override", "calibration"))
     fixed_frames = source.get("max_frames", "").startswith(("override", "calibration"))
     if fixed_canvas:
-        canvases = [settings["max_canvas"]]
+        canvases = [settings.max_canvas]
     if fixed_frames:
-        frames = [settings["max_frames"]]
+        frames = [settings.max_frames]
     small = (canvases[-1], frames[0])
 
     def first_fit(dit, tes, vaes, canvas, nframes, stream):
@@ -249,8 +251,8 @@ def plan_profile(cat: Catalog, fingerprint: Fingerprint, machine: Machine, profi
 
     # Files that load and run first; widen to unreported ones. A file reported not to load is planned only
     # when the user named it (dit_weights / quantization / *_weights): a plan never picks one by itself.
-    forced = any(settings.get(k, "auto") != "auto" for k in ("quantization", "dit_weights", "text_encoder_weights",
-                                                              "vae_weights"))
+    forced = any(getattr(settings, k) != AUTO for k in ("quantization", "dit_weights", "text_encoder_weights",
+                                                        "vae_weights"))
     levels = LEVELS + ((FORCED_LEVEL,) if forced else ())
     top = levels[-1]
 

@@ -35,6 +35,7 @@ from functools import lru_cache
 from typing import Mapping
 
 from h3kit.data.fingerprint import Fingerprint
+from h3kit.data.settings import Settings
 
 DYNAMIC_VRAM_TORCH = (2, 8)
 DYNAMIC_VRAM_HIP = (7, 14)
@@ -221,8 +222,7 @@ GGUF_STREAMABLE = ("q8_0", "q6_k", "q5_0", "q5_k_m", "q4_k_m", "q3_k_m", "q2_k")
 STREAMABLE_FORMATS = SAFETENSORS_STREAMABLE + GGUF_STREAMABLE
 
 
-def _int_setting(settings: Mapping, key: str, lo: int, hi: int) -> int | None:
-    v = settings.get(key)
+def _clamped(v: int | None, lo: int, hi: int) -> int | None:
     if isinstance(v, bool) or not isinstance(v, int):
         return None
     return min(max(v, lo), hi)
@@ -236,17 +236,17 @@ def streamable(weight) -> bool:
             or (fmt in GGUF_STREAMABLE and name.endswith(".gguf")))
 
 
-def policy(fingerprint: Fingerprint, machine, settings: Mapping, budget, runtime: Mapping | None = None) -> dict:
+def policy(fingerprint: Fingerprint, machine, settings: Settings, budget, runtime: Mapping | None = None) -> dict:
     """What decides streaming on this machine before any file is chosen: {"forced" (stream_dit), "dynamic_vram",
     "dyn_why", "assumed" (where the versions came from), "args", "backend", "depth" (read-ahead), "prefetch_set"}."""
-    args = [str(a) for a in ((runtime or {}).get("comfyui_args") or settings.get("comfyui_args") or [])]
+    args = [str(a) for a in ((runtime or {}).get("comfyui_args") or settings.comfyui_args)]
     backend = "cpu" if "--cpu" in args or budget.gpu_bytes is None else machine.backend
     rt = assumed_runtime(fingerprint) if runtime is None else {
         "torch": version_tuple(runtime.get("torch")), "hip": version_tuple(runtime.get("hip")),
         "source": runtime.get("source") or "the probed ComfyUI"}
     dyn, dyn_why = dynamic_vram(backend, args, rt.get("torch"), rt.get("hip"), (runtime or {}).get("aimdo"))
-    prefetch = _int_setting(settings, "prefetch_blocks", 1, MAX_PREFETCH)
-    return {"forced": str(settings.get("stream_dit", "auto")), "dynamic_vram": dyn, "dyn_why": dyn_why,
+    prefetch = _clamped(settings.prefetch_blocks, 1, MAX_PREFETCH)
+    return {"forced": str(settings.stream_dit), "dynamic_vram": dyn, "dyn_why": dyn_why,
             "assumed": rt.get("source"), "args": args, "backend": backend, "depth": prefetch or 1,
             "prefetch_set": prefetch is not None}
 
@@ -324,7 +324,7 @@ def pass_overhead(catalog, est) -> float:
     return full * (catalog.blocks - est.resident_blocks) / catalog.blocks
 
 
-def decide_streaming(fingerprint: Fingerprint, machine, settings: dict, est, catalog, *, budget=None,
+def decide_streaming(fingerprint: Fingerprint, machine, settings: Settings, est, catalog, *, budget=None,
                      dit_weight=None, runtime: Mapping | None = None, choice=None, held=None) -> tuple[dict, list[str]]:
     """({"enabled", "dynamic_vram", "why", "prefetch_blocks", "resident_blocks", ...}, rationale sentences).
 

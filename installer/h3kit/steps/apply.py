@@ -29,11 +29,11 @@ def _apply(options: ApplyOptions, ctx: Session, config, install, notes: list[str
     fingerprint, plan = current_plan(ctx, config, options.profile, notes)
     # the plan install made used this ComfyUI's format probe; apply plans with the same evidence
     plan = probed_plan(ctx, config, install, fingerprint, plan, notes, profile=options.profile, saved=False)
-    doc = deploy.apply(install, dict(plan["settings"]), plan["profile"], ctx.locations.state_dir,
+    doc = deploy.apply(install, plan.settings.to_json(), plan.profile, ctx.locations.state_dir,
                        ctx.locations.cache_dir, dry_run=ctx.dry_run, generated=generated_files(plan))
     doc["notes"] = notes + doc.get("notes", [])
     # The flags known to harm H3 reach the launcher when the user insists; apply says so, as plan does.
-    harmful = [a for a in plan["settings"].get("comfyui_args") or [] if a in catalog.load().avoid_args]
+    harmful = [a for a in plan.settings.comfyui_args if a in catalog.load().avoid_args]
     warnings = [f"comfyui_args {' '.join(harmful)} are known to give black frames with H3 (it computes in bf16): "
                 "remove them from overrides in config.yaml and run 'h3kit apply' again."] if harmful else []
     if ctx.dry_run:

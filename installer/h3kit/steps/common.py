@@ -17,6 +17,7 @@ from h3kit.comfyui.inspect import torch_fit_findings
 from h3kit.core.session import Session
 from h3kit.data.fingerprint import Fingerprint
 from h3kit.steps.options import ComfyTarget
+from h3kit.data.plan_doc import Plan
 
 
 def load_config(ctx: Session):
@@ -25,7 +26,7 @@ def load_config(ctx: Session):
     return config.load(ctx.locations)
 
 
-def _plan(fingerprint: Fingerprint, profile: str | None, config) -> dict:
+def _plan(fingerprint: Fingerprint, profile: str | None, config) -> Plan:
     """The planner over the shipped catalog and profiles (it reads no file itself)."""
     from h3kit.data import catalog
     from h3kit.plan import make_plan
@@ -34,7 +35,7 @@ def _plan(fingerprint: Fingerprint, profile: str | None, config) -> dict:
     return make_plan(fingerprint, cat, catalog.load_profiles(cat), profile=profile, config=config)
 
 
-def current_plan(ctx: Session, config, profile: str | None, notes: list[str]) -> tuple[Fingerprint, dict]:
+def current_plan(ctx: Session, config, profile: str | None, notes: list[str]) -> tuple[Fingerprint, Plan]:
     """(fingerprint, plan) for this machine now."""
     from h3kit.fingerprint import this_machine
 
@@ -53,7 +54,7 @@ def machine_fingerprint(path: str | None) -> Fingerprint:
 
 
 def saved_plan(config, profile: str | None, notes: list[str],
-               fingerprint_file: str) -> tuple[Fingerprint, dict | None]:
+               fingerprint_file: str) -> tuple[Fingerprint, Plan | None]:
     """(fingerprint, plan) for a saved fingerprint file (--fingerprint FILE), instead of this machine."""
     from h3kit.fingerprint.schema import load_file
 
@@ -62,14 +63,14 @@ def saved_plan(config, profile: str | None, notes: list[str],
     return fingerprint, _plan(fingerprint, profile, config)
 
 
-def generated_files(plan: dict | None) -> dict[str, bytes]:
+def generated_files(plan: Plan | None) -> dict[str, bytes]:
     """The files deploy and apply make from the plan: the H3 workflows, in both formats."""
     if not plan:
         return {}
     from h3kit.comfyui import workflows
     from h3kit.data import catalog
 
-    return workflows.pack_files(plan, catalog.load(), plan["profile"])
+    return workflows.pack_files(plan, catalog.load(), plan.profile)
 
 
 def locate(target: ComfyTarget, ctx: Session, config, *, need_write: bool) -> comfyui_locate.ComfyInstall:

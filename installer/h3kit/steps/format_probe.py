@@ -13,10 +13,11 @@ from __future__ import annotations
 from h3kit.calibrate.format_probe import format_evidence
 from h3kit.core.session import Session
 from h3kit.data.fingerprint import Fingerprint
+from h3kit.data.plan_doc import Plan
 
 
-def probed_plan(ctx: Session, config, install, fingerprint: Fingerprint | None, plan: dict | None, notes: list[str], *,
-                profile: str | None, saved: bool) -> dict | None:
+def probed_plan(ctx: Session, config, install, fingerprint: Fingerprint | None, plan: Plan | None, notes: list[str], *,
+                profile: str | None, saved: bool) -> Plan | None:
     """`plan` made again with this machine's format probe as evidence; `plan` itself when there is none.
     `saved`: the plan is for a saved fingerprint (another machine), so this machine's probe is not its evidence."""
     findings: list[dict] = []
@@ -26,8 +27,8 @@ def probed_plan(ctx: Session, config, install, fingerprint: Fingerprint | None, 
     return plan_with(probe, config, fingerprint, plan, notes, profile=profile, saved=saved)
 
 
-def plan_with(probe, config, fingerprint: Fingerprint | None, plan: dict | None, notes: list[str], *,
-              profile: str | None, saved: bool) -> dict | None:
+def plan_with(probe, config, fingerprint: Fingerprint | None, plan: Plan | None, notes: list[str], *,
+              profile: str | None, saved: bool) -> Plan | None:
     """`plan` made again with `probe` (a FormatProbe or None) as the planner's evidence, for commands that
     already hold the probe (doctor); `plan` itself when there is no probe or the plan is another machine's."""
     from h3kit.data import catalog

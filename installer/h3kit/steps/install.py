@@ -18,6 +18,7 @@ from h3kit.core.errors import H3kitError, NotReady, VerificationFailed
 from h3kit.core.session import Outcome
 from h3kit.core.session import Session
 from h3kit.data import catalog
+from h3kit.data.plan_doc import Plan
 from h3kit.models import ensure_models
 from h3kit.native.build import build, find_library
 from h3kit.steps import next_steps
@@ -48,8 +49,8 @@ def run(options: InstallOptions, ctx: Session) -> Outcome:
     config = load_config(ctx)
     fingerprint, plan = (saved_plan(config, options.profile, notes, options.fingerprint_file)
                          if options.fingerprint_file else current_plan(ctx, config, options.profile, notes))
-    settings = dict(plan["settings"]) if plan else {}
-    profile = plan["profile"] if plan else (options.profile or "none")
+    settings = plan.settings.to_json() if plan else {}
+    profile = plan.profile if plan else (options.profile or "none")
     target = options.comfyui
     if options.new_comfyui and not ctx.dry_run:
         with exclusive_home(ctx, "install"):
@@ -65,16 +66,16 @@ def run(options: InstallOptions, ctx: Session) -> Outcome:
                                         min_version=h3_support.requirements(catalog.load())[0]) if offer else None
             if created is None:
                 _build(ctx, notes, warnings)
-                warnings += list(plan.get("warnings", [])) if plan else []
+                warnings += list(plan.warnings) if plan else []
                 return _without_comfyui(options, ctx, plan, profile, notes, warnings, missing)
         install = locate(ComfyTarget(str(created)), ctx, config, need_write=True)
     with exclusive(ctx, install, "install"):
         library = _build(ctx, notes, warnings)
         plan = probed_plan(ctx, config, install, fingerprint, plan, notes, profile=options.profile,
                            saved=bool(options.fingerprint_file))  # before any download
-        settings, profile = (dict(plan["settings"]), plan["profile"]) if plan else (settings, profile)
+        settings, profile = (plan.settings.to_json(), plan.profile) if plan else (settings, profile)
         outcome = _into(options, ctx, config, fingerprint, plan, settings, profile, library, install, notes, warnings)
-    last = list(plan.get("warnings", [])) if plan else []  # the plan's (what falls short, how long a clip takes)
+    last = list(plan.warnings) if plan else []  # the plan's (what falls short, how long a clip takes)
     outcome.warnings = [w for w in outcome.warnings if w not in last] + last
     return outcome
 
@@ -128,10 +129,10 @@ def _into(options: InstallOptions, ctx: Session, config, fingerprint, plan, sett
                        "No model weights were downloaded, since this ComfyUI cannot load them.",
                        h3_support.fix(support, install, catalog.load()) + "; then run the install again",
                        details=doc)
-    if plan is not None and not plan.get("fits", True):
+    if plan is not None and plan.fits is False:
         # Installed and verified, but the contract's "machine below the floor":
         # exit 3 with what is short, after everything that helps the user ran.
-        short = plan.get("blocked") or "; ".join(plan.get("warnings", [])[:2]) or "the plan does not fit"
+        short = plan.blocked or "; ".join(plan.warnings[:2]) or "the plan does not fit"
         raise NotReady(f"h3kit is installed in {install.node_dir}, but this machine is below what the model needs "
                        f"even at the smallest settings. {short}",
                        "Read 'h3kit plan' for the shortfall; add RAM or use a GPU with more memory, or override "
@@ -163,27 +164,26 @@ def _build(ctx: Session, notes: list[str], warnings: list[str]) -> Path | None:
         return None
 
 
-def _refused(options: InstallOptions, ctx: Session, plan: dict | None) -> str | None:
+def _refused(options: InstallOptions, ctx: Session, plan: Plan | None) -> str | None:
     """The plan's own sentence when it holds a file not known to load here and nobody can be asked about it (--yes,
     no terminal): decided from the plan before the models step, so nothing is downloaded. --allow-unverified and
     --no-models lift it; a plan that does not fit is refused on its own (above)."""
-    if plan is None or not plan.get("fits", True) or options.skip_models or options.allow_unverified:
+    if plan is None or plan.fits is False or options.skip_models or options.allow_unverified:
         return None
-    blocked = plan.get("blocked")
-    return blocked if blocked and not ctx.interactive else None
+    return plan.blocked if plan.blocked and not ctx.interactive else None
 
 
 def _lower_first(text: str) -> str:
     return text[:1].lower() + text[1:] if text.startswith("This ") else text
 
 
-def _after_deploy(options: InstallOptions, ctx: Session, plan: dict | None, install: comfyui_locate.ComfyInstall, doc: dict, notes: list[str],
+def _after_deploy(options: InstallOptions, ctx: Session, plan: Plan | None, install: comfyui_locate.ComfyInstall, doc: dict, notes: list[str],
                   support: h3_support.H3Support) -> None:
     if not support.ready:
         notes.append("models skipped: this ComfyUI cannot load MiniMax H3 yet, so no weights are downloaded")
         doc["report"] = _calibrate(options, ctx, install.path, notes, doc)
         return
-    if not plan.get("fits", True):
+    if plan.fits is False:
         notes.append("models skipped: the plan does not fit this machine, so no weights are downloaded")
         doc["report"] = _calibrate(options, ctx, install.path, notes, doc)
         return
@@ -224,6 +224,6 @@ def _without_comfyui(options: InstallOptions, ctx: Session, plan, profile, notes
     """No ComfyUI: still calibrate (the report says what this machine can run), then exit 3."""
     report = _calibrate(options, ctx, None, notes)
     details = {"schema": SCHEMA, "comfyui": None, "profile": profile, "verified": False, "report": report,
-               "notes": notes, "warnings": warnings, "plan_fits": plan.get("fits") if plan else None}
+               "notes": notes, "warnings": warnings, "plan_fits": plan.fits if plan else None}
     raise NotReady(missing.message + (f" The calibration report is at {report}." if report else ""),
                    missing.fix, details=details)

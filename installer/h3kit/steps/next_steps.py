@@ -13,19 +13,20 @@ import shlex
 import sys
 
 from h3kit.core.units import human_seconds
+from h3kit.data.plan_doc import Plan, PlanSettings
 
 UNUSABLE_SECONDS = 4 * 3600  # a clip that takes longer than an afternoon is not a setup anyone keeps
 WHAT_WOULD_HELP = ("an NVIDIA card with 12 GB or more (RTX 3060 class), or an Apple Silicon Mac "
                    "with 64 GB or more of unified memory")
 
 
-def seconds_per_clip(plan: dict | None, calibration: dict | None) -> float | None:
+def seconds_per_clip(plan: Plan | None, calibration: dict | None) -> float | None:
     """Steps x the calibration's seconds per step (None without a calibration estimate)."""
     est = (calibration or {}).get("estimates") or {}
     per_step = est.get("seconds_per_step")
     if not isinstance(per_step, (int, float)) or per_step <= 0 or not plan:
         return None
-    return per_step * int(plan["settings"].get("steps") or 20)
+    return per_step * int(plan.settings.steps or 20)
 
 
 def shell_quoted(path: str, windows: bool | None = None) -> str:
@@ -37,10 +38,10 @@ def shell_quoted(path: str, windows: bool | None = None) -> str:
     return shlex.quote(path)
 
 
-def lines(launcher: str | None, plan: dict | None, calibration: dict | None, cpu_only: bool) -> list[str]:
-    s = (plan or {}).get("settings") or {}
+def lines(launcher: str | None, plan: Plan | None, calibration: dict | None, cpu_only: bool) -> list[str]:
+    s = plan.settings if plan is not None else PlanSettings()
     start = f"Start ComfyUI: {shell_quoted(launcher)}" if launcher else "Start ComfyUI as you usually do (the Desktop app starts it itself)."
-    canvas, frames, steps = s.get("canvas") or s.get("max_canvas"), s.get("frames") or s.get("max_frames"), s.get("steps")
+    canvas, frames, steps = s.canvas or s.max_canvas, s.frames or s.max_frames, s.steps
     shape = f" ({canvas[0]}x{canvas[1]}, {frames} frames = {frames / 24:.1f} s of video, {steps} steps)" if canvas and frames else ""
     open_it = f"Then open Templates > ComfyUI-h3kit > h3kit_text_to_video{shape}."
     seconds = seconds_per_clip(plan, calibration)

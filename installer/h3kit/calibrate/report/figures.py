@@ -15,6 +15,7 @@ from h3kit.core.errors import H3kitError
 from h3kit.core.units import gib_of, human_seconds
 from h3kit.data import catalog
 from h3kit.data.fingerprint import Fingerprint
+from h3kit.data.plan_doc import Estimates, Plan, PlanSettings
 
 LONG_CLIP_S = 3 * 3600  # past this a clip is an overnight job: the first screen says so as a warning
 
@@ -47,11 +48,16 @@ def _fps() -> float | None:
         return None
 
 
-def parts(doc: dict) -> tuple[dict, dict, dict, dict, dict]:
-    """(estimates, estimates.time, estimates.memory, plan settings, plan estimates), each a dict."""
+def planned(doc: dict) -> Plan:
+    """The report's plan, read back (a report of an older h3kit may lack parts of it)."""
+    return Plan.from_json(doc.get("plan"))
+
+
+def parts(doc: dict) -> tuple[dict, dict, dict, PlanSettings, Estimates]:
+    """(estimates, estimates.time, estimates.memory: dicts; the plan's settings and estimates)."""
     est = _dict(doc.get("estimates"))
-    plan = _dict(doc.get("plan"))
-    return est, _dict(est.get("time")), _dict(est.get("memory")), _dict(plan.get("settings")), _dict(plan.get("estimates"))
+    plan = planned(doc)
+    return est, _dict(est.get("time")), _dict(est.get("memory")), plan.settings, plan.estimates
 
 
 def canvas_text(canvas) -> str | None:
@@ -64,38 +70,38 @@ def canvas_text(canvas) -> str | None:
 def clip(doc: dict) -> dict:
     """What one clip is and how long it takes: canvas, frames, video seconds, steps, preset, seconds."""
     est, t, _, s, pe = parts(doc)
-    pt = _dict(pe.get("time"))
+    pt = pe.time
     old_canvas = est.get("canvas") if isinstance(est.get("canvas"), list) else []
-    canvas = _first(canvas_text(t.get("canvas")), canvas_text(s.get("canvas")), canvas_text(s.get("max_canvas")),
+    canvas = _first(canvas_text(t.get("canvas")), canvas_text(s.canvas), canvas_text(s.max_canvas),
                     canvas_text(old_canvas))
-    frames = _first(_num(t.get("frames")), _num(s.get("frames")), _num(s.get("max_frames")),
+    frames = _first(_num(t.get("frames")), _num(s.frames), _num(s.max_frames),
                     _num(old_canvas[2]) if len(old_canvas) > 2 else None)
     video_s = _num(t.get("video_seconds"))
     if video_s is None and frames:
         fps = _fps()
         video_s = frames / fps if fps else None
-    steps = _first(_num(t.get("steps")), _num(s.get("steps")), _num(pt.get("steps")))
-    cfg = _num(s.get("cfg"))
-    calls = _first(_num(t.get("model_calls_per_step")), _num(pt.get("model_calls_per_step")),
+    steps = _first(_num(t.get("steps")), _num(s.steps), _num(pt.steps))
+    cfg = _num(s.cfg)
+    calls = _first(_num(t.get("model_calls_per_step")), _num(pt.model_calls_per_step),
                    (1 if cfg is None or cfg == 1.0 else 2) if steps else None)
-    per_step = _first(_num(t.get("seconds_per_step")), _num(pt.get("seconds_per_step")), _num(pe.get("seconds_per_step")))
+    per_step = _first(_num(t.get("seconds_per_step")), _num(pt.seconds_per_step), _num(pe.seconds_per_step))
     one_pass = per_step is None  # an older report's estimate is one model pass: CFG runs it twice a step
     per_step = _first(per_step, _num(est.get("seconds_per_step")))
-    minutes = _first(_num(t.get("minutes_per_clip")), _num(pe.get("minutes_per_clip")), _num(pt.get("minutes_per_clip")))
-    per_clip = _first(_num(t.get("seconds_per_clip")), _num(pt.get("seconds_per_clip")),
+    minutes = _first(_num(t.get("minutes_per_clip")), _num(pe.minutes_per_clip), _num(pt.minutes_per_clip))
+    per_clip = _first(_num(t.get("seconds_per_clip")), _num(pt.seconds_per_clip),
                       minutes * 60 if minutes is not None else None)
     sampling_only = False
     if per_clip is None and per_step is not None and steps:
         per_clip = per_step * steps * ((calls or 1) if one_pass else 1)
         sampling_only = True
     return {"canvas": canvas, "frames": int(frames) if frames else None, "video_seconds": video_s,
-            "steps": int(steps) if steps else None, "preset": t.get("preset") or s.get("preset"),
+            "steps": int(steps) if steps else None, "preset": t.get("preset") or s.preset,
             "seconds_per_step": per_step, "seconds_per_clip": per_clip, "sampling_only": sampling_only,
             "model_calls_per_step": calls,
-            "text_encode_s": _num(_first(t.get("text_encode_s"), pt.get("text_encode_s"))),
-            "sampling_s": _num(_first(t.get("sampling_s"), pt.get("sampling_s"))),
-            "decode_s": _num(_first(t.get("decode_s"), pt.get("decode_s"))),
-            "tokens": _num(_first(t.get("tokens"), est.get("tokens"), pe.get("tokens")))}
+            "text_encode_s": _num(_first(t.get("text_encode_s"), pt.text_encode_s)),
+            "sampling_s": _num(_first(t.get("sampling_s"), pt.sampling_s)),
+            "decode_s": _num(_first(t.get("decode_s"), pt.decode_s)),
+            "tokens": _num(_first(t.get("tokens"), est.get("tokens"), pe.tokens))}
 
 
 def memory(doc: dict) -> dict:
@@ -103,12 +109,11 @@ def memory(doc: dict) -> dict:
     est, _, mem, _, pe = parts(doc)
     fingerprint = machine(doc)
     gpus = fingerprint.gpus
-    budget = _dict(_dict(doc.get("plan")).get("budget"))
-    unified = bool(budget.get("unified_memory"))
+    unified = bool(planned(doc).budget.unified_memory)
     gpu_peak = _num(mem.get("peak_gpu_bytes")) if "peak_gpu_bytes" in mem else \
-        _num(_first(est.get("peak_gpu_bytes"), pe.get("peak_gpu_bytes")))
+        _num(_first(est.get("peak_gpu_bytes"), pe.peak_gpu_bytes))
     gpu_total = _num(_first(mem.get("gpu_total_bytes"), gpus[0].memory_total_bytes if gpus else None))
-    ram_peak = _num(_first(mem.get("peak_rss_bytes"), est.get("peak_ram_bytes"), pe.get("peak_ram_bytes")))
+    ram_peak = _num(_first(mem.get("peak_rss_bytes"), est.get("peak_ram_bytes"), pe.peak_ram_bytes))
     ram_total = _num(_first(mem.get("ram_total_bytes"), fingerprint.memory.total_bytes))
     if gpu_peak is not None and not unified:
         return {"kind": "GPU", "peak": gpu_peak, "total": gpu_total, "unified": False,
@@ -154,7 +159,7 @@ def time_source(doc: dict) -> tuple[str, str]:
     est, t, _, _, pe = parts(doc)
     h3 = _dict(doc.get("h3_model"))
     timing = _dict(est.get("timing"))
-    src = str(t.get("source") or timing.get("source") or _dict(pe.get("time")).get("source") or "")
+    src = str(t.get("source") or timing.get("source") or pe.time.source or "")
     kind = est.get("kind")
     if kind == "measured" or (kind is None and (h3.get("status") == "measured" or src.startswith("calibrated"))):
         how = ", ".join(str(x) for x in (f"ComfyUI {h3['comfyui_version']}" if h3.get("comfyui_version") else None,
@@ -181,11 +186,10 @@ def time_source(doc: dict) -> tuple[str, str]:
 
 def warnings(doc: dict) -> list[str]:
     """Warnings for the first screen: the plan's, the calibration's own, and a clip that takes hours."""
-    plan = _dict(doc.get("plan"))
     est, t, _, _, _ = parts(doc)
     out = []
-    for group in (plan.get("warnings"), doc.get("warnings"), est.get("warnings"), t.get("warnings")):
-        if isinstance(group, list):
+    for group in (planned(doc).warnings, doc.get("warnings"), est.get("warnings"), t.get("warnings")):
+        if isinstance(group, (list, tuple)):
             out += [str(w) for w in group if w and str(w) not in out]
     m = memory(doc)
     if m["peak"] is not None and m["total"] and m["peak"] > m["total"]:

@@ -70,11 +70,11 @@ def first_screen(doc: dict) -> Section:
     table = _breakdown(figures.clip(doc))
     if table:
         blocks.append(table)
-    plan = _dict(doc.get("plan"))
-    s = _dict(plan.get("settings"))
+    plan = figures.planned(doc)
+    s = plan.settings
     run = f"{'quick' if doc.get('quick') else 'full'} calibration in {_hs(_num(doc.get('duration_seconds')))}"
-    model = ", ".join(str(x) for x in (s.get("dit_weights"), s.get("quantization")) if x)
-    blocks.append(Paragraph((f"Profile {plan.get('profile', '?')}" + (f" ({model})" if model else "")
+    model = ", ".join(str(x) for x in (s.dit_weights, s.quantization) if x)
+    blocks.append(Paragraph((f"Profile {plan.profile or '?'}" + (f" ({model})" if model else "")
                              + f"; {run}" + (f", {when(doc['created'])}" if doc.get("created") else "") + ".",), "note"))
     return Section("What this machine can make", blocks, "first")
 
@@ -130,7 +130,7 @@ def alternatives(doc: dict) -> Section | None:
         return None
     c, mem = figures.clip(doc), figures.memory(doc)
     chosen = {"canvas": c["canvas"], "frames": c["frames"], "steps": c["steps"], "preset": c["preset"],
-              "quantization": _dict(_dict(doc.get("plan")).get("settings")).get("quantization")}
+              "quantization": figures.planned(doc).settings.quantization}
     rows = [("this plan", _settings_text(chosen), _hs(c["seconds_per_clip"]),
              _peak_text(mem["peak"] if mem["kind"] == "GPU" else None, mem["ram_peak"], mem),
              "what the workflows open with")]
@@ -203,12 +203,12 @@ def real_workflow(doc: dict) -> Section:
 def streaming(doc: dict) -> Section | None:
     """When the plan streams the DiT from disk: compute vs waiting for disk; None when it does not stream."""
     st = _dict(doc.get("streaming"))
-    planned = _dict(_dict(_dict(doc.get("plan")).get("settings")).get("streaming"))
-    if not (st.get("enabled") or (not st and planned.get("enabled"))):
+    planned = figures.planned(doc).settings.streaming
+    if not (st.get("enabled") or (not st and planned.enabled)):
         return None
     wait = _num(st.get("io_wait_fraction"))
     compute, read = _num(st.get("compute_s_per_block")), _num(st.get("read_s_per_block"))
-    ahead = st.get("prefetch_blocks") or planned.get("prefetch_blocks")
+    ahead = st.get("prefetch_blocks") or planned.prefetch_blocks
     copy = _num(st.get("copy_s_per_block"))
     measured_split = _num(st.get("wait_s")) is not None and _num(st.get("compute_s")) is not None
     blocks: list = []
@@ -251,8 +251,8 @@ def streaming(doc: dict) -> Section | None:
             ("in-place read into fp32 buffers (CPU)", human_rate(_num(st.get("direct_read_bytes_per_s")), "-")),
             ("added to each model call", percent(_num(st["pass_overhead"])) if _num(st.get("pass_overhead"))
              is not None else "-"),
-            ("blocks kept resident", fmt(st.get("resident_blocks") or planned.get("resident_blocks"))),
-            ("bytes per block", human_bytes(_num(planned.get("block_bytes")), "-")),
+            ("blocks kept resident", fmt(st.get("resident_blocks") or planned.resident_blocks)),
+            ("bytes per block", human_bytes(_num(planned.block_bytes), "-")),
             ("disk bound", fmt(st.get("disk_bound")))]
     rows = [r for r in rows if r[1] != "-"]
     if rows:

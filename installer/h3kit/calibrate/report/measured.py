@@ -11,6 +11,7 @@ reader can judge the extrapolation.
 from __future__ import annotations
 
 from h3kit.calibrate.report.model import LineChart, NoChart, Paragraph, Section, Table
+from h3kit.calibrate.report import figures
 from h3kit.calibrate.report.text import fmt, hb
 from h3kit.core.units import human_seconds, percent, precise_seconds
 
@@ -144,7 +145,7 @@ def h3_model(doc: dict) -> Section:
 def timing_rates(doc: dict) -> Section | None:
     """The rates the clip time was computed from (mapping A), as the config's `timing:` would hold them."""
     est = _dict(doc.get("estimates"))
-    timing = _dict(est.get("timing")) or _dict(_dict(_dict(doc.get("plan")).get("settings")).get("timing"))
+    timing = _dict(est.get("timing")) or dict(figures.planned(doc).settings.timing)
     if not timing:
         return None
     rows = tuple((k, fmt(v) if not isinstance(v, str) else v) for k, v in timing.items()

@@ -12,6 +12,8 @@ did not run says why in a sentence where its table would be.
 from __future__ import annotations
 
 from h3kit.calibrate.report import figures, front, measured
+from h3kit.calibrate.report.figures import planned
+from h3kit.data.plan_doc import MemoryBudget
 from h3kit.calibrate.report.model import (
     BarChart,
     Bullets,
@@ -102,7 +104,7 @@ def _device(device: dict) -> Section:
     return Section("Device", blocks)
 
 
-def _tiles(tiles: list[dict], device: dict, budget: dict) -> Section:
+def _tiles(tiles: list[dict], device: dict, budget: MemoryBudget) -> Section:
     tiles = [t for t in tiles if _nums(t, "tile")]
     if not tiles:
         reason = device.get("reason", "no device")
@@ -114,7 +116,7 @@ def _tiles(tiles: list[dict], device: dict, budget: dict) -> Section:
                   "seconds"),
         LineChart("tiles", "Tile sweep: peak memory (bytes)",
                   {"peak bytes": [(t["tile"], t["peak_bytes"]) for t in tiles if _nums(t, "peak_bytes")]},
-                  "tile (pixels)", "bytes", limit=budget.get("gpu_bytes")),
+                  "tile (pixels)", "bytes", limit=budget.gpu_bytes),
         Table(("tile", "seconds", "peak bytes", "within budget"),
               tuple((t["tile"], t.get("seconds"), t.get("peak_bytes"), t.get("within_budget")) for t in tiles)),
     ])
@@ -154,11 +156,11 @@ def build(doc: dict) -> Report:
     device = doc.get("device") or {}
     sections = [front.first_screen(doc), front.decisions(doc), front.alternatives(doc), front.real_workflow(doc),
                 front.streaming(doc), measured.h3_model(doc), measured.timing_rates(doc), measured.memory_parts(doc),
-                _tiles(doc.get("tiles") or [], device, (doc.get("plan") or {}).get("budget") or {}),
+                _tiles(doc.get("tiles") or [], device, planned(doc).budget),
                 _device(device),
                 Section("Disk", [Table(("item", "value"), tuple(disk_rows(doc.get("disk") or {})))]),
                 Section("Machine", [Table(("item", "value"), tuple(machine_rows(figures.machine(doc))))]),
-                Section("Profile", [Table(("setting", "value"), tuple(profile_rows(doc.get("plan") or {})))]),
+                Section("Profile", [Table(("setting", "value"), tuple(profile_rows(planned(doc))))]),
                 Section("About this run", [Bullets(tuple(run_lines(doc)))]
                         + ([Paragraph(("Not measured this time:",)), Bullets(tuple(doc["skipped"]))]
                            if doc.get("skipped") else [])),

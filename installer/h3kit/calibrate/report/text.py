@@ -7,10 +7,12 @@ pack's summary node, so every place spells a figure the same way.
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from typing import Mapping
 
 from h3kit.calibrate.report import figures
 from h3kit.core.units import human_bytes, human_rate, human_seconds
 from h3kit.data.fingerprint import Fingerprint
+from h3kit.data.plan_doc import Plan
 
 
 # The document's parts by their type: a report of any age is read through `normalized`, so a part
@@ -83,7 +85,7 @@ def value_text(setting: str, value) -> str:
         return hb(value)
     if isinstance(value, (list, tuple)) and value and all(isinstance(v, (int, float)) for v in value):
         return "x".join(fmt(v) for v in value)
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):
         if value.get("source"):
             return str(value["source"])
         return ", ".join(f"{k} {fmt(v)}" for k, v in value.items() if not isinstance(v, (dict, list)))
@@ -129,13 +131,14 @@ PROFILE_KEYS = ("preset", "canvas", "frames", "steps", "cfg", "lora", "target_mi
                 "max_frames")
 
 
-def profile_rows(plan: dict) -> list[list]:
-    s = plan.get("settings") or {}
-    rows = [["profile", plan.get("profile")], ["fits", plan.get("fits")]]
+def profile_rows(plan: Plan) -> list[list]:
+    """The plan's settings worth showing and its budget, as setting/value rows."""
+    s = plan.settings
+    rows = [["profile", plan.profile], ["fits", plan.fits]]
     for k in PROFILE_KEYS:
-        if k in s:
-            rows.append([k, value_text(k, s[k])])
-    for k, v in (plan.get("budget") or {}).items():
+        if hasattr(s, k):  # prefetch_blocks and stream_dit are the config's; a plan resolves them into streaming
+            rows.append([k, value_text(k, getattr(s, k))])
+    for k, v in plan.budget.to_json().items():
         rows.append([f"budget {k}", hb(v) if k.endswith("bytes") else v])
     return rows
 

@@ -69,17 +69,17 @@ def purge_plan(manifest) -> dict | None:
 
 def purge_comfyui(ctx, manifest, *, remove_user_data: bool = False) -> dict:
     """Remove the ComfyUI h3kit created; folders with the user's files move aside unless remove_user_data."""
-    plan = purge_plan(manifest)
-    if plan is None:
+    removal = purge_plan(manifest)
+    if removal is None:
         return {"removed": None, "kept": []}
-    target = Path(plan["comfyui"])
+    target = Path(removal["comfyui"])
     kept = []
     if ctx.dry_run:
-        return {"would_remove": str(target), "would_keep": [] if remove_user_data else plan["user_data"]}
-    if plan["user_data"] and not remove_user_data:
+        return {"would_remove": str(target), "would_keep": [] if remove_user_data else removal["user_data"]}
+    if removal["user_data"] and not remove_user_data:
         keep_root = target.with_name(target.name + "-kept-by-h3kit")
         keep_root.mkdir(exist_ok=True)
-        for item in plan["user_data"]:
+        for item in removal["user_data"]:
             src = Path(item["path"])
             dest = keep_root / src.name
             os.replace(src, dest)
@@ -124,16 +124,16 @@ def purge_on_uninstall(ctx, record) -> dict | None:
     The user's models and outputs are removed only on an explicit interactive
     yes to a second question; --yes alone moves them beside the folder.
     """
-    plan = purge_plan(record)
-    if plan is None:
+    removal = purge_plan(record)
+    if removal is None:
         return None
-    lines = [f"h3kit created the ComfyUI in {plan['comfyui']} ({human_bytes(plan['bytes'])}); --purge removes it."]
+    lines = [f"h3kit created the ComfyUI in {removal['comfyui']} ({human_bytes(removal['bytes'])}); --purge removes it."]
     lines += [f"  kept unless you say otherwise: {u['path']} ({u['files']} files, {human_bytes(u['bytes'])})"
-              for u in plan["user_data"]]
+              for u in removal["user_data"]]
     ctx.progress("\n".join(lines))
-    if not ctx.dry_run and not ctx.confirm(f"Remove the ComfyUI in {plan['comfyui']}?", default=False):
-        return {"comfyui": plan["comfyui"], "removed": None, "cancelled": True}
-    remove_user_data = bool(plan["user_data"]) and not ctx.dry_run and ctx.interactive and ctx.confirm(
+    if not ctx.dry_run and not ctx.confirm(f"Remove the ComfyUI in {removal['comfyui']}?", default=False):
+        return {"comfyui": removal["comfyui"], "removed": None, "cancelled": True}
+    remove_user_data = bool(removal["user_data"]) and not ctx.dry_run and ctx.interactive and ctx.confirm(
         "Also delete your models and outputs listed above?", default=False)
     result = purge_comfyui(ctx, record, remove_user_data=remove_user_data)
     if not ctx.dry_run:
@@ -141,4 +141,4 @@ def purge_on_uninstall(ctx, record) -> dict | None:
             record.save()
         elif record.path is not None and Path(record.path).exists():
             os.unlink(record.path)
-    return {"comfyui": plan["comfyui"], "plan": plan, **result}
+    return {"comfyui": removal["comfyui"], "plan": removal, **result}

@@ -3,6 +3,11 @@
 The layers, lowest first (installer/h3kit/__init__.py explains each). A module
 may import its own package and any lower layer, never a higher one, and the
 import graph has no cycle even inside a layer.
+
+The ComfyUI side (the node pack in nodes/ and the packages deploy copies
+beside it) runs in ComfyUI's Python: it never imports h3kit, imports only
+the standard library at import time, reaches its siblings only by relative
+imports that resolve inside the deployed pack, and its modules stay small too.
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ LAYERS = {  # subpackage -> rank; a module may import only equal-package or lowe
 ROOT_MODULES = {"h3kit": -1, "h3kit.__main__": 10}  # the version string is everyone's; __main__ is the top
 MAX_LINES = 450
 # Code that runs in ComfyUI's interpreter: never h3kit, only the standard library at import time.
-BUNDLED_ROOTS = [PKG / "bundled", REPO / "nodes"]
+NODES = REPO / "nodes"
+BUNDLED = PKG / "bundled"
+BUNDLED_ROOTS = [BUNDLED, NODES]
 
 
 def _modules() -> dict[str, Path]:
@@ -181,9 +188,59 @@ def test_the_bundled_check_catches_a_violation(tmp_path):
 
 
 def test_modules_stay_small():
-    big = {str(p.relative_to(PKG)): n for p in PKG.rglob("*.py")
+    """Under the line limit: every module of h3kit and of the ComfyUI side."""
+    files = [*PKG.rglob("*.py"), *NODES.rglob("*.py")]
+    big = {str(p.relative_to(REPO)): n for p in files
            if (n := len(p.read_text(encoding="utf-8").splitlines())) >= MAX_LINES}
     assert big == {}
+
+
+def test_every_bundled_folder_is_shipped():
+    """Each package under bundled/ is one deploy copies into the pack (a folder left off PACKAGES would be
+    checked here but missing in ComfyUI)."""
+    from h3kit import bundled
+
+    present = sorted(p.name for p in BUNDLED.iterdir() if (p / "__init__.py").is_file())
+    assert present == sorted(bundled.PACKAGES)
+
+
+def pack_module_names() -> set[str]:
+    """The modules and packages at the top of the deployed pack: nodes/'s and the bundled packages."""
+    return ({p.stem for p in NODES.glob("*.py") if p.name != "__init__.py"}
+            | {p.name for p in [*NODES.iterdir(), *BUNDLED.iterdir()] if (p / "__init__.py").is_file()})
+
+
+def unshipped_imports(path: Path, root: Path, shipped: set[str], pack_top: bool) -> list[str]:
+    """Relative imports of `path` under `root` that reach above `root`, or (`pack_top`: `root` becomes the
+    pack's top level) that name a module of that top level the pack does not hold."""
+    bad = []
+    depth = len(path.relative_to(root).parts) - 1  # 0: a module at the top of `root`
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.ImportFrom) or not node.level:
+            continue
+        if pack_top and node.level == 1 + depth:
+            names = [node.module.split(".")[0]] if node.module else [a.name for a in node.names]
+            bad += [f"{path.name}:{node.lineno} imports .{n}, which the pack does not hold"
+                    for n in names if n not in shipped]
+        elif node.level > 1 + depth:
+            bad.append(f"{path.name}:{node.lineno} reaches above its package with {'.' * node.level}")
+    return bad
+
+
+@pytest.mark.parametrize("root", [NODES, *sorted(p for p in BUNDLED.iterdir() if (p / "__init__.py").is_file())],
+                         ids=lambda p: str(p.relative_to(REPO)))
+def test_comfyui_side_imports_resolve_inside_the_pack(root):
+    shipped = pack_module_names()
+    assert [bad for path in sorted(root.rglob("*.py"))
+            for bad in unshipped_imports(path, root, shipped, pack_top=root == NODES)] == []
+
+
+def test_the_pack_import_check_catches_a_violation(tmp_path):
+    (tmp_path / "node.py").write_text("from . import h3k_native\nfrom .h3kit_missing import x\nfrom .. import y\n")
+    assert unshipped_imports(tmp_path / "node.py", tmp_path, {"h3k_native"}, pack_top=True) == [
+        "node.py:2 imports .h3kit_missing, which the pack does not hold",
+        "node.py:3 reaches above its package with ..",
+    ]
 
 
 def test_only_the_cli_prints_or_reads_the_terminal():

@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import h3kit
-from h3kit import bundled
 from h3kit.comfyui import manifest as mf
 from h3kit.comfyui.backups import backup_root, move_to_backup
 from h3kit.comfyui.journal import Journal, tree_folders
@@ -73,7 +72,10 @@ class DeployResult:
 
 def pack_contents(library: Path | None, settings: dict, profile: str,
                   generated: dict[str, bytes] | None = None) -> dict[str, bytes]:
-    """Relative path -> bytes of every file of the pack (`generated`: files made from the plan, the workflows)."""
+    """Relative path -> bytes of every file of the pack (`generated`: files made from the plan, the workflows).
+
+    nodes/ is the pack as it lands in ComfyUI (its node modules and the packages h3kit.bundled names);
+    the build's libraries, the profile and the generated files join it."""
     files: dict[str, bytes] = {}
     nodes = asset_dir("nodes")
     for path in sorted(nodes.rglob("*")):
@@ -81,7 +83,6 @@ def pack_contents(library: Path | None, settings: dict, profile: str,
         if any(part in SKIP_NAMES for part in rel.parts) or path.suffix == ".pyc" or not path.is_file():
             continue
         files[rel.as_posix()] = path.read_bytes()
-    files.update(bundled.package_files())
     if library is not None and Path(library).is_file():
         # Every variant of this build (baseline and tuned), so a pack copied to an
         # older CPU still loads: the bridge picks the variant at load time. Each

@@ -1,8 +1,9 @@
 """ctypes bridge to the h3kit native library (libh3kit-<variant>).
 
-This file is SELF-CONTAINED: standard library only, never `import h3kit`.
-Deploy copies it into the node pack as `h3k_native.py`, and the calibration
-runner loads it inside ComfyUI's Python, so it must work with numpy and torch
+This package is SELF-CONTAINED: standard library only, never `import h3kit`.
+It is part of the node pack (deploy copies nodes/ into ComfyUI), the
+calibration runner loads it inside ComfyUI's Python, and h3kit imports it as
+`h3kit.bundled.h3k_native`, so it must work with numpy and torch
 present (ComfyUI) and without numpy (h3kit's own venv).
 
 Where the library comes from, in this order (the first that exists wins):

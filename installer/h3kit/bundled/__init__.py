@@ -23,7 +23,7 @@ use them), and never `import h3kit` -- h3kit is not installed where it runs.
 from h3kit.core.paths import asset_dir
 
 PACK_SOURCE = asset_dir("nodes")
-__path__ = [str(PACK_SOURCE)]  # noqa: F811 - the submodules are the pack's packages
+__path__ = [str(PACK_SOURCE)]  # submodules are found in nodes/, not beside this file
 PACKAGES = ("h3k_native", "h3k_calibration_runner", "h3k_safetensors")
 NATIVE_BRIDGE = PACK_SOURCE / "h3k_native"
 CALIBRATION_RUNNER = PACK_SOURCE / "h3k_calibration_runner"

@@ -123,7 +123,7 @@ def _estimates(cat, plan: dict, fingerprint: dict, measured: dict, arch: dict, d
     day = datetime.now(timezone.utc).date().isoformat()
     est = clip.clip_estimate(cat, plan, fingerprint, measured.get("h3_model"), arch, day=day, device=device,
                         native_appendix=appendix)
-    streaming = prefetch_figures(plan, est, disk, cpu=device == "cpu")
+    streaming = prefetch_figures(plan, est, disk, cpu=device == "cpu", fingerprint=fingerprint)
     if streaming is not None and streaming.get("pass_overhead") is not None:
         est = clip.clip_estimate(cat, plan, fingerprint, measured.get("h3_model"), arch, day=day, device=device,
                             native_appendix=appendix, pass_overhead=streaming["pass_overhead"])

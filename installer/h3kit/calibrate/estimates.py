@@ -309,13 +309,15 @@ def _quantization_alternative(arch, timing, work, h3_model, plan, cat, fingerpri
 
 
 def clip_estimate(cat, plan: dict, fingerprint: dict, h3_model: dict | None, arch: dict, *, day: str,
-             device: str, tm=None, native_appendix: dict | None = None, pass_overhead: float | None = None) -> dict:
+             device: str, tm=None, native_appendix: dict | None = None, pass_overhead: float | None = None,
+             weights: dict | None = None) -> dict:
     """doc["estimates"]: the clip's time and memory at the plan's workload, alternatives, the timing used.
 
     `cat` is the Catalog, `arch` the file's dims (calibrate.arch), `h3_model` the runner's block (or None),
     `device` the plan's device (cpu | cuda | mps | rocm | xpu), `tm` plan.timing (a stand-in in tests).
     `pass_overhead`: what streaming adds to each model call as measured (calibration's disk and copy
-    figures), replacing the plan's assumed share; None keeps the plan's."""
+    figures), replacing the plan's assumed share; None keeps the plan's. `weights` ({dit, text_encoder, vae,
+    audio_vae}: catalog Weights, their bytes those of the files really there) replaces the plan's files."""
     tm = tm or timing_module()
     table = tm.rates_from_table(fingerprint, cat, compute_dtype(device),
                                 weight_format=(plan.get("settings") or {}).get("quantization"))
@@ -338,7 +340,7 @@ def clip_estimate(cat, plan: dict, fingerprint: dict, h3_model: dict | None, arc
         "measured: the disk's read speed and the CPU's in-place read (calibrate)" if pass_overhead is not None else \
         "the plan (profiles/throughput.yaml `streaming`)"
     m = memory_estimate(h3_model if kind == "measured" else None, arch, plan, cat, fingerprint, t["tokens"], device,
-                        rule_tokens=_rule_tokens(cat, work))
+                        weights, rule_tokens=_rule_tokens(cat, work))
     return {
         "label": "estimate",
         "kind": kind,

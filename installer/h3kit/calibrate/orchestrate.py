@@ -115,18 +115,31 @@ def device_of(fingerprint: dict, plan: dict) -> str:
     return {"directml": "cuda"}.get(backend, backend)
 
 
+def installed_weights(cat, plan: dict, install) -> dict | None:
+    """The plan's weight files with the sizes of the files in the ComfyUI (a file not there keeps the catalog's)."""
+    if install is None:
+        return None
+    settings, out = plan.get("settings") or {}, {}
+    for part in ("dit", "text_encoder", "vae", "audio_vae"):
+        w = cat.weight(settings.get(f"{part}_weights") or "")
+        path = Path(install.path) / "models" / str(w.file.get("folder", "")) / str(w.file.get("name", "")) \
+            if w is not None else None
+        out[part] = dataclasses.replace(w, bytes=path.stat().st_size) if path is not None and path.is_file() else w
+    return out
+
+
 def _estimates(cat, plan: dict, fingerprint: dict, measured: dict, arch: dict, device: str, appendix: dict,
-               disk: dict) -> tuple[dict, dict | None]:
+               disk: dict, weights: dict | None = None) -> tuple[dict, dict | None]:
     """(doc["estimates"], doc["streaming"]): from the runner's h3_model, or the throughput table when it
     measured nothing; when the plan streams and the disk was measured, the time counts what streaming
     costs as measured (waiting for the disk, and on a CPU the in-place read) instead of the plan's share."""
     day = datetime.now(timezone.utc).date().isoformat()
     est = clip.clip_estimate(cat, plan, fingerprint, measured.get("h3_model"), arch, day=day, device=device,
-                        native_appendix=appendix)
+                             native_appendix=appendix, weights=weights)
     streaming = prefetch_figures(plan, est, disk, cpu=device == "cpu", fingerprint=fingerprint)
     if streaming is not None and streaming.get("pass_overhead") is not None:
         est = clip.clip_estimate(cat, plan, fingerprint, measured.get("h3_model"), arch, day=day, device=device,
-                            native_appendix=appendix, pass_overhead=streaming["pass_overhead"])
+                                 native_appendix=appendix, pass_overhead=streaming["pass_overhead"], weights=weights)
     return est, streaming
 
 
@@ -238,7 +251,7 @@ def run(ctx: Session, *, comfyui_dir: str | None = None, quick: bool = True, wit
         skipped = [s for s in skipped if not s.startswith("ComfyUI's H3 model")]
         skipped.append(f"ComfyUI's H3 model: {h3_model.get('reason')}; the time per clip is a table estimate")
     est, streaming = _estimates(cat, plan, fingerprint, {**measured, "h3_model": h3_model}, arch, device, appendix,
-                                disk)
+                                disk, installed_weights(cat, plan, install))
     est["check"] = appendix["check"]  # the scaled-DiT check chart reads it here
     decisions = decide(plan, measured, est, minutes_for=_minutes_for(cat, arch, est), cat=cat, disk=disk)
     real = run_with_model(with_model, install, cat, plan=plan, fingerprint=fingerprint, ctx=ctx)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = 3
-CANVAS, FRAMES = (64, 64), 5
+CANVAS, FRAMES = (64, 64), 22  # the smallest canvas and clip the plan takes: a real-width step in tens of seconds
 TEXT_DIM = 48  # the tiny text encoder's width (tests/comfy_h3/make_tiny_h3.py TE hidden_size)
 CASES = [{"case": "fits the page cache", "blocks": 4}, {"case": "does not fit the page cache", "blocks": 30}]
 CONFIG = f"""overrides:
@@ -44,14 +44,14 @@ def say(msg: str) -> None:
     print(f"validate_estimator: {msg}", file=sys.stderr, flush=True)
 
 
-def h3kit(home: Path, *args: str, timeout: float = CLI_TIMEOUT) -> dict:
+def h3kit(home: Path, *args: str, timeout: float = CLI_TIMEOUT, ok=(0,)) -> dict:
     """Run the h3kit CLI of this checkout with `--json`; its document (RuntimeError with stderr when it fails)."""
     env = {**os.environ, "H3KIT_HOME": str(home), "PYTHONPATH": str(ROOT / "installer")}
     done = subprocess.run([sys.executable, "-m", "h3kit", *args, "--json"], capture_output=True, text=True,
                           timeout=timeout, env=env)
-    if done.returncode != 0:
+    if done.returncode not in ok:
         raise RuntimeError(f"h3kit {args[0]} exited {done.returncode}: {done.stderr[-1500:]}")
-    return json.loads(done.stdout)
+    return json.loads(done.stdout) if done.stdout.strip() else {}
 
 
 def write_dit(python: Path, path: Path, blocks: int) -> dict:
@@ -114,7 +114,9 @@ def calibration_figures(doc: dict) -> dict:
             "pass_overhead": t.get("pass_overhead"), "page_cache": st.get("page_cache"),
             "io_wait_fraction": st.get("io_wait_fraction"), "disk_gb_per_s": (doc.get("disk") or {}).get("gb_per_s"),
             "direct_read_bytes_per_s": st.get("direct_read_bytes_per_s"),
-            "peak_rss_bytes": est.get("peak_ram_bytes"), "duration_seconds": doc.get("duration_seconds")}
+            "peak_rss_bytes": est.get("peak_ram_bytes"), "duration_seconds": doc.get("duration_seconds"),
+            # what the fit was made from, so a test can refit recorded runs (tests/fixtures/calibrate)
+            "recorded": {k: (doc.get("h3_model") or {}).get(k) for k in ("points", "attention_points", "fit", "arch")}}
 
 
 def spread_pct(values) -> float | None:
@@ -146,7 +148,9 @@ def run_case(real: Path, python: Path, root: Path, case: dict, calibrations: int
     made = write_dit(python, dit_path, case["blocks"])
     say(f"{case['case']}: wrote {made['bytes'] / 1e9:.1f} GB ({case['blocks']} blocks) in {time.monotonic() - t0:.0f} s")
     try:
-        h3kit(home, "install", "--comfyui", str(comfy), "--yes", "--skip-calibrate", "--no-models")
+        # exit 3: installed, but the real H3 (its 25 GB text encoder) is below this machine; the DiT's
+        # streaming, which is all this measures, is planned for this machine's real RAM all the same
+        h3kit(home, "install", "--comfyui", str(comfy), "--yes", "--skip-calibrate", "--no-models", ok=(0, 3))
         runs = []
         for i in range(calibrations):
             say(f"{case['case']}: h3kit calibrate --quick ({i + 1}/{calibrations}) ...")

@@ -59,6 +59,16 @@ def spread(values) -> float:
     return (max(values) - min(values)) / med if med > 0 else None
 
 
+def low_median(values) -> float:
+    """The median of the faster half of `values` (at least one): other work on the machine only ever slows a
+    run down, so the slow tail is the machine's, not the model's; a median of what is left stays robust to
+    the one lucky run that a minimum would pick."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("no runs to take a median of")
+    return statistics.median(ordered[:max(1, -(-len(ordered) // 2))])
+
+
 def repeat_until_stable(run, clock, *, warmup: int = 1, min_runs: int = 3, max_runs: int = 30, window: int = 3,
                         target: float = 0.05, cap_s: float = 10.0) -> dict:
     """Call `run()` (which returns its own seconds) until the last `window` runs agree within `target`.

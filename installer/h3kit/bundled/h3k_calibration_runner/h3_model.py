@@ -42,7 +42,6 @@ What the job may hold (all optional; h3kit's calibrate fills them):
 from __future__ import annotations
 
 import math
-import statistics
 import time
 
 from . import comfy_env, fit, h3_parts
@@ -190,17 +189,18 @@ def time_calls(env, model, tokens, text_tokens, hidden, quick, clock_blocks=True
     before = current_rss() or 0
     try:
         with torch.inference_mode(), PeakSampler() as peak:
-            # the check runs once in --quick when one call is already past the cap (a full-width block)
-            stats = fit.repeat_until_stable(run, time.perf_counter, warmup=0, min_runs=1 if once else 2 if quick else 3,
-                                            window=3, target=0.05 if quick else 0.03,
-                                            cap_s=(1.5 if once else 3.0) if quick else 15.0)
+            # the first call at a new shape allocates its buffers: a warm-up, never counted (the check, which
+            # only tests the fit, runs once in --quick when one call is already past the cap: a full-width block)
+            stats = fit.repeat_until_stable(run, time.perf_counter, warmup=0 if once else 1,
+                                            min_runs=1 if once else 3, window=3, target=0.05 if quick else 0.03,
+                                            cap_s=(1.5 if once else 4.0) if quick else 15.0)
     finally:
         if hooks:
             hooks.remove()
-    counted = runs[-len(stats["all"]):][-3:]
-    per_block = [statistics.median(r["blocks"][i] for r in counted) for i in range(len(blocks))] \
+    counted = runs[-len(stats["all"]):]
+    per_block = [fit.low_median(r["blocks"][i] for r in counted) for i in range(len(blocks))] \
         if hooks and counted and all(len(r["blocks"]) == len(blocks) for r in counted) else []
-    return {"tokens": exact, "blocks": len(blocks), "seconds": stats["seconds"], "spread": stats["spread"],
+    return {"tokens": exact, "blocks": len(blocks), "seconds": fit.low_median(stats["all"]), "spread": stats["spread"],
             "runs": stats["runs"], "stable": stats["stable"], "block_seconds": per_block,
             "rss_before_bytes": before, "peak_rss_bytes": peak.peak, "peak_device_bytes": comfy_env.device_peak(env)}
 

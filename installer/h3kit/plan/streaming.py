@@ -330,13 +330,15 @@ def pass_overhead(catalog, est, budget=None) -> float:
 
 def plan_cache_share(catalog, est, budget=None):
     """plan.page_cache.cache_share for a streamed estimate (None when it does not stream): the blocks not kept
-    resident against the budget's RAM, the run's peak and the profile's OS headroom."""
+    resident against the budget's RAM, the run's peak while it samples (the steps that re-read the blocks) and
+    the profile's OS headroom."""
     if not getattr(est, "streamed", False):
         return None
     streamed = (catalog.blocks - est.resident_blocks) * int(est.block or 0)
     if budget is None:
         return page_cache.cache_share(streamed, 0, 0, 0)
-    return page_cache.cache_share(streamed, budget.ram_total, est.peak_ram, budget.headroom)
+    sampling = ((getattr(est, "phases", None) or {}).get("sample") or {}).get("ram_bytes")
+    return page_cache.cache_share(streamed, budget.ram_total, sampling or est.peak_ram, budget.headroom)
 
 
 def decide_streaming(fingerprint: dict, machine, settings: dict, est, catalog, *, budget=None,

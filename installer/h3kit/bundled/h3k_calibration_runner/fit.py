@@ -60,13 +60,13 @@ def spread(values) -> float:
 
 
 def low_median(values) -> float:
-    """The median of the faster half of `values` (at least one): other work on the machine only ever slows a
-    run down, so the slow tail is the machine's, not the model's; a median of what is left stays robust to
-    the one lucky run that a minimum would pick."""
+    """The median of the fastest third of `values` (at least one run): other work on the machine only ever
+    slows a run down, so the slow runs are the machine's, not the model's. A plain median of three moves
+    as soon as two are slowed; this moves only when all of a third's runs are."""
     ordered = sorted(values)
     if not ordered:
         raise ValueError("no runs to take a median of")
-    return statistics.median(ordered[:max(1, -(-len(ordered) // 2))])
+    return statistics.median(ordered[:max(1, -(-len(ordered) // 3))])
 
 
 def repeat_until_stable(run, clock, *, warmup: int = 1, min_runs: int = 3, max_runs: int = 30, window: int = 3,

@@ -87,7 +87,8 @@ def run_installed(comfy: Path, python: Path, args: list, work: Path) -> dict:
     api = comfy / "custom_nodes" / "ComfyUI-h3kit" / workflows.API_DIR / f"{workflows.NAMES['t2v']}.json"
     workflow = json.loads(api.read_text(encoding="utf-8"))
     runs = []
-    with ComfyServer(comfy, python, list(args), work) as server:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    with ComfyServer(comfy, python, list(args), work, env=env) as server:
         server.start()
         for seed in (11, 12):
             r = timed_run(server, with_steps(workflow, STEPS, seed), CLI_TIMEOUT)
@@ -108,7 +109,11 @@ def calibration_figures(doc: dict) -> dict:
     fit = (doc.get("h3_model") or {}).get("fit") or {}
     st = doc.get("streaming") or {}
     t = est.get("time") or {}
+    rows = est.get("tokens") or 0
+    per_block = None if not fit else (fit.get("block_fixed_s") or 0.0) + fit.get("block_s_per_token", 0.0) * rows \
+        + fit.get("block_s_per_token2", 0.0) * rows ** 2
     return {"seconds_per_step": est.get("seconds_per_step"), "kind": est.get("kind"), "tokens": est.get("tokens"),
+            "block_seconds": per_block,  # one block's compute at the workflow's rows
             "block_s_per_token": fit.get("block_s_per_token"), "step_fixed_s": fit.get("step_fixed_s"),
             "block_fixed_s": fit.get("block_fixed_s"), "call_fixed_s": fit.get("call_fixed_s"),
             "pass_overhead": t.get("pass_overhead"), "page_cache": st.get("page_cache"),
@@ -131,18 +136,16 @@ def run_case(real: Path, python: Path, root: Path, case: dict, calibrations: int
     sys.path.insert(0, str(ROOT / "tests"))
     from comfy_h3 import make_test_comfyui, write_tiny_files
 
-    comfy = root / "ComfyUI"
-    if not comfy.exists():
-        make_test_comfyui(real, comfy)
+    comfy = root / f"ComfyUI-{case['blocks']}"  # a new copy per case and run: each install starts from nothing
+    shutil.rmtree(comfy, ignore_errors=True)
+    make_test_comfyui(real, comfy)
     home = root / f"home-{case['blocks']}"
     shutil.rmtree(home, ignore_errors=True)
     home.mkdir(parents=True)
     (home / "config.yaml").write_text(CONFIG, encoding="utf-8")
     plan = h3kit(home, "plan")
     names = part_names(plan)
-    small = {k: v for k, v in names.items() if k != "dit" and not (comfy / "models" / v).is_file()}
-    if small:
-        write_tiny_files(comfy, python, small)
+    write_tiny_files(comfy, python, {k: v for k, v in names.items() if k != "dit"})
     dit_path = comfy / "models" / names["dit"]
     t0 = time.monotonic()
     made = write_dit(python, dit_path, case["blocks"])
@@ -168,7 +171,7 @@ def run_case(real: Path, python: Path, root: Path, case: dict, calibrations: int
             "frames": FRAMES, "calibrations": runs, "estimated": runs[-1], "measured": measured,
             "seconds_per_step_pct": 100.0 * (est - measured["seconds_per_step"]) / measured["seconds_per_step"],
             "spread_pct": {k: spread_pct(r[k] for r in runs)
-                           for k in ("seconds_per_step", "block_s_per_token", "step_fixed_s")}}
+                           for k in ("seconds_per_step", "block_seconds", "step_fixed_s", "block_s_per_token")}}
 
 
 def print_table(table: list[dict]) -> None:
@@ -179,7 +182,7 @@ def print_table(table: list[dict]) -> None:
         e, m, sp = r["estimated"], r["measured"], r["spread_pct"]
         pc = (e.get("page_cache") or {})
         spread = ", ".join("-" if sp[k] is None else f"{sp[k]:.0f}%"
-                           for k in ("seconds_per_step", "block_s_per_token", "step_fixed_s"))
+                           for k in ("seconds_per_step", "block_seconds", "step_fixed_s"))
         print(f"| {r['blocks']} blocks, {r['dit_bytes'] / 1e9:.1f} GB | {pc.get('case', '-')} "
               f"(room {pc.get('room_bytes', 0) / 1e9:.1f} GB) | {r['canvas'][0]}x{r['canvas'][1]}x{r['frames']} | "
               f"{e['seconds_per_step']:.2f} | {m['seconds_per_step']:.2f} | {r['seconds_per_step_pct']:+.0f}% | "

@@ -9,6 +9,7 @@ report, no config, no pack.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import os
 import sys
@@ -113,6 +114,29 @@ def device_of(fingerprint: dict, plan: dict) -> str:
         return "cpu"
     backend = Machine.from_fingerprint(fingerprint).backend
     return {"directml": "cuda"}.get(backend, backend)
+
+
+def workflow_prompt(install, plan: dict, cat) -> str | None:
+    """The prompt of the text-to-video workflow the pack installed (else the one it would install)."""
+    try:
+        graph, _source = real_model.workflow_for(install, plan, cat)
+    except (KeyError, ValueError, TypeError, OSError):
+        return None
+    node = next((n for n in graph.values() if n.get("class_type") == "MiniMaxH3ImageToVideo"), None)
+    prompt = ((node or {}).get("inputs") or {}).get("prompt")
+    return prompt if isinstance(prompt, str) else None
+
+
+def with_text_rows(cat, h3_model: dict):
+    """The catalog with the text rows the runner counted from the workflow's prompt (else as it is), so the
+    estimate is for the sequence the installed workflow runs, not the catalog's assumed prompt length."""
+    canvas = (h3_model or {}).get("canvas") or {}
+    rows = canvas.get("text_tokens")
+    if not canvas.get("text_tokens_from") or not isinstance(rows, int) or getattr(cat, "sequence", None) is None:
+        return cat
+    out = copy.copy(cat)
+    out.sequence = dataclasses.replace(cat.sequence, text_tokens=rows)
+    return out
 
 
 def installed_weights(cat, plan: dict, install) -> dict | None:
@@ -224,6 +248,8 @@ def run(ctx: Session, *, comfyui_dir: str | None = None, quick: bool = True, wit
                                                                  backend=device), quick)
     job = {"plan": plan, "scaled_dit": dit, "quick": quick, "budget": plan.get("budget") or {},
            "tile_candidates": TILE_CANDIDATES, **h3_job(cat, plan, arch, device, points)}
+    if install is not None:  # the runner counts the rows of the prompt the installed workflow sends
+        job["h3_prompt"] = workflow_prompt(install, plan, cat)
     if why_catalog and install is not None:
         skipped.append(f"the DiT file's header: {why_catalog}; H3 was built at the catalog's width")
     ctx.progress(f"calibrate: measuring in {python} ...")
@@ -250,10 +276,11 @@ def run(ctx: Session, *, comfyui_dir: str | None = None, quick: bool = True, wit
     if h3_model.get("status") != "measured":
         skipped = [s for s in skipped if not s.startswith("ComfyUI's H3 model")]
         skipped.append(f"ComfyUI's H3 model: {h3_model.get('reason')}; the time per clip is a table estimate")
-    est, streaming = _estimates(cat, plan, fingerprint, {**measured, "h3_model": h3_model}, arch, device, appendix,
-                                disk, installed_weights(cat, plan, install))
+    est_cat = with_text_rows(cat, h3_model)
+    est, streaming = _estimates(est_cat, plan, fingerprint, {**measured, "h3_model": h3_model}, arch, device,
+                                appendix, disk, installed_weights(cat, plan, install))
     est["check"] = appendix["check"]  # the scaled-DiT check chart reads it here
-    decisions = decide(plan, measured, est, minutes_for=_minutes_for(cat, arch, est), cat=cat, disk=disk)
+    decisions = decide(plan, measured, est, minutes_for=_minutes_for(est_cat, arch, est), cat=cat, disk=disk)
     real = run_with_model(with_model, install, cat, plan=plan, fingerprint=fingerprint, ctx=ctx)
     if real.get("status") == "measured":
         real["compare"] = real_model.compare(real, est)

@@ -104,6 +104,25 @@ def canvas_of(job: dict) -> dict:
     return c
 
 
+def prompt_rows(canvas: dict, prompt) -> dict:
+    """The canvas with the text rows of the workflow's own prompt (`h3_prompt`), counted by ComfyUI's H3
+    tokenizer (the rows the installed workflow's model calls carry); unchanged, with a note, where it cannot."""
+    if not isinstance(prompt, str) or not prompt:
+        return canvas
+    try:
+        from comfy.text_encoders.minimax import MiniMaxH3Tokenizer
+
+        out = MiniMaxH3Tokenizer().tokenize_with_weights(prompt)
+        rows = sum(len(batch) for value in out.values() for batch in value[:1])
+    except Exception as exc:  # noqa: BLE001 -- an older tokenizer: the assumed rows stay, and say so
+        return {**canvas, "text_tokens_note": f"the prompt was not tokenized ({type(exc).__name__}: {exc})"}
+    if rows <= 0:
+        return canvas
+    out = {**canvas, "text_tokens": int(rows), "text_tokens_from": "the workflow's prompt, ComfyUI's H3 tokenizer"}
+    out["tokens"] = fit.tokens_for(out["width"], out["height"], out["frames"], out["text_tokens"])
+    return out
+
+
 def _torch_dtype(torch, name):
     return getattr(torch, str(name).replace("torch.", ""), None) if name else None
 
@@ -281,7 +300,7 @@ def measure_h3_model(job: dict, comfyui: str | None, quick: bool, progress: Prog
         return {"status": "skipped", "reason": str(why)}
     torch = env["torch"]
     arch = resolve_arch(job)
-    canvas = canvas_of(job)
+    canvas = prompt_rows(canvas_of(job), job.get("h3_prompt"))
     result = {"status": "measured", "comfyui_version": env["version"], "device": env["device_kind"],
               "attention": env["attention"], "flags_applied": env["flags_applied"], "canvas": canvas,
               "import_s": env["import_s"]}

@@ -111,3 +111,15 @@ def test_calibration_without_the_in_place_read_keeps_the_plans_share():
     out = prefetch_figures(_plan(), _estimates(5 * GB, 4, GB), {**DISK, "direct_read_bytes_per_s": None}, cpu=True,
                            fingerprint=FP)
     assert out["pass_overhead"] is None and "in-place read" in out["pass_overhead_note"]
+
+
+def test_the_estimate_counts_the_rows_of_the_workflows_prompt_when_the_runner_tokenized_it():
+    from h3kit.calibrate.orchestrate import with_text_rows
+    from h3kit.data import catalog as catalog_mod
+
+    cat = catalog_mod.load()
+    counted = {"canvas": {"text_tokens": 40, "text_tokens_from": "the workflow's prompt, ComfyUI's H3 tokenizer"}}
+    assert with_text_rows(cat, counted).sequence.text_tokens == 40
+    assert cat.sequence.text_tokens != 40  # the catalog itself is left as it was
+    assert with_text_rows(cat, {"canvas": {"text_tokens": 40}}) is cat  # not counted: the catalog's assumption
+    assert with_text_rows(cat, None) is cat

@@ -29,6 +29,8 @@ What the job may hold (all optional; h3kit's calibrate fills them):
   plan's `--cpu` flag, else ComfyUI's own choice;
 - `h3_canvas`: {width, height, frames, text_tokens}; else the plan's
   `settings.canvas`/`frames` (then `max_canvas`/`max_frames`), 128 text tokens;
+- `h3_prompt`: the installed workflow's prompt, whose rows ComfyUI's tokenizer counts into
+  `h3_canvas.text_tokens` (`prompt_rows`);
 - `h3_points`: token counts to time (else two small ones, three without --quick);
 - `h3_vae`: {heads, dim_head, layers} of the video VAE's ViT decoder (else
   ComfyUI's fixed 32 x 64, 36 layers); `h3_text_encoder`: {hidden_size,

@@ -3,8 +3,8 @@
 Other work on the machine only ever slows a timed call down, so each point keeps the median of its faster
 runs (fit.low_median: the fastest third) after a warm-up that is never counted. Here three "quick runs" are simulated from one
 true cost with every repetition slowed at random, as on a shared machine, and fitted as the runner fits
-them (fit.fit_timing); tests/fixtures/calibrate/quick_runs.json, when present, holds real quick runs
-recorded by scripts/validate_estimator.py and is refitted the same way.
+them (fit.fit_timing); tests/fixtures/calibrate/quick_runs.json holds three real quick runs recorded by
+scripts/validate_estimator.py, refitted the same way.
 """
 
 from __future__ import annotations
@@ -65,17 +65,24 @@ def test_a_plain_median_of_the_same_runs_is_what_moved():
 
 
 @pytest.mark.skipif(not RECORDED.is_file(), reason="no recorded quick runs")
-def test_recorded_quick_runs_refit_to_the_same_costs_within_15_percent():
+def test_recorded_quick_runs_refit_to_per_block_costs_within_15_percent():
+    # three `calibrate --quick` runs at H3's block width (4 blocks, 64x64x22: 142 rows), recorded by
+    # scripts/validate_estimator.py on the shared 2-core machine; the first one's line constant sat just
+    # under COMPUTE_BOUND, where the hard switch took the AdaLN's 0.16 ms and the fixed cost fell 200x
     runs = json.loads(RECORDED.read_text(encoding="utf-8"))
     refits = []
     for run in runs:
         calls = [dict(p) for p in run["points"]]
-        f = fit.fit_timing(calls, run["attention_points"], int(run["arch"]["heads"]), int(run["arch"]["blocks_total"]),
-                           run["fit"].get("block_constant_measured_s"))
-        assert f["block_s_per_token"] == pytest.approx(run["fit"]["block_s_per_token"], rel=1e-6)
-        refits.append(f)
-    tokens = max(p["tokens"] for p in runs[0]["points"])
-    per_block = [f["block_fixed_s"] + f["block_s_per_token"] * tokens + f["block_s_per_token2"] * tokens ** 2
+        refits.append(fit.fit_timing(calls, run["attention_points"], int(run["arch"]["heads"]),
+                                     int(run["arch"]["blocks_total"]), run["fit"].get("block_constant_measured_s")))
+    for run, f in zip(runs, refits):
+        if run["fit"]["block_fit"] == "line":  # the runs the change leaves alone refit to what they recorded
+            assert f["step_fixed_s"] == pytest.approx(run["fit"]["step_fixed_s"], rel=1e-9)
+    rows = 142
+    per_block = [f["block_fixed_s"] + f["block_s_per_token"] * rows + f["block_s_per_token2"] * rows ** 2
                  for f in refits]
     assert _spread(per_block) <= 0.15, per_block
-    assert _spread([f["step_fixed_s"] for f in refits]) <= 0.15
+    fixed = [f["step_fixed_s"] for f in refits]
+    recorded = [run["fit"]["step_fixed_s"] for run in runs]
+    assert max(recorded) / min(recorded) > 100  # what the hard switch did
+    assert max(fixed) / min(fixed) < 2.5, fixed  # the lean keeps it within the runs' own noise

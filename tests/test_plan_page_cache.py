@@ -123,3 +123,13 @@ def test_the_estimate_counts_the_rows_of_the_workflows_prompt_when_the_runner_to
     assert cat.sequence.text_tokens != 40  # the catalog itself is left as it was
     assert with_text_rows(cat, {"canvas": {"text_tokens": 40}}) is cat  # not counted: the catalog's assumption
     assert with_text_rows(cat, None) is cat
+
+
+def test_the_block_compute_counts_the_fits_per_block_constant():
+    # a full-width block on a CPU at 142 rows: 0.67 s of row work and 0.57 s that does not grow with rows
+    est = _estimates(5 * GB, 30, int(0.77 * GB))
+    est["timing"]["block_s_per_token"] = 0.0067
+    bare = prefetch_figures(_plan(), est, DISK, cpu=True, fingerprint=FP)
+    full = prefetch_figures(_plan(), est, DISK, cpu=True, fingerprint=FP, block_fixed_s=0.57)
+    assert full["compute_s_per_block"] == pytest.approx(0.67 + 0.57)
+    assert full["pass_overhead_cached"] == pytest.approx(bare["pass_overhead_cached"] * 0.67 / 1.24, rel=1e-3)

@@ -269,7 +269,8 @@ def streaming_enabled(plan: dict) -> bool:
     return bool(st.get("enabled"))
 
 
-def prefetch_figures(plan: dict, estimates: dict, disk: dict, cpu: bool = False, fingerprint: dict | None = None) -> dict | None:
+def prefetch_figures(plan: dict, estimates: dict, disk: dict, cpu: bool = False, fingerprint: dict | None = None,
+                     block_fixed_s: float = 0.0) -> dict | None:
     """plan.streaming.prefetch_for at the measured disk rate and the measured compute per block, or None.
 
     Also "pass_overhead", what streaming adds to a model call as measured, by the planner's formula
@@ -279,7 +280,8 @@ def prefetch_figures(plan: dict, estimates: dict, disk: dict, cpu: bool = False,
     disk's share costs the wait behind the read-ahead (measured_pass_overhead), both the in-place read.
     `cpu`: the DiT computes on the CPU, where the loader reads each block into its buffers while the model
     waits; that read is the disk probe's `direct_read_bytes_per_s`, and without it the measured share is
-    None (the waiting alone would understate it)."""
+    None (the waiting alone would understate it). `block_fixed_s`: the fit's per-block constant (folded into
+    the timing's step_fixed_s), part of what a block computes while the next one is read."""
     if not streaming_enabled(plan) or disk.get("status") != "measured" or not disk.get("gb_per_s"):
         return None
     from h3kit.plan import page_cache
@@ -294,7 +296,8 @@ def prefetch_figures(plan: dict, estimates: dict, disk: dict, cpu: bool = False,
         int(st.get("block_bytes") or 0)
     if not block_bytes or not timing.get("block_s_per_token"):
         return None
-    compute = timing["block_s_per_token"] * tokens + timing.get("block_s_per_token2", 0.0) * tokens ** 2
+    compute = (timing["block_s_per_token"] * tokens + timing.get("block_s_per_token2", 0.0) * tokens ** 2
+               + max(0.0, float(block_fixed_s or 0.0)))
     res = prefetch_for(disk["gb_per_s"] * 1e9, block_bytes, compute)
     out = {"enabled": True, "disk_bytes_per_s": disk["gb_per_s"] * 1e9, "cache_dropped": disk.get("cache_dropped"),
            "block_bytes": block_bytes, **res}

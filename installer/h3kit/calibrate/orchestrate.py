@@ -160,7 +160,9 @@ def _estimates(cat, plan: dict, fingerprint: dict, measured: dict, arch: dict, d
     day = datetime.now(timezone.utc).date().isoformat()
     est = clip.clip_estimate(cat, plan, fingerprint, measured.get("h3_model"), arch, day=day, device=device,
                              native_appendix=appendix, weights=weights)
-    streaming = prefetch_figures(plan, est, disk, cpu=device == "cpu", fingerprint=fingerprint)
+    fitted = (measured.get("h3_model") or {}).get("fit") or {}
+    streaming = prefetch_figures(plan, est, disk, cpu=device == "cpu", fingerprint=fingerprint,
+                                 block_fixed_s=fitted.get("block_fixed_s") or 0.0)
     if streaming is not None and streaming.get("pass_overhead") is not None:
         est = clip.clip_estimate(cat, plan, fingerprint, measured.get("h3_model"), arch, day=day, device=device,
                                  native_appendix=appendix, pass_overhead=streaming["pass_overhead"], weights=weights)

@@ -5,8 +5,8 @@ reads each one when the model reaches it. Everything here is arithmetic on
 the safetensors header and on the node's inputs, so it is tested on its own:
 
 - `read_header` parses the file's JSON header into absolute byte ranges
-  with h3kit's one safetensors reader (bundled/h3k_safetensors, shipped in
-  the pack), which refuses a file the header says is longer than it is --
+  with h3kit's one safetensors reader (the pack's h3k_safetensors, which
+  h3kit uses too), which refuses a file the header says is longer than it is --
   naming the first block that lies past the end, so a cut-short download
   is reported before any prompt runs;
   `read_weights` does the same for a GGUF file (h3kit_gguf_logic), whose
@@ -59,7 +59,7 @@ def _block_of(name: str) -> int | None:
 
 
 def _shared_reader():
-    """bundled/h3k_safetensors, the header reader h3kit uses too: deploy copies it into the pack beside this module."""
+    """The pack's h3k_safetensors, the header reader h3kit uses too (beside this module in nodes/ and in the pack)."""
     try:
         from . import h3k_safetensors
     except ImportError as exc:

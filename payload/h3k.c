@@ -22,7 +22,7 @@
  *   tiles.c        split a planar image/latent into overlapping tiles and
  *                  blend them back (tiled VAE decode)
  *   platform.c     CPUs, CPU features, files, last-error texts
- *   selftest.c     h3k_selftest, a client of h3k.h
+ *   selftest.c     not a unit: the program h3k-selftest, a client of h3k.h
  *   h3k_internal.h what the units share: the platform shims, the pool's and
  *                  the kernels' internal calls, the streamer's fields
  *

@@ -17,14 +17,19 @@
 extern "C" {
 #endif
 
-#if defined(_WIN32)
+/* The units define H3K_BUILDING (h3k_internal.h) and export; a client such as
+ * h3k-selftest declares plain functions, which the DLL's import library resolves. */
+#if defined(_WIN32) && defined(H3K_BUILDING)
 #define H3K_API __declspec(dllexport)
+#elif defined(_WIN32)
+#define H3K_API
 #else
 #define H3K_API __attribute__((visibility("default")))
 #endif
 
 #define H3K_VERSION "0.1.0"
-#define H3K_ABI 3 /* bumped with every changed signature (2: tile lengths; 3: direct reads, advice) */
+#define H3K_ABI 4 /* bumped with every changed signature (2: tile lengths; 3: direct reads, advice;
+                     4: the self-test became the program h3k-selftest) */
 
 /* Status codes. */
 #define H3K_OK 0
@@ -34,7 +39,7 @@ extern "C" {
 #define H3K_ERANGE 4      /* offset/length outside the file or buffer */
 #define H3K_EUNSUPPORTED 5 /* not available on this platform / build */
 #define H3K_END 6         /* streamer: every submitted range was delivered */
-#define H3K_ESELFTEST 7   /* the self-test found a wrong result */
+#define H3K_ESELFTEST 7   /* the self-test (h3k-selftest) found a wrong result */
 
 /* Value types: the ggml type ids, so files and code agree. */
 #define H3K_F32 0
@@ -174,10 +179,6 @@ H3K_API int h3k_tile_accumulate(float *acc, size_t acc_n, float *weight, size_t 
 /* acc /= weight per pixel (0 where no tile landed); sizes checked as above. */
 H3K_API int h3k_tile_finish(float *acc, size_t acc_n, const float *weight, size_t weight_n,
                             size_t c, size_t h, size_t w);
-
-/* Run the built-in checks. *checks gets the number run; msg (may be NULL)
- * gets the first failure. Returns H3K_OK or H3K_ESELFTEST. */
-H3K_API int h3k_selftest(int *checks, char *msg, size_t msg_size);
 
 #ifdef __cplusplus
 }

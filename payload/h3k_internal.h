@@ -38,6 +38,7 @@
 #define _DARWIN_C_SOURCE
 #endif
 
+#define H3K_BUILDING 1 /* h3k.h: export the H3K_API calls from the DLL on Windows */
 #include "h3k.h"
 
 #include <errno.h>

@@ -1,20 +1,27 @@
-/* selftest.c -- h3k_selftest: the checks `h3kit build` runs on every build
- * before it becomes current, and the deployed node pack's calibration runs
- * on the user's machine: known bytes of hand-computed blocks, round-trip
- * bounds, the build's kernels against the scalar one, threads against one
- * thread, the fp32 product against double math, the arena and the tiles.
+/* selftest.c -- h3k-selftest, the program `h3kit build` runs against every
+ * variant of the library before that build becomes current, and that the
+ * deployed node pack's calibration runs on the user's machine: known bytes
+ * of hand-computed blocks, round-trip bounds, the build's kernels against
+ * the scalar one, threads against one thread, the fp32 product against
+ * double math, the arena and the tiles.
+ *
+ * Usage: h3k-selftest-<variant>   (linked against libh3kit-<variant> beside it)
+ * Prints one JSON line, {"passed", "checks", "variant", "message"}, and
+ * exits 0 when every check passed, 1 when one failed, 2 when this CPU lacks
+ * features the build needs (nothing else is checked then, so a tuned
+ * build on an older CPU reads as skipped, not failed).
  *
  * Assumptions made on purpose
  * ---------------------------
- *   - It is a client of the library: it uses h3k.h only, never the internal
- *     header, so it checks exactly what a caller gets.
- *   - It lives inside the library, not in a program of its own, because the
- *     callers of the self-test load the library, not a program: the bridge
- *     (h3k_native binds every symbol of h3k.h, h3k_selftest too), the build's
- *     child process that picks the variant, and the calibration runner on a
- *     machine that has the library but no compiler. Dropping the symbol would
- *     change the ABI those callers check.
- *   - Reentrant: local state only (its random numbers too).
+ *   - A client of the library: h3k.h only, never the internal header, and
+ *     linked against the shared library itself (found beside the program:
+ *     rpath $ORIGIN, @loader_path, or Windows' own folder-first search), so
+ *     it checks exactly the file a caller loads.
+ *   - A program, not a call of the library: the library exports only what
+ *     its callers use, and a check that crashes takes down this process,
+ *     not the caller's.
+ *   - Compiled without the variant's SIMD flags, so on a CPU that lacks them
+ *     it gets as far as saying so.
  *
  * Left out on purpose
  * -------------------
@@ -187,18 +194,34 @@ static void selftest_tiles(selftest_state *t) {
           (double)worst);
 }
 
-int h3k_selftest(int *checks, char *msg, size_t msg_size) {
-    selftest_state t = {0, msg, msg_size, 0};
-    if (msg && msg_size) msg[0] = '\0';
+/* The message as a JSON string body: the check texts are plain ASCII, but a quote or a backslash
+ * (or a control byte) must not break the one line the callers parse. */
+static void print_json_text(const char *text) {
+    for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
+        if (*c == '"' || *c == '\\') printf("\\%c", *c);
+        else if (*c < 0x20) printf("\\u%04x", *c);
+        else putchar(*c);
+    }
+}
+
+int main(void) {
+    char msg[512] = "";
+    selftest_state t = {0, msg, sizeof msg, 0};
     unsigned need = h3k_build_features(), have = h3k_cpu_features();
-    check(&t, (need & have) == need, "this CPU lacks features the %s build needs", h3k_variant());
+    int runs_here = (need & have) == need;
+    check(&t, runs_here, "this CPU lacks features the %s build needs", h3k_variant());
     if (!t.failed) {
         selftest_fp16(&t);
         selftest_quant(&t);
         selftest_products(&t);
         selftest_arena(&t);
         selftest_tiles(&t);
+        h3k_pool_shutdown(); /* join the workers before exit */
     }
-    if (checks) *checks = t.checks;
-    return t.failed ? H3K_ESELFTEST : H3K_OK;
+    printf("{\"passed\": %s, \"checks\": %d, \"variant\": \"", t.failed ? "false" : "true", t.checks);
+    print_json_text(h3k_variant());
+    printf("\", \"message\": \"");
+    print_json_text(msg);
+    printf("\"}\n");
+    return !runs_here ? 2 : t.failed ? 1 : 0;
 }

@@ -2,6 +2,11 @@
 """Stock UNETLoader vs h3kit's streamed loader (H3kitStreamedDiTLoader) in a real ComfyUI.
 
     python scripts/bench_streaming.py --json [--workdir DIR] [--comfyui DIR] [--steps 3]
+    python scripts/bench_streaming.py --floor --json [--blocks 30] [--prefetch-blocks 2]
+
+With --floor it measures a streamed step at H3's real block width against
+its floor instead (compute alone, the disk alone): see
+scripts/bench_streaming_floor.py. Without it:
 
 Generates a random-weight H3-architecture DiT (bf16, 24 blocks, hidden 2048:
 2.64 GB; see --blocks/--hidden/--ffn) plus the tiny text encoder and VAEs of
@@ -43,7 +48,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO / "tests" / "support"), str(REPO / "installer")]
+sys.path[:0] = [str(REPO / "tests" / "support"), str(REPO / "installer"), str(REPO / "scripts")]
 
 RSS_TARGET, STEP_TARGET = 0.30, 1.3
 PACK = "ComfyUI-h3kit"
@@ -345,7 +350,7 @@ def main(argv=None) -> int:
     ap.add_argument("--comfyui", type=Path, default=Path(os.environ.get("H3KIT_COMFYUI_DIR") or "/work/comfy33"))
     ap.add_argument("--rounds", type=int, default=3, help="turns of stock then streamed prompts")
     ap.add_argument("--steps", type=int, default=2, help="steps per timed prompt")
-    ap.add_argument("--blocks", type=int, default=BENCH_DIT["num_layers"])
+    ap.add_argument("--blocks", type=int, help=f"DiT blocks ({BENCH_DIT['num_layers']}; with --floor 30)")
     ap.add_argument("--hidden", type=int, default=BENCH_DIT["hidden_size"])
     ap.add_argument("--ffn", type=int, default=BENCH_DIT["ffn_hidden_size"])
     ap.add_argument("--prefetch-blocks", type=int, default=1)
@@ -353,7 +358,18 @@ def main(argv=None) -> int:
     ap.add_argument("--shard-size-bytes", type=int, default=0)
     ap.add_argument("--no-cold", action="store_true", help="skip the dropped-page-cache run")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--floor", action="store_true", help="at H3's real block width: a streamed step against "
+                    "compute alone and the disk alone (scripts/bench_streaming_floor.py)")
+    ap.add_argument("--resident-blocks", type=int, default=2, help="--floor: blocks of the compute-alone DiT")
+    ap.add_argument("--canvas", type=int, default=64, help="--floor: width and height")
+    ap.add_argument("--frames", type=int, default=22, help="--floor: frames")
     a = ap.parse_args(argv)
+    if a.floor:
+        import bench_streaming_floor
+
+        a.blocks = a.blocks or 30
+        return bench_streaming_floor.run(sys.modules[__name__], a)
+    a.blocks = a.blocks or BENCH_DIT["num_layers"]
     import comfy_h3
 
     os.environ["H3KIT_COMFYUI_DIR"] = str(a.comfyui)

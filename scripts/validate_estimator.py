@@ -1,9 +1,16 @@
 """Calibration's estimate against a measured run of the real H3 workflow, in a real ComfyUI on this machine.
 
-    flock /tmp/h3kit-bench.lock python scripts/validate_estimator.py [--json] [--comfyui DIR] [--cases SPEC]
+    flock /tmp/h3kit-heavy.lock python scripts/validate_estimator.py [--json] [--comfyui DIR] [--calibrations N]
+        [--only fits|nofit] [--keep DIR]                        # calibrate --quick vs the installed workflow
+    python scripts/validate_estimator.py --held [--json] [--comfyui DIR] [--cases SPEC]   # the older check
     python scripts/validate_estimator.py --reports [--json]     # the planner against published reports
 
-For each random-weight H3 DiT (default: hidden 1024 x 8 blocks and hidden
+By default (scripts/estimator_cases.py): `h3kit calibrate --quick` against the workflow the pack
+installed (its streamed loader, the same canvas, 3 steps), for a real-width random DiT that fits this
+machine's page cache and one that does not, each from `h3kit install` on; exits 1 when an estimate is
+more than 25% off the measured step or the quick runs' seconds per step spread more than 15%.
+
+`--held`: for each random-weight H3 DiT (default: hidden 1024 x 8 blocks and hidden
 2048 x 16 blocks, H3's head_dim and FFN ratio), in a private hard-linked copy
 of the ComfyUI in --comfyui / H3KIT_COMFYUI_DIR (never written to):
 
@@ -288,6 +295,9 @@ def main(argv=None) -> int:
     ap.add_argument("--comfyui", default=os.environ.get("H3KIT_COMFYUI_DIR"), help="a ComfyUI >= 0.31 with venv/")
     ap.add_argument("--cases", help='JSON list like [{"hidden": 1024, "blocks": 8, "canvas": [256, 256], "frames": 39}]')
     ap.add_argument("--keep", type=Path, help="work in this folder and keep it (files are reused on the next run)")
+    ap.add_argument("--held", action="store_true", help="the older check: ComfyUI's own loader, calibration's runner")
+    ap.add_argument("--calibrations", type=int, default=3, help="quick calibrations of the fits case (their spread)")
+    ap.add_argument("--only", choices=("fits", "nofit"), help="one of the two page-cache cases")
     a = ap.parse_args(argv)
     os.environ.setdefault("H3KIT_HOME", tempfile.mkdtemp(prefix="h3kit-validate-home-"))
     if a.reports:
@@ -305,6 +315,8 @@ def main(argv=None) -> int:
         print("validate_estimator: pass --comfyui (or set H3KIT_COMFYUI_DIR) to a ComfyUI >= 0.31 with its venv/",
               file=sys.stderr)
         return 2
+    if not a.held:
+        return installed(Path(a.comfyui).resolve(), a)
     cases = json.loads(a.cases) if a.cases else CASES
     table = validate(Path(a.comfyui).resolve(), cases, a.keep.resolve() if a.keep else None)
     if a.json:
@@ -314,6 +326,33 @@ def main(argv=None) -> int:
     worst = max(abs(x) for r in table for x in (r["seconds_per_step_pct"], r["peak_rss_pct"]) if x is not None)
     if worst > LIMIT_PCT:
         print(f"validate_estimator: a difference of {worst:.0f}% is above {LIMIT_PCT:.0f}%", file=sys.stderr)
+        return 1
+    return 0
+
+
+SPREAD_LIMIT_PCT = 15.0
+
+
+def installed(comfy_real: Path, a) -> int:
+    """The default check: calibrate --quick vs the installed workflow, both page-cache cases (estimator_cases)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import estimator_cases as ec
+
+    python = next(p for p in (comfy_real / "venv/bin/python", comfy_real / ".venv/bin/python") if p.exists())
+    root = a.keep.resolve() if a.keep else Path(tempfile.mkdtemp(prefix="h3kit-validate-"))
+    cases = [c for i, c in enumerate(ec.CASES) if a.only is None or (a.only == "fits") == (i == 0)]
+    # the spread is the fits case's (a quick run there takes a minute); the larger file gets one calibration
+    table = [ec.run_case(comfy_real, python, root, case, max(1, a.calibrations) if case is ec.CASES[0] else 1,
+                         keep_dit=False) for case in cases]
+    if a.json:
+        print(json.dumps(table, indent=2))
+    else:
+        ec.print_table(table)
+    worst = max(abs(r["seconds_per_step_pct"]) for r in table)
+    spread = max((r["spread_pct"]["seconds_per_step"] or 0.0) for r in table)
+    if worst > LIMIT_PCT or spread > SPREAD_LIMIT_PCT:
+        print(f"validate_estimator: estimate off by up to {worst:.0f}% (limit {LIMIT_PCT:.0f}%), quick runs "
+              f"spread {spread:.0f}% (limit {SPREAD_LIMIT_PCT:.0f}%)", file=sys.stderr)
         return 1
     return 0
 

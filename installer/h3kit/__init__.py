@@ -13,6 +13,13 @@ import graph has no cycle (tests/repo/test_architecture.py checks both).
   errors and exit codes, folders (`H3KIT_HOME`), logging, subprocesses with
   timeouts, atomic writes and hashes, units for people, the `Session` a step
   reports through.
+- `bundled/`: the one way in to the code that runs in ComfyUI's Python,
+  which lives in `nodes/` at the top of the repository (the node pack as
+  deployed, with its packages: the ctypes bridge `h3k_native`, the
+  calibration runner, the safetensors header reader): `h3kit.bundled.<name>`
+  imports those very files, from a checkout and from the wheel. That code
+  imports only the standard library at import time and never `h3kit`, which
+  is not installed there.
 - `data/`: the files h3kit reads, parsed at the boundary into typed values:
   YAML with line numbers, the settings table, the model catalog and
   profiles, the user's `config.yaml`, the machine's `Fingerprint`.
@@ -21,8 +28,9 @@ import graph has no cycle (tests/repo/test_architecture.py checks both).
   and parses them into `data.fingerprint.Fingerprint`, as `this_machine()`
   does a fresh probe.
 - `native/`: the C library in `payload/`: compiler search, the build of every
-  SIMD variant and its self-test; the kernels themselves are the bridge in
-  `bundled/h3k_native`, re-exported as `h3kit.native`.
+  SIMD variant and its self-test program; the kernels themselves are the
+  bridge `nodes/h3k_native` (`h3kit.bundled.h3k_native`), re-exported as
+  `h3kit.native`.
 - `plan/`: a pure function from (fingerprint, catalog, config) to a plan:
   memory budgets, the search over files and canvases, the rationale prose,
   and the torch build that fits the hardware.
@@ -42,14 +50,6 @@ import graph has no cycle (tests/repo/test_architecture.py checks both).
 - `cli/`: argparse, the terminal behind a `Session` (the only place that
   prints or reads the keyboard) and one module per command: parse, build
   the step's options, call one step, render its answer.
-
-Outside the layers:
-
-- `bundled/`: packages that run inside ComfyUI's interpreter (the ctypes
-  bridge, the calibration runner). Deploy copies them into the node pack;
-  they import only the standard library at import time and never `h3kit`,
-  which is not installed there. Any layer may use them. The node pack
-  itself (`nodes/` at the top of the repository) follows the same rule.
 """
 
 __version__ = "0.1.0"

@@ -1,6 +1,7 @@
 /* test_h3k.c -- C unit tests for the library (every unit of payload/), built with them and
  * run by tests/test_native_c.py (under AddressSanitizer with
- * UndefinedBehaviorSanitizer, and under ThreadSanitizer).
+ * UndefinedBehaviorSanitizer, and under ThreadSanitizer), as is the self-test
+ * program (selftest.c) built the same way.
  * Usage: test_h3k SCRATCH_DIR   runs every test (H3K_TEST_NO_FORK=1: all but fork)
  *        test_h3k --cpu-count   prints h3k_cpu_count() (checked under taskset)
  * Prints one line per failure and "ok N" at the end; exit 1 on failure. */
@@ -44,13 +45,6 @@ static int failures, checks;
             printf("\n");                                  \
         }                                                  \
     } while (0)
-
-static void test_selftest(void) {
-    char msg[256];
-    int n = 0, st = h3k_selftest(&n, msg, sizeof msg);
-    CHECK(st == H3K_OK, "selftest: %s", msg);
-    CHECK(n > 20, "selftest ran only %d checks", n);
-}
 
 static void test_bad_shapes(void) {
     float x[64] = {0}, y[4];
@@ -555,7 +549,6 @@ int main(int argc, char **argv) {
         return 0;
     }
     const char *dir = argc > 1 ? argv[1] : ".";
-    test_selftest();
     test_bad_shapes();
     test_nonfinite_quantize();
     test_nonfinite_products();

@@ -77,6 +77,28 @@ def test_install_records_every_file_and_verifies(comfy, h3kit_home):
     assert deploy.verify(inst)["nodes"] == sorted(deploy.EXPECTED_NODES)
 
 
+def test_pack_carries_each_library_with_its_self_test_program(comfy, h3kit_home):
+    """The session's real build deployed: every variant's self-test program lands in lib/ beside its library,
+    executable, and the pack's own bridge runs it there (calibration's self-test on the user's machine)."""
+    built = sorted((Path(h3kit_home) / "cache" / "native").glob("*/libh3kit-baseline.so"))
+    if not built:
+        pytest.skip("no native build in this session")
+    inst = find(str(comfy), None, Context(yes=True))
+    _deploy(inst, h3kit_home, library=built[0])
+    lib = comfy / "custom_nodes" / "ComfyUI-h3kit" / "lib"
+    programs = sorted(p.name for p in lib.glob("h3k-selftest-*"))
+    assert programs == sorted(p.name.replace("libh3kit-", "h3k-selftest-").removesuffix(".so")
+                              for p in lib.glob("libh3kit-*"))
+    assert all(os.access(lib / name, os.X_OK) for name in programs)
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import h3k_native as n; l = n.load(); "
+            "print(json.dumps([l.source, l.selftest()]))")
+    out = subprocess.run([sys.executable, "-I", "-c", code, str(lib.parent)], capture_output=True, text=True,
+                         timeout=120, env={"PATH": "/usr/bin:/bin", "H3KIT_HOME": str(Path(h3kit_home) / "none")})
+    assert out.returncode == 0, out.stderr
+    source, result = json.loads(out.stdout)
+    assert source == "lib/ beside the bridge" and result["passed"] is True and result["checks"] > 20
+
+
 def test_launcher_keeps_accepted_flags_only_and_runs(comfy, h3kit_home):
     inst = find(str(comfy), None, Context(yes=True))
     res = _deploy(inst, h3kit_home)

@@ -142,17 +142,38 @@ def test_variant_flags_never_target_the_build_machine():
 
 
 def test_compile_commands_name_every_unit_once(tmp_path):
-    """gcc/clang/zig and MSVC get the same unit list, each unit once, then their own output flags."""
+    """gcc/clang/zig and MSVC get the same unit list, each unit once, then their own output flags; the
+    library records its own name (soname, install name, import library) for the self-test program."""
     src = build.source_dir()
     gcc = compilers.Compiler("gcc", ["gcc"], "12", "PATH")
     msvc = compilers.Compiler("msvc", ["cl.exe"], "19.38", "vswhere", style="msvc")
     units = [str(src / name) for name in build.UNITS]
-    gnu = build.compile_command(gcc, src, tmp_path / "lib.so", ["-O2"], tmp_path)
+    lib = tmp_path / "lib.so"
+    gnu = build.compile_command(gcc, src, lib, ["-O2"], tmp_path, "linux")
     assert gnu[:2] == ["gcc", "-O2"] and gnu[2:2 + len(units)] == units
-    assert gnu[2 + len(units):] == ["-o", str(tmp_path / "lib.so")] + build.link_libs()
+    assert gnu[2 + len(units):] == ["-Wl,-soname,lib.so", "-o", str(lib)] + build.link_libs("linux")
+    assert build.compile_command(gcc, src, lib, [], tmp_path, "darwin")[-3] == "-Wl,-install_name,@rpath/lib.so"
     cl = build.compile_command(msvc, src, tmp_path / "h3k.dll", ["/O2"], tmp_path)
-    assert cl[2:2 + len(units)] == units and cl[-2] == f"/Fe:{tmp_path / 'h3k.dll'}"
-    assert cl[-1] == f"/Fo:{tmp_path}{os.sep}"  # one folder for every unit's object
+    assert cl[2:2 + len(units)] == units and cl[-4] == f"/Fe:{tmp_path / 'h3k.dll'}"
+    assert cl[-3] == f"/Fo:{tmp_path}{os.sep}"  # one folder for every unit's object
+    assert cl[-2:] == ["/link", f"/IMPLIB:{tmp_path / 'h3k.lib'}"]
+
+
+def test_selftest_program_links_against_the_library_beside_it(tmp_path):
+    """The program gets none of the variant's SIMD flags and finds its library in its own folder."""
+    src = build.source_dir()
+    gcc = compilers.Compiler("gcc", ["gcc"], "12", "PATH")
+    msvc = compilers.Compiler("msvc", ["cl.exe"], "19.38", "vswhere", style="msvc")
+    lib, out = tmp_path / "libh3kit-x86-64-v3.so", tmp_path / "h3k-selftest-x86-64-v3"
+    linux = build.selftest_command(gcc, src, lib, out, tmp_path, "linux")
+    assert linux[:1 + len(build.GNU_PROGRAM_FLAGS)] == ["gcc", *build.GNU_PROGRAM_FLAGS]
+    assert linux[-7:] == [str(src / build.SELFTEST), str(lib), "-Wl,-rpath,$ORIGIN", "-o", str(out), "-lm", "-lpthread"]
+    assert "-mavx2" not in linux and "-shared" not in linux
+    assert "-Wl,-rpath,@loader_path" in build.selftest_command(gcc, src, lib, out, tmp_path, "darwin")
+    win = build.selftest_command(gcc, src, tmp_path / "x.dll", out, tmp_path, "win32")
+    assert win[-3:] == [str(tmp_path / "x.lib"), "-o", str(out)]
+    cl = build.selftest_command(msvc, src, tmp_path / "x.dll", out, tmp_path)
+    assert "/LD" not in cl and cl[-3] == str(tmp_path / "x.lib")
 
 
 # ---------------------------------------------------------------- parsers

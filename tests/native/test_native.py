@@ -329,8 +329,10 @@ def test_tiles_feather_linearly_across_the_overlap(lib):
 
 
 def test_selftest_version_features(lib):
+    """The self-test is the program built against this library, beside it; the library has no such call."""
     assert lib.selftest() == {"passed": True, "checks": lib.selftest()["checks"], "message": ""}
     assert lib.selftest()["checks"] > 20
+    assert not hasattr(lib.c, "h3k_selftest")
     feats = lib.features()
     assert feats["version"] == lib.version() and feats["variant"] in native.VARIANTS
     assert set(feats["build"]) <= set(feats["cpu"])
@@ -352,8 +354,8 @@ def test_search_order_lib_beside_the_bridge_then_env_then_cache(libdir, tmp_path
     code = "import json, h3k_native as n; l = n.load(); print(json.dumps([l.source, str(l.path), l.selftest()['passed']]))"
     base = {"PATH": "/usr/bin:/bin", "H3KIT_HOME": str(tmp_path / "empty-home")}
     (tmp_path / "pack" / "lib").mkdir(parents=True)
-    for p in libdir.glob("libh3kit-*"):
-        shutil.copy(p, tmp_path / "pack" / "lib" / p.name)
+    for p in [*libdir.glob("libh3kit-*"), *libdir.glob("h3k-selftest-*")]:
+        shutil.copy2(p, tmp_path / "pack" / "lib" / p.name)
     source, path, ok = _run_copied_bridge(tmp_path, base, code)
     assert source == "lib/ beside the bridge" and Path(path).parent == tmp_path / "pack" / "lib" and ok
     one = next(libdir.glob("libh3kit-baseline*"))
@@ -366,6 +368,20 @@ def test_search_order_finds_the_cache_written_by_build(libdir, tmp_path):
     code = "import json, h3k_native as n; l = n.load(); print(json.dumps([l.source, str(l.path)]))"
     source, path = _run_copied_bridge(tmp_path, {"PATH": "/usr/bin:/bin", "H3KIT_HOME": str(home)}, code)
     assert source == "h3kit cache" and Path(path).parent == libdir
+
+
+def test_selftest_program_missing_or_failing_is_a_sentence(libdir, tmp_path):
+    """A library copied without its self-test program says how to get it back; a program that prints no
+    result, or exits with the CPU's 'cannot run this build', is read as such."""
+    one = next(libdir.glob("libh3kit-baseline*"))
+    shutil.copy(one, tmp_path / one.name)
+    with pytest.raises(native.NativeError, match="h3kit build --force"):
+        native.Library(tmp_path / one.name).selftest()
+    assert native.read_selftest(139, "", "Segmentation fault")["message"] == \
+        "the self-test program gave no result (Segmentation fault)"
+    line = '{"passed": false, "checks": 1, "variant": "x86-64-v3", "message": "this CPU lacks features"}'
+    assert native.read_selftest(2, line) == {"passed": False, "checks": 1, "message": "this CPU lacks features",
+                                             "skipped": True}
 
 
 def test_missing_library_says_how_to_build(tmp_path, monkeypatch):

@@ -47,9 +47,12 @@ def test_pack_imports_without_comfyui_or_native(tmp_path, monkeypatch):
     assert "comfy" not in sys.modules and "torch" not in sys.modules
 
 
-def test_profile_info_rereads_the_profile_file(tmp_path):
+def test_profile_info_rereads_the_profile_file(tmp_path, monkeypatch):
+    """A copy of nodes/ as deploy makes it, with the bridge but no library anywhere: the node says so."""
     import shutil
 
+    monkeypatch.delenv("H3KIT_NATIVE_LIB", raising=False)
+    monkeypatch.setenv("H3KIT_HOME", str(tmp_path / "no-build-here"))
     copy = tmp_path / "ComfyUI-h3kit"
     shutil.copytree(NODES, copy, ignore=shutil.ignore_patterns("__pycache__"))
     prof = copy / "h3kit_profile.json"
@@ -60,7 +63,7 @@ def test_profile_info_rereads_the_profile_file(tmp_path):
     node = pack.NODE_CLASS_MAPPINGS["H3kitProfileInfo"]()
     text, tile, overlap, temporal, frames = node.info()
     assert (tile, overlap, temporal, frames) == (384, 48, 32, 121)
-    assert "nvidia-16gb" in text and "native library: not available" in text
+    assert "nvidia-16gb" in text and "native library: not loaded" in text and "h3kit build" in text
     first_key = pack.NODE_CLASS_MAPPINGS["H3kitProfileInfo"].IS_CHANGED()
     prof.write_text(json.dumps({"profile": "nvidia-8gb", "settings": {"vae_tile_size": 192, "vae_tile_overlap": 32,
                                                                        "vae_temporal_tile": 16, "max_frames": 73}}))

@@ -1,4 +1,4 @@
-"""The one safetensors header reader (bundled/h3k_safetensors): its checks, each refusal naming file and tensor.
+"""The one safetensors header reader (nodes/h3k_safetensors): its checks, each refusal naming file and tensor.
 
 The streamed loader's refusals through it are in test_streamed_loader.py, calibration's in
 test_calibrate_arch.py; here the checks themselves, on real files written byte by byte.
@@ -12,6 +12,7 @@ import struct
 import pytest
 
 from h3kit import bundled
+from h3kit.comfyui import deploy
 from h3kit.bundled import h3k_safetensors as st
 
 
@@ -59,7 +60,7 @@ def test_metadata_that_is_not_a_table_is_refused(tmp_path):
 
 
 def test_deploy_ships_the_reader_and_both_sides_use_the_same_one():
-    files = bundled.package_files()
+    files = deploy.pack_contents(None, {}, "test")
     assert files["h3k_safetensors/__init__.py"] == (bundled.SAFETENSORS / "__init__.py").read_bytes()
     from h3kit.calibrate import arch
     from pack_support import pack_module

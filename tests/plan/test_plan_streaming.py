@@ -437,3 +437,15 @@ def test_the_measured_overhead_is_waiting_plus_the_cpu_copy_over_the_streamed_sh
     slow = streaming.prefetch_for(1e9, 400_000_000, 0.2)  # 0.4 s a block: the disk is the limit, half the time waits
     assert slow["io_wait_fraction"] == pytest.approx(0.5, abs=0.01)
     assert measured_pass_overhead(slow) == pytest.approx(1.0, abs=0.03)
+
+
+def test_cpu_64_gb_keeps_the_streamed_blocks_in_the_page_cache_and_counts_the_cached_cost():
+    # the resident blocks as float32 and the run's peak leave room for the streamed bf16 blocks between steps
+    plan = _plan(_fp("cpu-only-16gb", 64))
+    st = plan["settings"]["streaming"]
+    said = " ".join(plan["rationale"])
+    assert "The page cache holds the" in said and "cached_pass_overhead" in said
+    streamed = st["blocks"] - st["resident_blocks"]
+    assert st["pass_overhead"] == pytest.approx(CAT.throughput.stream_cached_overhead * streamed / st["blocks"], abs=1e-4)
+    small = _plan(_fp("cpu-only-16gb"))  # 16 GB: a 40 GB file is read from the disk every step, as before
+    assert "The page cache" not in " ".join(small["rationale"])

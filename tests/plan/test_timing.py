@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from h3kit.data.fingerprint import Fingerprint
+from h3kit import bundled
 from h3kit.core.errors import BadInput
 from h3kit.data import catalog as catalog_mod
 from h3kit.data import throughput as throughput_mod
@@ -168,7 +169,7 @@ def test_the_sequence_matches_the_calibration_runners_count():
     """The runner (bundled, no h3kit import) counts the same rows the plan extrapolates with, on and off the rungs."""
     import importlib.util
 
-    path = Path(__file__).resolve().parents[2] / "installer/h3kit/bundled/h3k_calibration_runner/fit.py"
+    path = bundled.CALIBRATION_RUNNER / "fit.py"
     spec = importlib.util.spec_from_file_location("h3k_fit_for_test", path)
     fit = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fit)

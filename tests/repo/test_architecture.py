@@ -3,6 +3,12 @@
 The layers, lowest first (installer/h3kit/__init__.py explains each). A module
 may import its own package and any lower layer, never a higher one, and the
 import graph has no cycle even inside a layer.
+
+The ComfyUI side, nodes/ (the node pack as deployed, its packages included),
+runs in ComfyUI's Python: it never imports h3kit, imports only the standard
+library at import time, reaches its siblings only by relative imports that
+resolve inside the pack (a package never above itself), and its modules stay
+small too. h3kit reaches it only through `h3kit.bundled`.
 """
 
 from __future__ import annotations
@@ -17,13 +23,13 @@ REPO = Path(__file__).resolve().parents[2]
 PKG = REPO / "installer" / "h3kit"
 
 LAYERS = {  # subpackage -> rank; a module may import only equal-package or lower-rank modules
-    "core": 0, "data": 1, "fingerprint": 2, "native": 3, "plan": 4, "comfyui": 5, "models": 6,
+    "core": 0, "bundled": 0.5, "data": 1, "fingerprint": 2, "native": 3, "plan": 4, "comfyui": 5, "models": 6,
     "calibrate": 7, "steps": 8, "cli": 9,
 }
 ROOT_MODULES = {"h3kit": -1, "h3kit.__main__": 10}  # the version string is everyone's; __main__ is the top
 MAX_LINES = 450
 # Code that runs in ComfyUI's interpreter: never h3kit, only the standard library at import time.
-BUNDLED_ROOTS = [PKG / "bundled", REPO / "nodes"]
+NODES = REPO / "nodes"
 
 
 def _modules() -> dict[str, Path]:
@@ -74,11 +80,7 @@ def _graph() -> dict[str, set[str]]:
 def upward_edges(graph: dict[str, set[str]]) -> list[str]:
     bad = []
     for src, targets in graph.items():
-        if src.startswith("h3kit.bundled"):
-            continue  # checked below: bundled code imports no h3kit module at all
         for dst in targets:
-            if dst.startswith("h3kit.bundled"):
-                continue  # the bundled packages are leaves anyone may use
             same_package = src.split(".")[:2] == dst.split(".")[:2]
             rs, rd = _rank(src), _rank(dst)
             if rs is None or rd is None:
@@ -132,7 +134,7 @@ def test_no_import_cycles():
 
 def test_every_subpackage_is_a_documented_layer():
     present = {p.name for p in PKG.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
-    assert present == set(LAYERS) | {"bundled"}
+    assert present == set(LAYERS)
     doc = (PKG / "__init__.py").read_text(encoding="utf-8")
     for name in present:
         assert f"`{name}/`" in doc, f"installer/h3kit/__init__.py does not describe {name}/"
@@ -168,9 +170,8 @@ def bundled_violations(path: Path) -> list[str]:
     return bad
 
 
-@pytest.mark.parametrize("path", sorted(p for root in BUNDLED_ROOTS for p in root.rglob("*.py")),
-                         ids=lambda p: str(p.relative_to(REPO)))
-def test_bundled_code_never_imports_h3kit(path):
+@pytest.mark.parametrize("path", sorted(NODES.rglob("*.py")), ids=lambda p: str(p.relative_to(REPO)))
+def test_comfyui_side_never_imports_h3kit(path):
     assert bundled_violations(path) == []
 
 
@@ -181,16 +182,76 @@ def test_the_bundled_check_catches_a_violation(tmp_path):
 
 
 def test_modules_stay_small():
-    big = {str(p.relative_to(PKG)): n for p in PKG.rglob("*.py")
+    """Under the line limit: every module of h3kit and of the ComfyUI side."""
+    files = [*PKG.rglob("*.py"), *NODES.rglob("*.py")]
+    big = {str(p.relative_to(REPO)): n for p in files
            if (n := len(p.read_text(encoding="utf-8").splitlines())) >= MAX_LINES}
     assert big == {}
+
+
+def test_h3kit_reaches_the_comfyui_side_through_one_place():
+    """h3kit.bundled's packages are nodes/' packages (the files deploy ships), and no other module of h3kit
+    imports them by another way (a path on sys.path, a top-level `import h3k_native`)."""
+    from h3kit import bundled
+
+    assert sorted(bundled.PACKAGES) == sorted(p.name for p in NODES.iterdir() if (p / "__init__.py").is_file())
+    assert bundled.PACK_SOURCE == NODES and bundled.NATIVE_BRIDGE.parent == NODES
+    pack = pack_module_names()
+    stray = []
+    for path in PKG.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            stray += [f"{path.relative_to(PKG)}:{node.lineno} imports {n}" for n in names if n.split(".")[0] in pack]
+    assert stray == []
+
+
+def pack_module_names() -> set[str]:
+    """The modules and packages at the top of the deployed pack: nodes/' own."""
+    return ({p.stem for p in NODES.glob("*.py") if p.name != "__init__.py"}
+            | {p.name for p in NODES.iterdir() if (p / "__init__.py").is_file()})
+
+
+def unshipped_imports(path: Path, root: Path, shipped: set[str]) -> list[str]:
+    """Relative imports of `path` under `root` (the pack) that name a module the pack's top level does not
+    hold, or that reach above the file's own package (the pack's packages are started on their own too)."""
+    bad = []
+    depth = len(path.relative_to(root).parts) - 1  # 0: a module at the top of the pack
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.ImportFrom) or not node.level:
+            continue
+        if depth == 0 and node.level == 1:
+            names = [node.module.split(".")[0]] if node.module else [a.name for a in node.names]
+            bad += [f"{path.name}:{node.lineno} imports .{n}, which the pack does not hold"
+                    for n in names if n not in shipped]
+        elif node.level > max(depth, 1):
+            bad.append(f"{path.name}:{node.lineno} reaches above its package with {'.' * node.level}")
+    return bad
+
+
+def test_comfyui_side_imports_resolve_inside_the_pack():
+    shipped = pack_module_names()
+    assert [bad for path in sorted(NODES.rglob("*.py")) for bad in unshipped_imports(path, NODES, shipped)] == []
+
+
+def test_the_pack_import_check_catches_a_violation(tmp_path):
+    (tmp_path / "node.py").write_text("from . import h3k_native\nfrom .h3kit_missing import x\nfrom .. import y\n")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "mod.py").write_text("from . import sibling\nfrom .. import h3kit_logic\n")
+    assert unshipped_imports(tmp_path / "node.py", tmp_path, {"h3k_native"}) == [
+        "node.py:2 imports .h3kit_missing, which the pack does not hold",
+        "node.py:3 reaches above its package with ..",
+    ]
+    assert unshipped_imports(tmp_path / "pkg" / "mod.py", tmp_path, {"h3kit_logic"}) == [
+        "mod.py:2 reaches above its package with ..",
+    ]
 
 
 def test_only_the_cli_prints_or_reads_the_terminal():
     offenders = []
     for path in PKG.rglob("*.py"):
         rel = path.relative_to(PKG)
-        if rel.parts[0] in ("cli", "bundled"):
+        if rel.parts[0] == "cli":
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("print", "input"):

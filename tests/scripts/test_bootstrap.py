@@ -125,6 +125,18 @@ def test_offline_install_odd_path_then_fast_rerun(wheelhouse, odd_checkout, tmp_
     for line, name in zip(lines[1:], ("profiles", "payload", "nodes")):
         assert line.endswith(os.path.join("_assets", name)), line
         assert any(Path(line).iterdir()), f"{name} is empty in the wheel"
+    # h3kit reaches the ComfyUI-side packages through h3kit.bundled: from the wheel, the pack's own files.
+    code = ("from h3kit.bundled import h3k_native, h3k_safetensors, h3k_calibration_runner as runner; "
+            "from h3kit import native; "
+            "[print(m.__file__) for m in (h3k_native, h3k_safetensors, runner)]; print(native.library_filename('x'))")
+    probe = _run([python, "-c", code], env=env, cwd=tmp_path, timeout=60)
+    assert probe.returncode == 0, probe.stderr
+    *files, libname = probe.stdout.splitlines()
+    nodes = os.path.join("_assets", "nodes") + os.sep
+    assert [f.split(nodes, 1)[-1] for f in files] == [os.path.join("h3k_native", "__init__.py"),
+                                                       os.path.join("h3k_safetensors", "__init__.py"),
+                                                       os.path.join("h3k_calibration_runner", "__init__.py")]
+    assert all(nodes in f and "site-packages" in f for f in files) and libname.startswith("libh3kit-x")
 
     version = _run([venv / "bin" / "h3kit", "--version"], env=env, cwd="/", timeout=60)
     assert version.returncode == 0 and version.stdout.startswith("h3kit ")

@@ -7,18 +7,16 @@ import importlib.util
 import sys
 from pathlib import Path
 
-NODES = Path(__file__).resolve().parents[2] / "nodes"
-# deploy copies the bundled packages (h3k_native, h3k_safetensors, ...) into the pack beside nodes/' modules
-BUNDLED = NODES.parent / "installer" / "h3kit" / "bundled"
+NODES = Path(__file__).resolve().parents[2] / "nodes"  # the pack as deployed, its packages included
 PACKAGE = "h3kit_pack"
 
 
 def pack_module(name: str):
     """nodes/<name>.py, imported as h3kit_pack.<name> (the pack's __init__ imports only the standard library);
-    the bundled packages are the pack's subpackages, as in a deployed pack."""
+    nodes/' packages (h3k_native, h3k_safetensors, ...) are its subpackages, as in a deployed pack."""
     if PACKAGE not in sys.modules:
         spec = importlib.util.spec_from_file_location(PACKAGE, NODES / "__init__.py",
-                                                      submodule_search_locations=[str(NODES), str(BUNDLED)])
+                                                      submodule_search_locations=[str(NODES)])
         pack = importlib.util.module_from_spec(spec)
         sys.modules[PACKAGE] = pack
         spec.loader.exec_module(pack)

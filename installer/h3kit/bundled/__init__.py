@@ -1,34 +1,30 @@
-"""Code that runs inside ComfyUI's interpreter, not in h3kit's own venv.
+"""The one place where h3kit reaches the code that runs in ComfyUI's Python: `h3kit.bundled.<package>`.
 
-Each folder here is a self-contained package that deploy copies into the node
-pack under the same name, and that h3kit also starts with ComfyUI's Python as
-`python <folder>` (its `__main__.py` finds the package from its own path):
+Everything that runs inside ComfyUI's interpreter lives in one folder,
+`nodes/` at the top of the repository (`h3kit/_assets/nodes` in the wheel):
+the node pack exactly as deploy copies it into `custom_nodes/ComfyUI-h3kit`,
+its node modules at the top and these packages beside them:
 
 - `h3k_native`: the ctypes bridge to libh3kit (also `h3kit.native`'s kernels);
-- `h3k_calibration_runner`: the measurements calibration takes in ComfyUI's Python.
-- `h3k_safetensors`: the one safetensors header reader, with its checks (the streamed
-  loader's and calibration's `h3kit.calibrate.arch`).
+- `h3k_calibration_runner`: the measurements calibration takes in ComfyUI's
+  Python (h3kit starts it as `python <folder>`; its disk helpers are
+  calibration's too);
+- `h3k_safetensors`: the one safetensors header reader, with its checks (the
+  streamed loader's and `h3kit.calibrate.arch`'s).
 
-The rule, checked by tests/repo/test_architecture.py: standard library only at
-import time (numpy and torch only inside the functions that measure), and
-never `import h3kit` -- h3kit is not installed where this code runs. The node
-pack itself lives at the top of the repository in `nodes/` under the same rule.
+This package's search path is that folder, so `from h3kit.bundled import
+h3k_native` imports the very file deploy ships, from a checkout and from the
+wheel alike; the paths below are for starting a package with another Python.
+The rule for that folder, checked by tests/repo/test_architecture.py: standard
+library only at import time (numpy and torch only inside the functions that
+use them), and never `import h3kit` -- h3kit is not installed where it runs.
 """
 
-from pathlib import Path
+from h3kit.core.paths import asset_dir
 
-HERE = Path(__file__).resolve().parent
+PACK_SOURCE = asset_dir("nodes")
+__path__ = [str(PACK_SOURCE)]  # submodules are found in nodes/, not beside this file
 PACKAGES = ("h3k_native", "h3k_calibration_runner", "h3k_safetensors")
-NATIVE_BRIDGE = HERE / "h3k_native"
-CALIBRATION_RUNNER = HERE / "h3k_calibration_runner"
-SAFETENSORS = HERE / "h3k_safetensors"
-
-
-def package_files() -> dict[str, bytes]:
-    """Relative path inside the node pack -> bytes, for every bundled package."""
-    files: dict[str, bytes] = {}
-    for name in PACKAGES:
-        root = HERE / name
-        for path in sorted(root.rglob("*.py")):
-            files[path.relative_to(HERE).as_posix()] = path.read_bytes()
-    return files
+NATIVE_BRIDGE = PACK_SOURCE / "h3k_native"
+CALIBRATION_RUNNER = PACK_SOURCE / "h3k_calibration_runner"
+SAFETENSORS = PACK_SOURCE / "h3k_safetensors"

@@ -22,6 +22,7 @@ import math
 import os
 
 from h3kit.core.units import human_bytes
+from h3kit.data.fingerprint import Fingerprint
 from h3kit.data.plan_doc import Plan, PlanSettings
 
 
@@ -266,40 +267,58 @@ def streaming_enabled(plan: Plan) -> bool:
     return plan.streams_dit
 
 
-def prefetch_figures(plan: Plan, estimates: dict, disk: dict, cpu: bool = False) -> dict | None:
+def prefetch_figures(plan: Plan, estimates: dict, disk: dict, cpu: bool = False, fingerprint: Fingerprint | None = None,
+                     block_fixed_s: float = 0.0) -> dict | None:
     """plan.streaming.prefetch_for at the measured disk rate and the measured compute per block, or None.
 
-    Also "pass_overhead", what streaming adds to a model call as measured (plan.streaming.
-    measured_pass_overhead), beside the plan's assumed share. `cpu`: the DiT computes on the CPU, where
-    the loader reads each block into its buffers while the model waits; that read is counted from the
-    disk probe's `direct_read_bytes_per_s`, and without that figure the measured share is None (the
-    waiting alone would understate it)."""
+    Also "pass_overhead", what streaming adds to a model call as measured, by the planner's formula
+    (plan.page_cache.stream_overhead): "page_cache" (cache_share: the streamed blocks of the file, read from
+    its header when `estimates["arch"]` has it, against the fingerprint's RAM, the estimated peak and what the
+    OS keeps) splits the blocks into those read from memory and those read from the disk each step; the
+    disk's share costs the wait behind the read-ahead (measured_pass_overhead), both the in-place read.
+    `cpu`: the DiT computes on the CPU, where the loader reads each block into its buffers while the model
+    waits; that read is the disk probe's `direct_read_bytes_per_s`, and without it the measured share is
+    None (the waiting alone would understate it). `block_fixed_s`: the fit's per-block constant (folded into
+    the timing's step_fixed_s), part of what a block computes while the next one is read."""
     if not streaming_enabled(plan) or disk.get("status") != "measured" or not disk.get("gb_per_s"):
         return None
-    try:
-        from h3kit.plan.streaming import prefetch_for  # H5's; guarded so calibration runs before it lands
-    except ImportError:
-        return None
+    from h3kit.plan import page_cache
+    from h3kit.plan.streaming import measured_pass_overhead, prefetch_for
+
     st = plan.settings.streaming
     timing, t = estimates.get("timing") or {}, estimates.get("time") or {}
     tokens = t.get("tokens") or estimates.get("tokens") or 0
-    if not st.block_bytes or not timing.get("block_s_per_token"):
+    arch = estimates.get("arch") or {}
+    blocks = int(arch.get("blocks_total") or st.blocks or 0)
+    block_bytes = int(arch["block_file_bytes"] / blocks) if arch.get("block_file_bytes") and blocks else \
+        int(st.block_bytes or 0)
+    if not block_bytes or not timing.get("block_s_per_token"):
         return None
-    from h3kit.plan.streaming import measured_pass_overhead
-
-    compute = timing["block_s_per_token"] * tokens + timing.get("block_s_per_token2", 0.0) * tokens ** 2
-    res = prefetch_for(disk["gb_per_s"] * 1e9, int(st.block_bytes), compute)
+    compute = (timing["block_s_per_token"] * tokens + timing.get("block_s_per_token2", 0.0) * tokens ** 2
+               + max(0.0, float(block_fixed_s or 0.0)))
+    res = prefetch_for(disk["gb_per_s"] * 1e9, block_bytes, compute)
     out = {"enabled": True, "disk_bytes_per_s": disk["gb_per_s"] * 1e9, "cache_dropped": disk.get("cache_dropped"),
-           **res}
+           "block_bytes": block_bytes, **res}
     # on a CPU the loader reads each block into its buffers while the model waits (calibration measures
     # that read only there: a GPU's copy overlaps the compute)
     rate = disk.get("direct_read_bytes_per_s") if cpu else None
     if rate:
-        out.update(direct_read_bytes_per_s=rate, copy_s_per_block=int(st.block_bytes) / rate)
-    blocks = int(st.blocks or 0)
-    share = (blocks - int(st.resident_blocks or 0)) / blocks if blocks else 1.0
-    out["pass_overhead"] = None if cpu and not rate else \
-        measured_pass_overhead(res, share, out.get("copy_s_per_block"))
+        out.update(direct_read_bytes_per_s=rate, copy_s_per_block=block_bytes / rate)
+    resident = min(int(st.resident_blocks or 0), blocks)
+    ram = int(fingerprint.ram_total_bytes or 0) if fingerprint is not None else 0
+    # the plan does not carry the profile's headroom: what the OS and other programs use now
+    keep = page_cache.os_keep(fingerprint, 0)
+    share = page_cache.cache_share((blocks - resident) * block_bytes, ram,
+                                   int((estimates.get("memory") or {}).get("peak_rss_bytes") or 0), keep)
+    out["page_cache"] = share.to_json()
+    if cpu and not rate:
+        out["pass_overhead"] = None
+    else:
+        copy = (out.get("copy_s_per_block") or 0.0) / compute if compute > 0 else 0.0
+        out["pass_overhead_disk"] = measured_pass_overhead(res, 1.0, out.get("copy_s_per_block"))
+        out["pass_overhead_cached"] = round(copy, 4)
+        out["pass_overhead"] = round(page_cache.stream_overhead(share.share, out["pass_overhead_disk"], copy,
+                                                                blocks - resident, blocks), 4)
     out["pass_overhead_planned"] = st.streamed.pass_overhead if st.streamed is not None else None
     if out["pass_overhead"] is None:
         out["pass_overhead_note"] = ("the CPU's in-place read of each block was not measured (no native "

@@ -103,7 +103,7 @@ def measure_points(tokens: int, arch: dict, table: dict, quick: bool, blocks_bui
     A fit measured far below the plan's rows extrapolates whatever small-sequence overheads it caught
     (on a CPU the per-row cost at 160 rows is about twice that at 900). So the largest point is the
     plan's row count when the throughput table says a call of the built blocks there stays within
-    POINT_BUDGET_S, else the largest count that does; the others are its half (and quarter)."""
+    POINT_BUDGET_S, else the largest count that does; the others are its half and quarter."""
     tm = tm or timing_module()
     lin, pair = tm.block_flops(arch)
     ref_lin, ref_pair = tm.block_flops({"hidden": 5376, "heads": 56, "head_dim": 128, "ffn": 14336})
@@ -112,11 +112,15 @@ def measure_points(tokens: int, arch: dict, table: dict, quick: bool, blocks_bui
     budget = POINT_BUDGET_S["quick" if quick else "full"]
     if blocks_built is None:  # the quick run times its points with one block (the second is its check)
         blocks_built = 1 if quick else 2
-    fractions = (2,) if quick else (2, 4)
+    # three points a factor of four apart in both runs: two close points leave the per-block constant (and
+    # the fixed cost it is folded into, times the file's depth) to the noise of each
+    fractions = (2, 4)
     top = int(tokens)
     while top > 64 and blocks_built * (a * top + b * top * top) > budget:
         top //= 2
-    top = max(64, top, min(int(tokens), MIN_POINT_ROWS * max(fractions)))
+    # the floor: --quick keeps its top point where it was with two points (its quarter may then dip into the
+    # weight-read-bound rows; three points still pin the line better than two close ones)
+    top = max(64, top, min(int(tokens), MIN_POINT_ROWS * (2 if quick else max(fractions))))
     return sorted({top, *(max(32, top // f) for f in fractions)})
 
 
@@ -308,13 +312,15 @@ def _quantization_alternative(arch, timing, work, h3_model, plan, cat, fingerpri
 
 
 def clip_estimate(cat, plan: Plan, fingerprint: Fingerprint, h3_model: dict | None, arch: dict, *, day: str,
-             device: str, tm=None, native_appendix: dict | None = None, pass_overhead: float | None = None) -> dict:
+             device: str, tm=None, native_appendix: dict | None = None, pass_overhead: float | None = None,
+             weights: dict | None = None) -> dict:
     """doc["estimates"]: the clip's time and memory at the plan's workload, alternatives, the timing used.
 
     `cat` is the Catalog, `arch` the file's dims (calibrate.arch), `h3_model` the runner's block (or None),
     `device` the plan's device (cpu | cuda | mps | rocm | xpu), `tm` plan.timing (a stand-in in tests).
     `pass_overhead`: what streaming adds to each model call as measured (calibration's disk and copy
-    figures), replacing the plan's assumed share; None keeps the plan's."""
+    figures), replacing the plan's assumed share; None keeps the plan's. `weights` ({dit, text_encoder, vae,
+    audio_vae}: catalog Weights, their bytes those of the files really there) replaces the plan's files."""
     tm = tm or timing_module()
     table = tm.rates_from_table(fingerprint, cat, compute_dtype(device),
                                 weight_format=plan.settings.quantization)
@@ -337,7 +343,7 @@ def clip_estimate(cat, plan: Plan, fingerprint: Fingerprint, h3_model: dict | No
         "measured: the disk's read speed and the CPU's in-place read (calibrate)" if pass_overhead is not None else \
         "the plan (profiles/throughput.yaml `streaming`)"
     m = memory_estimate(h3_model if kind == "measured" else None, arch, plan, cat, fingerprint, t["tokens"], device,
-                        rule_tokens=_rule_tokens(cat, work))
+                        weights, rule_tokens=_rule_tokens(cat, work))
     return {
         "label": "estimate",
         "kind": kind,

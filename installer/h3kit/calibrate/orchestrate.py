@@ -115,18 +115,54 @@ def device_of(fingerprint: Fingerprint, plan: Plan) -> str:
     return {"directml": "cuda"}.get(backend, backend)
 
 
+def workflow_prompt(install, plan: Plan, cat) -> str | None:
+    """The prompt of the text-to-video workflow the pack installed (else the one it would install)."""
+    try:
+        graph, _source = real_model.workflow_for(install, plan, cat)
+    except (KeyError, ValueError, TypeError, OSError):
+        return None
+    node = next((n for n in graph.values() if n.get("class_type") == "MiniMaxH3ImageToVideo"), None)
+    prompt = ((node or {}).get("inputs") or {}).get("prompt")
+    return prompt if isinstance(prompt, str) else None
+
+
+def with_text_rows(cat, h3_model: dict):
+    """The catalog with the text rows the runner counted from the workflow's prompt (else as it is), so the
+    estimate is for the sequence the installed workflow runs, not the catalog's assumed prompt length."""
+    canvas = (h3_model or {}).get("canvas") or {}
+    rows = canvas.get("text_tokens")
+    if not canvas.get("text_tokens_from") or not isinstance(rows, int) or getattr(cat, "sequence", None) is None:
+        return cat
+    return dataclasses.replace(cat, sequence=dataclasses.replace(cat.sequence, text_tokens=rows))
+
+
+def installed_weights(cat, plan: Plan, install) -> dict | None:
+    """The plan's weight files with the sizes of the files in the ComfyUI (a file not there keeps the catalog's)."""
+    if install is None:
+        return None
+    ids, out = plan.settings.weight_ids(), {}
+    for part in ("dit", "text_encoder", "vae", "audio_vae"):
+        w = cat.weight(ids.get(part) or "")
+        path = Path(install.path) / "models" / (w.file.folder or "") / (w.file.name or "") \
+            if w is not None else None
+        out[part] = dataclasses.replace(w, bytes=path.stat().st_size) if path is not None and path.is_file() else w
+    return out
+
+
 def _estimates(cat, plan: Plan, fingerprint: Fingerprint, measured: dict, arch: dict, device: str, appendix: dict,
-               disk: dict) -> tuple[dict, dict | None]:
+               disk: dict, weights: dict | None = None) -> tuple[dict, dict | None]:
     """(doc["estimates"], doc["streaming"]): from the runner's h3_model, or the throughput table when it
     measured nothing; when the plan streams and the disk was measured, the time counts what streaming
     costs as measured (waiting for the disk, and on a CPU the in-place read) instead of the plan's share."""
     day = datetime.now(timezone.utc).date().isoformat()
     est = estimates.clip_estimate(cat, plan, fingerprint, measured.get("h3_model"), arch, day=day, device=device,
-                        native_appendix=appendix)
-    streaming = prefetch_figures(plan, est, disk, cpu=device == "cpu")
+                             native_appendix=appendix, weights=weights)
+    fitted = (measured.get("h3_model") or {}).get("fit") or {}
+    streaming = prefetch_figures(plan, est, disk, cpu=device == "cpu", fingerprint=fingerprint,
+                                 block_fixed_s=fitted.get("block_fixed_s") or 0.0)
     if streaming is not None and streaming.get("pass_overhead") is not None:
         est = estimates.clip_estimate(cat, plan, fingerprint, measured.get("h3_model"), arch, day=day, device=device,
-                            native_appendix=appendix, pass_overhead=streaming["pass_overhead"])
+                                 native_appendix=appendix, pass_overhead=streaming["pass_overhead"], weights=weights)
     return est, streaming
 
 
@@ -210,6 +246,8 @@ def run(ctx: Session, *, comfyui_dir: str | None = None, quick: bool = True, wit
                                                                  backend=device), quick)
     job = {"plan": plan.to_json(), "scaled_dit": dit, "quick": quick, "budget": plan.budget.to_json(),
            "tile_candidates": TILE_CANDIDATES, **h3_job(cat, plan, arch, device, points)}
+    if install is not None:  # the runner counts the rows of the prompt the installed workflow sends
+        job["h3_prompt"] = workflow_prompt(install, plan, cat)
     if why_catalog and install is not None:
         skipped.append(f"the DiT file's header: {why_catalog}; H3 was built at the catalog's width")
     ctx.progress(f"calibrate: measuring in {python} ...")
@@ -236,10 +274,11 @@ def run(ctx: Session, *, comfyui_dir: str | None = None, quick: bool = True, wit
     if h3_model.get("status") != "measured":
         skipped = [s for s in skipped if not s.startswith("ComfyUI's H3 model")]
         skipped.append(f"ComfyUI's H3 model: {h3_model.get('reason')}; the time per clip is a table estimate")
-    est, streaming = _estimates(cat, plan, fingerprint, {**measured, "h3_model": h3_model}, arch, device, appendix,
-                                disk)
+    est_cat = with_text_rows(cat, h3_model)
+    est, streaming = _estimates(est_cat, plan, fingerprint, {**measured, "h3_model": h3_model}, arch, device,
+                                appendix, disk, installed_weights(cat, plan, install))
     est["check"] = appendix["check"]  # the scaled-DiT check chart reads it here
-    decisions = decide(plan, measured, est, minutes_for=_minutes_for(cat, arch, est), cat=cat, disk=disk)
+    decisions = decide(plan, measured, est, minutes_for=_minutes_for(est_cat, arch, est), cat=cat, disk=disk)
     real = run_with_model(with_model, install, cat, plan=plan, fingerprint=fingerprint, ctx=ctx)
     if real.get("status") == "measured":
         real["compare"] = real_model.compare(real, est)

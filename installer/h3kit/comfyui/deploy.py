@@ -23,11 +23,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from fnmatch import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import h3kit
-from h3kit import bundled
 from h3kit.comfyui import manifest as mf
 from h3kit.comfyui.backups import backup_root, move_to_backup
 from h3kit.comfyui.journal import Journal, tree_folders
@@ -51,6 +51,7 @@ EXPECTED_NODES = ("H3kitProfileInfo", "H3kitTiledVAEDecode", "H3kitMemoryGuard",
                   "H3kitUnetLoaderGGUF", "H3kitCLIPLoaderGGUF")
 VERIFY_TIMEOUT = 120.0
 SKIP_NAMES = {"__pycache__", ".pytest_cache", "tests"}
+SELFTEST_PROGRAMS = "h3k-selftest-*"  # beside the libraries; written executable
 BLOCK = 4096  # what a small file really takes on disk: sizes are rounded up to it in the space check
 __all__ = ["backup_root", "move_to_backup"]  # their old home: callers and tests use these names here
 
@@ -71,7 +72,10 @@ class DeployResult:
 
 def pack_contents(library: Path | None, settings: dict, profile: str,
                   generated: dict[str, bytes] | None = None) -> dict[str, bytes]:
-    """Relative path -> bytes of every file of the pack (`generated`: files made from the plan, the workflows)."""
+    """Relative path -> bytes of every file of the pack (`generated`: files made from the plan, the workflows).
+
+    nodes/ is the pack as it lands in ComfyUI (its node modules and the packages h3kit.bundled names);
+    the build's libraries, the profile and the generated files join it."""
     files: dict[str, bytes] = {}
     nodes = asset_dir("nodes")
     for path in sorted(nodes.rglob("*")):
@@ -79,13 +83,15 @@ def pack_contents(library: Path | None, settings: dict, profile: str,
         if any(part in SKIP_NAMES for part in rel.parts) or path.suffix == ".pyc" or not path.is_file():
             continue
         files[rel.as_posix()] = path.read_bytes()
-    files.update(bundled.package_files())
     if library is not None and Path(library).is_file():
         # Every variant of this build (baseline and tuned), so a pack copied to an
-        # older CPU still loads: the bridge picks the variant at load time.
+        # older CPU still loads: the bridge picks the variant at load time. Each
+        # comes with its self-test program, which calibration runs in the pack.
         library = Path(library)
         for variant in sorted(library.parent.glob(f"libh3kit-*{library.suffix}")):
             files[f"lib/{variant.name}"] = variant.read_bytes()
+        for program in sorted(library.parent.glob(SELFTEST_PROGRAMS)):
+            files[f"lib/{program.name}"] = program.read_bytes()
     files[PROFILE_FILE] = profile_document(settings, profile)
     files.update(generated or {})
     return files
@@ -213,7 +219,7 @@ def _stage(staging: Path, files: dict[str, bytes], record: mf.Manifest) -> None:
         for rel in pack_dirs(files):
             fs.make_dir(staging / rel)
         for rel, data in files.items():
-            fs.write_new(staging / rel, data)
+            fs.write_new(staging / rel, data, 0o755 if fnmatch(rel, f"lib/{SELFTEST_PROGRAMS}") else None)
     except OSError:
         shutil.rmtree(staging, ignore_errors=True)  # a full disk must not keep a half-written copy
         record.forget(staging)

@@ -54,6 +54,7 @@ class Throughput:
     path: Path
     stream_overhead: float = 0.0  # share added to a model call with every block streamed by h3kit's loader
     stream_source: str = ""
+    stream_cached_overhead: float = 0.0  # the same when the page cache holds the streamed blocks between steps
 
 
 def _positive(v: Any) -> bool:
@@ -147,6 +148,10 @@ def check(doc: YamlDoc) -> Throughput:
     if isinstance(over, bool) or not isinstance(over, (int, float)) or not 0 <= over <= 10:
         problems.add(("streaming", "pass_overhead"), f"is {over!r}; allowed: a share >= 0 (0.84 is +84% per model call)")
         over = 0.0
+    cached = stream.get("cached_pass_overhead", over)
+    if isinstance(cached, bool) or not isinstance(cached, (int, float)) or not 0 <= cached <= 10:
+        problems.add(("streaming", "cached_pass_overhead"), f"is {cached!r}; allowed: a share >= 0 (0.26 is +26%)")
+        cached = over
     if not isinstance(stream.get("source"), str):
         problems.add(("streaming", "source"), "must say where the streaming overhead comes from")
     rows, seen = [], set()
@@ -164,7 +169,8 @@ def check(doc: YamlDoc) -> Throughput:
                                float(cpu["scalar_flops_per_cycle"]), float(cpu["clock_ghz"]), float(cpu["bandwidth_gbs"])),
                       efficiency, float(eff["memory"]), overhead, doc.path, float(over),
                       str(stream.get("source")) + (f" (assumption: {stream['assumption']})"
-                                                   if isinstance(stream.get("assumption"), str) else ""))
+                                                   if isinstance(stream.get("assumption"), str) else ""),
+                      float(cached))
 
 
 _parsed: dict = {}

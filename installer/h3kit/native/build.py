@@ -1,4 +1,4 @@
-"""Compiling payload/ (its units, UNITS) into libh3kit-<variant> and self-testing it.
+"""Compiling payload/ (its units, UNITS) into libh3kit-<variant>, and its self-test program against each.
 
 Two builds per machine architecture, never `-march=native` (the library may
 be copied to another machine with the node pack):
@@ -14,8 +14,11 @@ compiler (command and version) and every variant's flags, so a changed
 source, compiler or flag builds again and an unchanged one is reused.
 `<cache>/native/current.json` points at the folder of the last good build;
 the bridge reads it. A build only becomes current after its self-test
-passed (run in a child process, so a library that crashes cannot take
-h3kit down with it).
+passed: the program h3k-selftest-<variant> (payload/selftest.c), linked
+against that variant's library and found beside it, run on every variant
+with a timeout, then the bridge in a child process, which must load the
+library (its ABI) and pick a variant that passed. Both are other processes,
+so a library that crashes cannot take h3kit down with it.
 """
 
 from __future__ import annotations
@@ -47,13 +50,19 @@ SCHEMA = "h3kit.build/1"
 # The library's units (payload/README.md says which holds what), compiled and
 # linked in one command; SOURCES is everything a build depends on, hashed.
 UNITS = ("h3k.c", "platform.c", "kernels.c", "products.c", "pool.c", "arena.c", "streamer.c",
-         "direct_read.c", "tiles.c", "selftest.c")
-SOURCES = ("h3k.h", "h3k_internal.h", *UNITS)
+         "direct_read.c", "tiles.c")
+SELFTEST = "selftest.c"  # not a unit: the program h3k-selftest, a client of h3k.h
+SOURCES = ("h3k.h", "h3k_internal.h", *UNITS, SELFTEST)
 COMPILE_TIMEOUT = 300.0
-SELFTEST_TIMEOUT = 120.0
+SELFTEST_TIMEOUT = h3k_native.SELFTEST_TIMEOUT
+BRIDGE_TIMEOUT = 60.0
 
 GNU_FLAGS = ["-std=c11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-ffp-contract=off", "-Wall"]
 MSVC_FLAGS = ["/nologo", "/O2", "/LD", "/std:c11", "/fp:precise", "/W3"]
+# The self-test program gets no SIMD flags whatever the variant, so on a CPU that lacks the tuned build's
+# features it still runs far enough to say so.
+GNU_PROGRAM_FLAGS = ["-std=c11", "-O2", "-Wall"]
+MSVC_PROGRAM_FLAGS = ["/nologo", "/O2", "/std:c11", "/W3"]
 
 
 def arch() -> str:
@@ -85,8 +94,19 @@ def variant_flags(compiler: compilers.Compiler, machine: str | None = None) -> d
     return out
 
 
-def link_libs() -> list[str]:
-    return [] if sys.platform in ("win32", "darwin") else ["-lm", "-lpthread"]
+def program_flags(compiler: compilers.Compiler) -> list[str]:
+    if compiler.style == "msvc":
+        return list(MSVC_PROGRAM_FLAGS)
+    return GNU_PROGRAM_FLAGS + (["-mcpu=baseline"] if compiler.name == "zig" else [])
+
+
+def link_libs(system: str = sys.platform) -> list[str]:
+    return [] if system in ("win32", "darwin") else ["-lm", "-lpthread"]
+
+
+def import_library(lib: Path) -> Path:
+    """Windows: the import library the self-test program links against (written beside the DLL)."""
+    return lib.with_suffix(".lib")
 
 
 def source_dir() -> Path:
@@ -110,7 +130,7 @@ def unit_paths(src: Path | None = None) -> list[str]:
 def cache_key(src_hash: str, compiler: compilers.Compiler, flags: dict[str, list[str]]) -> str:
     h = hashlib.sha256()
     h.update(json.dumps([src_hash, compiler.name, compiler.argv, compiler.version, flags, link_libs(),
-                         sys.platform], sort_keys=True).encode())
+                         program_flags(compiler), sys.platform], sort_keys=True).encode())
     return h.hexdigest()[:16]
 
 
@@ -119,14 +139,35 @@ def native_cache() -> Path:
 
 
 def compile_command(compiler: compilers.Compiler, src: Path, out: Path, flags: list[str],
-                    workdir: Path) -> list[str]:
+                    workdir: Path, system: str = sys.platform) -> list[str]:
+    """The library's one command (`system`: the target's sys.platform). Its name is recorded inside it
+    (soname, install name) and on Windows its import library written, so the self-test program linked
+    against it finds it beside itself."""
     if compiler.style == "msvc":
-        return compiler.argv + flags + unit_paths(src) + [f"/Fe:{out}", f"/Fo:{workdir}{os.sep}"]
-    return compiler.argv + flags + unit_paths(src) + ["-o", str(out)] + link_libs()
+        return compiler.argv + flags + unit_paths(src) + [f"/Fe:{out}", f"/Fo:{workdir}{os.sep}",
+                                                            "/link", f"/IMPLIB:{import_library(out)}"]
+    if system == "win32":
+        own_name = [f"-Wl,--out-implib,{import_library(out)}"]
+    elif system == "darwin":
+        own_name = [f"-Wl,-install_name,@rpath/{out.name}"]
+    else:
+        own_name = [f"-Wl,-soname,{out.name}"]
+    return compiler.argv + flags + unit_paths(src) + own_name + ["-o", str(out)] + link_libs(system)
 
 
-def _compile(compiler, src: Path, out: Path, flags: list[str], workdir: Path) -> None:
-    argv = compile_command(compiler, src, out, flags, workdir)
+def selftest_command(compiler: compilers.Compiler, src: Path, lib: Path, out: Path, workdir: Path,
+                     system: str = sys.platform) -> list[str]:
+    """The self-test program linked against `lib`, which it looks for in its own folder when it runs."""
+    program = compiler.argv + program_flags(compiler) + [str(src / SELFTEST)]
+    if compiler.style == "msvc":
+        return program + [str(import_library(lib)), f"/Fe:{out}", f"/Fo:{workdir}{os.sep}"]
+    if system == "win32":
+        return program + [str(import_library(lib)), "-o", str(out)]
+    beside = "@loader_path" if system == "darwin" else "$ORIGIN"
+    return program + [str(lib), f"-Wl,-rpath,{beside}", "-o", str(out)] + link_libs(system)
+
+
+def _compile(compiler, argv: list[str], out: Path, workdir: Path) -> None:
     log.info("compile: %s", argv)
     res = subproc.run(argv, timeout=COMPILE_TIMEOUT, env=compiler.env, cwd=workdir)
     log.info("compile %s in %.1f s: %s", res.status, res.seconds, (res.stderr or res.stdout)[-2000:])
@@ -171,16 +212,29 @@ def environment_cause(output: str, workdir: Path) -> NotReady | None:
     return err
 
 
-def run_selftest(folder: Path) -> dict:
-    """Self-test every build in `folder` this CPU can run, in a child process."""
-    res = subproc.run([sys.executable, str(bundled.NATIVE_BRIDGE), "selftest", "--dir", str(folder)],
-                      timeout=SELFTEST_TIMEOUT)
+def run_selftest(folder: Path, variants: list[str]) -> dict:
+    """Every variant's self-test program (skipped where this CPU lacks the build's features), then the
+    bridge's pick in a child process: {passed, checks, selected, message, variants}."""
+    results = {}
+    for variant in variants:
+        res = subproc.run([str(folder / h3k_native.selftest_filename(variant))], timeout=SELFTEST_TIMEOUT, cwd=folder)
+        results[variant] = h3k_native.read_selftest(res.returncode, res.stdout,
+                                                res.stderr.strip()[-400:] or res.detail or res.status)
+    failed = [f"{v}: {r['message']}" for v, r in results.items() if not r["passed"] and not r.get("skipped")]
+    if "baseline" in results and results["baseline"].get("skipped"):
+        failed.append(f"baseline: {results['baseline']['message']}")
+    res = subproc.run([sys.executable, str(bundled.NATIVE_BRIDGE), "info", "--dir", str(folder)],
+                      timeout=BRIDGE_TIMEOUT)
     try:
-        return json.loads(res.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return {"passed": False, "checks": 0, "selected": None,
-                "message": f"the self-test process failed ({res.detail or res.status}): "
-                           f"{(res.stderr or res.stdout).strip()[-400:]}"}
+        selected = json.loads(res.stdout.strip().splitlines()[-1])["variant"]
+    except (ValueError, IndexError, KeyError, TypeError):
+        selected = None
+        failed.append(f"the bridge could not load the library ({res.detail or res.status}): "
+                      f"{(res.stdout or res.stderr).strip()[-400:]}")
+    if selected is not None and not results.get(selected, {}).get("passed"):
+        failed.append(f"the bridge picked {selected}, which did not pass")
+    return {"passed": not failed, "checks": results.get(selected, {}).get("checks", 0), "selected": selected,
+            "message": "; ".join(failed), "variants": results}
 
 
 def _write_json(path: Path, doc: dict) -> None:
@@ -208,16 +262,20 @@ def build(force: bool = False, progress=None, *, prefer: str | None = None, env:
     root = native_cache()
     folder = root / key
     libs = {v: folder / h3k_native.library_filename(v) for v in flags}
-    cached = not force and folder.is_dir() and all(p.is_file() for p in libs.values())
+    programs = {v: folder / h3k_native.selftest_filename(v) for v in flags}
+    made = {p.name for p in [*libs.values(), *programs.values()]}
+    cached = not force and folder.is_dir() and all(p.is_file() for p in [*libs.values(), *programs.values()])
     if not cached:
         root.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))
         try:
             for i, (variant, vflags) in enumerate(flags.items(), 1):
-                say(f"Compiling {h3k_native.library_filename(variant)} ({i}/{len(flags)}) with {compiler.describe()} ...")
-                _compile(compiler, src, work / h3k_native.library_filename(variant), vflags, work)
+                lib, program = work / libs[variant].name, work / programs[variant].name
+                say(f"Compiling {lib.name} ({i}/{len(flags)}) with {compiler.describe()} ...")
+                _compile(compiler, compile_command(compiler, src, lib, vflags, work), lib, work)
+                _compile(compiler, selftest_command(compiler, src, lib, program, work), program, work)
             for p in work.iterdir():  # objects and import libraries stay behind
-                if p.name not in {lib.name for lib in libs.values()}:
+                if p.name not in made:
                     p.unlink()
             if folder.exists():
                 shutil.rmtree(folder)
@@ -227,7 +285,7 @@ def build(force: bool = False, progress=None, *, prefer: str | None = None, env:
             if work.exists():
                 shutil.rmtree(work, ignore_errors=True)
     say("Running the native self-test ...")
-    test = run_selftest(folder)
+    test = run_selftest(folder, list(flags))
     selected = test.get("selected")
     doc = {
         "schema": SCHEMA,

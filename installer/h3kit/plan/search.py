@@ -159,7 +159,7 @@ def _finish(c: Candidate, cat: Catalog, fingerprint: Fingerprint) -> Candidate:
     c.timing = _timing(cat, fingerprint, c.machine, c.profile, c.settings, c.choice.dit)
     c.defaults, c.time, c.defaults_why, c.defaults_warnings = workflow_defaults(
         cat, c.settings, c.source, c.choice.canvas, c.choice.frames, c.timing,
-        pass_overhead=streaming.pass_overhead(cat, c.est))
+        pass_overhead=streaming.pass_overhead(cat, c.est, c.budget))
     return c
 
 

@@ -36,6 +36,7 @@ from typing import Mapping
 
 from h3kit.data.fingerprint import Fingerprint
 from h3kit.data.settings import Settings
+from h3kit.plan import page_cache
 
 DYNAMIC_VRAM_TORCH = (2, 8)
 DYNAMIC_VRAM_HIP = (7, 14)
@@ -314,14 +315,31 @@ def wants_stream(pol: Mapping, held, budget) -> bool:
     return _why(pol, held, budget)[0]
 
 
-def pass_overhead(catalog, est) -> float:
-    """The share h3kit's loader adds to one model call for this estimate: the throughput table's figure for
-    streaming every block, times the share of blocks streamed (0 when it does not stream)."""
-    if not getattr(est, "streamed", False):
+def pass_overhead(catalog, est, budget=None) -> float:
+    """The share h3kit's loader adds to one model call for this estimate (0 when it does not stream): the
+    throughput table's figures, read from the disk (`stream_overhead`) or from the page cache
+    (`stream_cached_overhead`) by what the cache holds next to the run (plan.page_cache), over the share of
+    blocks streamed. Without `budget` every streamed block counts as read from the disk."""
+    share = plan_cache_share(catalog, est, budget)
+    if share is None:
         return 0.0
     table = getattr(catalog, "throughput", None)
-    full = float(getattr(table, "stream_overhead", 0.0) or 0.0)
-    return full * (catalog.blocks - est.resident_blocks) / catalog.blocks
+    disk = float(getattr(table, "stream_overhead", 0.0) or 0.0)
+    cached = float(getattr(table, "stream_cached_overhead", disk) or 0.0)
+    return page_cache.stream_overhead(share.share, disk, cached, catalog.blocks - est.resident_blocks, catalog.blocks)
+
+
+def plan_cache_share(catalog, est, budget=None):
+    """plan.page_cache.cache_share for a streamed estimate (None when it does not stream): the blocks not kept
+    resident against the budget's RAM, the run's peak while it samples (the steps that re-read the blocks) and
+    the profile's OS headroom."""
+    if not getattr(est, "streamed", False):
+        return None
+    streamed = (catalog.blocks - est.resident_blocks) * int(est.block or 0)
+    if budget is None:
+        return page_cache.cache_share(streamed, 0, 0, 0)
+    sampling = ((getattr(est, "phases", None) or {}).get("sample") or {}).get("ram_bytes")
+    return page_cache.cache_share(streamed, budget.ram_total, sampling or est.peak_ram, budget.headroom)
 
 
 def decide_streaming(fingerprint: Fingerprint, machine, settings: Settings, est, catalog, *, budget=None,
@@ -379,7 +397,8 @@ def decide_streaming(fingerprint: Fingerprint, machine, settings: Settings, est,
     if streamed is None:
         raise ValueError("decide_streaming needs choice= to size the streamed run")
     resident = streamed.resident_blocks
-    over = pass_overhead(catalog, streamed)
+    over = pass_overhead(catalog, streamed, budget)
+    cache = plan_cache_share(catalog, streamed, budget)
     off = "" if pol["dynamic_vram"] else f"; ComfyUI's dynamic VRAM is off here ({pol['dyn_why']})"
     rationale = [f"h3kit streams the DiT from disk with its own loader because {why}{off}.",
                  f"{resident} of {blocks} blocks stay resident ({_gib(resident * streamed.block_held)} in "
@@ -396,10 +415,16 @@ def decide_streaming(fingerprint: Fingerprint, machine, settings: Settings, est,
                      f"{_where(budget)} budget{gpu}; ComfyUI holding the DiT itself would peak at "
                      f"{_gib(held.peak_ram)}{held_gpu} ({'fits' if held.fits else 'does not fit'}).")
     full = over * blocks / max(1, blocks - resident)
-    rationale.append(f"The time estimate counts streaming as {over:.0%} more per model call ({blocks - resident} of "
-                     f"{blocks} blocks streamed x {full:.0%}, the upper end of the +26-84% per pass the native H3 "
-                     "engine h3.c measured, profiles/throughput.yaml `streaming`); that is an assumption: no disk "
-                     "read rate is known before 'h3kit calibrate' measures it.")
+    if cache.case == page_cache.DOES_NOT_FIT:
+        rationale.append(f"The time estimate counts streaming as {over:.0%} more per model call ({blocks - resident} "
+                         f"of {blocks} blocks streamed x {full:.0%}, the upper end of the +26-84% per pass the native "
+                         "H3 engine h3.c measured, profiles/throughput.yaml `streaming`); that is an assumption: no "
+                         "disk read rate is known before 'h3kit calibrate' measures it.")
+    else:
+        rationale.append(f"{page_cache.sentence(cache)} The time estimate counts streaming as {over:.0%} more per "
+                         f"model call ({blocks - resident} of {blocks} blocks streamed, {cache.share:.0%} of their "
+                         "bytes at profiles/throughput.yaml `streaming` `cached_pass_overhead`, the rest at its "
+                         "`pass_overhead`); an assumption until 'h3kit calibrate' measures the reads.")
     result.update(resident_blocks=resident, preload_bytes=streamed.preload, peak_ram_bytes=streamed.peak_ram,
                   peak_gpu_bytes=streamed.peak_gpu, fits=streamed.fits, held_peak_ram_bytes=held.peak_ram,
                   held_fits=held.fits, pass_overhead=round(over, 4))

@@ -223,10 +223,12 @@ def streaming(doc: dict) -> Section | None:
                      f"{precise_seconds(copy)} a block at {human_rate(_num(st.get('direct_read_bytes_per_s')))}")
         if _num(st.get("pass_overhead")) is not None:
             text += f"; in all, streaming makes each model call about {percent(_num(st['pass_overhead']))} longer"
-        if st.get("disk_bound"):
+        if st.get("disk_bound") and _dict(st.get("page_cache")).get("case") != "fits":
             text += (". The disk is the limit here: reading a block takes longer than computing one, so a faster "
                      "disk or more blocks kept resident would shorten every step")
         blocks.append(Paragraph((text + ".",)))
+        if _dict(st.get("page_cache")).get("sentence"):
+            blocks.append(Paragraph((st["page_cache"]["sentence"],)))
     elif not st:
         blocks.append(Paragraph(("The plan streams the DiT from disk, but this calibration did not measure the "
                                  "disk against the compute (an older report, or no disk measurement).",)))

@@ -1,9 +1,9 @@
 """h3kit calibration runner: measure this machine from inside ComfyUI's Python.
 
 Self-contained on purpose: the standard library at import time, numpy and
-torch only inside the functions that measure, never `import h3kit`. Deploy
-copies this package into the node pack under the same name, and h3kit runs
-it with ComfyUI's interpreter, so the torch measured is the torch ComfyUI
+torch only inside the functions that measure, never `import h3kit`. It is a
+package of the node pack (nodes/), and h3kit runs it with ComfyUI's
+interpreter, so the torch measured is the torch ComfyUI
 uses:
 
     python PATH/h3k_calibration_runner --bridge PATH/h3k_native --plan plan.json \

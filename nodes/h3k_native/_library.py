@@ -27,7 +27,7 @@ VARIANTS = ("baseline", "x86-64-v3", "arm64-dotprod")
 ENV_LIB = "H3KIT_NATIVE_LIB"
 
 
-ABI = 3  # H3K_ABI in payload/h3k.h: bumped when a C signature changes
+ABI = 4  # H3K_ABI in payload/h3k.h: bumped when a C signature changes
 
 
 # Bit names of h3k_cpu_features(), in bit order (payload/h3k.h).
@@ -55,6 +55,11 @@ def library_filename(variant: str) -> str:
     if sys.platform == "darwin":
         return f"libh3kit-{variant}.dylib"
     return f"libh3kit-{variant}.so"
+
+
+def selftest_filename(variant: str) -> str:
+    """The self-test program built against libh3kit-<variant>, in the same folder (payload/selftest.c)."""
+    return f"h3k-selftest-{variant}.exe" if sys.platform == "win32" else f"h3k-selftest-{variant}"
 
 
 def cache_dir() -> Path:
@@ -154,7 +159,6 @@ class _Api:
                             + [ctypes.c_size_t] * 3),
         "h3k_pool_shutdown": (None, []),
         "h3k_pool_threads": (ctypes.c_int, []),
-        "h3k_selftest": (ctypes.c_int, [ctypes.POINTER(ctypes.c_int), ctypes.c_char_p, ctypes.c_size_t]),
     }
 
     @classmethod

@@ -18,7 +18,8 @@ from ._buffers import (
     _require_blocks,
 )
 from ._handles import Arena, Streamer
-from ._library import ABI, BLOCK, BLOCK_BYTES, OK, NativeError, _Api, _feature_names
+from ._library import ABI, BLOCK, BLOCK_BYTES, OK, NativeError, _Api, _feature_names, selftest_filename
+from ._selftest import run_selftest
 
 
 class Library:
@@ -72,10 +73,8 @@ class Library:
         return need & self.c.h3k_cpu_features() == need
 
     def selftest(self) -> dict:
-        checks = ctypes.c_int(0)
-        msg = ctypes.create_string_buffer(512)
-        status = self.c.h3k_selftest(ctypes.byref(checks), msg, len(msg))
-        return {"passed": status == OK, "checks": checks.value, "message": msg.value.decode(errors="replace")}
+        """{passed, checks, message} of the self-test program built against this file (beside it)."""
+        return run_selftest(self.path.parent / selftest_filename(self.variant()))
 
     # --- quant kernels
     def quantize(self, x, kind: str) -> bytes:

@@ -59,6 +59,16 @@ def spread(values) -> float:
     return (max(values) - min(values)) / med if med > 0 else None
 
 
+def low_median(values) -> float:
+    """The median of the fastest third of `values` (at least one run): other work on the machine only ever
+    slows a run down, so the slow runs are the machine's, not the model's. A plain median of three moves
+    as soon as two are slowed; this moves only when all of a third's runs are."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("no runs to take a median of")
+    return statistics.median(ordered[:max(1, -(-len(ordered) // 3))])
+
+
 def repeat_until_stable(run, clock, *, warmup: int = 1, min_runs: int = 3, max_runs: int = 30, window: int = 3,
                         target: float = 0.05, cap_s: float = 10.0) -> dict:
     """Call `run()` (which returns its own seconds) until the last `window` runs agree within `target`.
@@ -144,19 +154,25 @@ def fit_block(points: list[tuple[float, float]], constant_s: float | None = None
     (the line's constant is under COMPUTE_BOUND of the block time at the
     largest point, or negative): then the constant is small and the line's
     estimate of it mostly noise, which the slope then inherits and every
-    extrapolation above the points amplifies. There the constant is the
-    one measured directly (`constant_s`: the AdaLN projection, the block's
-    work that does not grow with tokens) and the slope is fitted through it.
+    extrapolation above the points amplifies. There the constant leans on
+    the one measured directly (`constant_s`: the AdaLN projection, the
+    block's work that does not grow with tokens), the more the smaller the
+    line's share, and the slope is fitted through it. The lean is gradual so
+    that a constant near the bound gives the same fit whichever side of it
+    a run's noise puts it (a hard switch moved the per-step fixed cost 3x
+    between two quick runs).
     """
     c, a = fit_line(points)
     top = max(points)[0]
     share = c / (c + a * top) if c + a * top > 0 else 1.0
     if constant_s is None or share >= COMPUTE_BOUND:
         return c, a, "line"
-    c = max(0.0, float(constant_s))
+    lean = max(0.0, share) / COMPUTE_BOUND  # 1 at the bound (the line's constant), 0 at none (the measured one)
+    c = lean * max(0.0, c) + (1.0 - lean) * max(0.0, float(constant_s))
     num = sum((y - c) * x for x, y in points)
     den = sum(x * x for x, _ in points)
-    return c, max(0.0, num / den), "slope through the measured block constant"
+    return c, max(0.0, num / den), "slope through the measured block constant" + (
+        f" ({lean:.0%} of the way to the line's)" if lean > 0 else "")
 
 
 def fit_timing(calls: list[dict], attention_points: list[dict], heads: int, blocks_total: int,

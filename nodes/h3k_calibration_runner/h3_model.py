@@ -29,6 +29,8 @@ What the job may hold (all optional; h3kit's calibrate fills them):
   plan's `--cpu` flag, else ComfyUI's own choice;
 - `h3_canvas`: {width, height, frames, text_tokens}; else the plan's
   `settings.canvas`/`frames` (then `max_canvas`/`max_frames`), 128 text tokens;
+- `h3_prompt`: the installed workflow's prompt, whose rows ComfyUI's tokenizer counts into
+  `h3_canvas.text_tokens` (`prompt_rows`);
 - `h3_points`: token counts to time (else two small ones, three without --quick);
 - `h3_vae`: {heads, dim_head, layers} of the video VAE's ViT decoder (else
   ComfyUI's fixed 32 x 64, 36 layers); `h3_text_encoder`: {hidden_size,
@@ -42,7 +44,6 @@ What the job may hold (all optional; h3kit's calibrate fills them):
 from __future__ import annotations
 
 import math
-import statistics
 import time
 
 from . import comfy_env, fit, h3_parts
@@ -103,6 +104,25 @@ def canvas_of(job: dict) -> dict:
     c.setdefault("text_tokens", DEFAULT_TEXT_TOKENS)
     c["tokens"] = fit.tokens_for(c["width"], c["height"], c["frames"], c["text_tokens"])
     return c
+
+
+def prompt_rows(canvas: dict, prompt) -> dict:
+    """The canvas with the text rows of the workflow's own prompt (`h3_prompt`), counted by ComfyUI's H3
+    tokenizer (the rows the installed workflow's model calls carry); unchanged, with a note, where it cannot."""
+    if not isinstance(prompt, str) or not prompt:
+        return canvas
+    try:
+        from comfy.text_encoders.minimax import MiniMaxH3Tokenizer
+
+        out = MiniMaxH3Tokenizer().tokenize_with_weights(prompt)
+        rows = sum(len(batch) for value in out.values() for batch in value[:1])
+    except Exception as exc:  # noqa: BLE001 -- an older tokenizer: the assumed rows stay, and say so
+        return {**canvas, "text_tokens_note": f"the prompt was not tokenized ({type(exc).__name__}: {exc})"}
+    if rows <= 0:
+        return canvas
+    out = {**canvas, "text_tokens": int(rows), "text_tokens_from": "the workflow's prompt, ComfyUI's H3 tokenizer"}
+    out["tokens"] = fit.tokens_for(out["width"], out["height"], out["frames"], out["text_tokens"])
+    return out
 
 
 def _torch_dtype(torch, name):
@@ -190,17 +210,18 @@ def time_calls(env, model, tokens, text_tokens, hidden, quick, clock_blocks=True
     before = current_rss() or 0
     try:
         with torch.inference_mode(), PeakSampler() as peak:
-            # the check runs once in --quick when one call is already past the cap (a full-width block)
-            stats = fit.repeat_until_stable(run, time.perf_counter, warmup=0, min_runs=1 if once else 2 if quick else 3,
-                                            window=3, target=0.05 if quick else 0.03,
-                                            cap_s=(1.5 if once else 3.0) if quick else 15.0)
+            # the first call at a new shape allocates its buffers: a warm-up, never counted (the check, which
+            # only tests the fit, runs once in --quick when one call is already past the cap: a full-width block)
+            stats = fit.repeat_until_stable(run, time.perf_counter, warmup=0 if once else 1,
+                                            min_runs=1 if once else 3, window=3, target=0.05 if quick else 0.03,
+                                            cap_s=(1.5 if once else 4.0) if quick else 15.0)
     finally:
         if hooks:
             hooks.remove()
-    counted = runs[-len(stats["all"]):][-3:]
-    per_block = [statistics.median(r["blocks"][i] for r in counted) for i in range(len(blocks))] \
+    counted = runs[-len(stats["all"]):]
+    per_block = [fit.low_median(r["blocks"][i] for r in counted) for i in range(len(blocks))] \
         if hooks and counted and all(len(r["blocks"]) == len(blocks) for r in counted) else []
-    return {"tokens": exact, "blocks": len(blocks), "seconds": stats["seconds"], "spread": stats["spread"],
+    return {"tokens": exact, "blocks": len(blocks), "seconds": fit.low_median(stats["all"]), "spread": stats["spread"],
             "runs": stats["runs"], "stable": stats["stable"], "block_seconds": per_block,
             "rss_before_bytes": before, "peak_rss_bytes": peak.peak, "peak_device_bytes": comfy_env.device_peak(env)}
 
@@ -281,7 +302,7 @@ def measure_h3_model(job: dict, comfyui: str | None, quick: bool, progress: Prog
         return {"status": "skipped", "reason": str(why)}
     torch = env["torch"]
     arch = resolve_arch(job)
-    canvas = canvas_of(job)
+    canvas = prompt_rows(canvas_of(job), job.get("h3_prompt"))
     result = {"status": "measured", "comfyui_version": env["version"], "device": env["device_kind"],
               "attention": env["attention"], "flags_applied": env["flags_applied"], "canvas": canvas,
               "import_s": env["import_s"]}

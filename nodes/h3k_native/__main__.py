@@ -1,4 +1,4 @@
-"""`python -m h3k_native selftest --dir FOLDER | --lib FILE` or `info`: one JSON line on stdout."""
+"""`python -m h3k_native selftest|info [--dir FOLDER | --lib FILE]`: one JSON line on stdout."""
 
 from __future__ import annotations
 
@@ -7,14 +7,15 @@ import sys
 from pathlib import Path
 
 if __package__:
-    from . import NativeError, load, selftest_folder
+    from . import NativeError, load
 else:  # run as a path (python .../h3k_native): import the package from its parent folder
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from h3k_native import NativeError, load, selftest_folder
+    from h3k_native import NativeError, load
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python native.py selftest --dir FOLDER | --lib FILE` or `info`: one JSON line on stdout."""
+    """`python h3k_native selftest|info [--dir FOLDER | --lib FILE]`: one JSON line on stdout (the library the
+    search order, a folder or a file gives: its self-test program's result, or its features)."""
     import argparse
 
     p = argparse.ArgumentParser(prog="h3k_native", description="h3kit native library bridge")
@@ -23,10 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lib", help="one library file")
     args = p.parse_args(argv)
     try:
-        if args.action == "selftest" and args.dir:
-            doc = selftest_folder(args.dir)
-        elif args.action == "selftest":
-            lib = load(args.lib)
+        if args.action == "selftest":
+            lib = load(args.lib or args.dir)
             doc = {**lib.selftest(), "selected": lib.variant(), "library": str(lib.path)}
         else:
             doc = load(args.lib or args.dir).features()

@@ -1,8 +1,9 @@
 """ctypes bridge to the h3kit native library (libh3kit-<variant>).
 
-This file is SELF-CONTAINED: standard library only, never `import h3kit`.
-Deploy copies it into the node pack as `h3k_native.py`, and the calibration
-runner loads it inside ComfyUI's Python, so it must work with numpy and torch
+This package is SELF-CONTAINED: standard library only, never `import h3kit`.
+It is part of the node pack (deploy copies nodes/ into ComfyUI), the
+calibration runner loads it inside ComfyUI's Python, and h3kit imports it as
+`h3kit.bundled.h3k_native`, so it must work with numpy and torch
 present (ComfyUI) and without numpy (h3kit's own venv).
 
 Where the library comes from, in this order (the first that exists wins):
@@ -48,7 +49,9 @@ from ._library import (
     cached_build_dir,
     candidates,
     library_filename,
+    selftest_filename,
 )
+from ._selftest import SELFTEST_TIMEOUT, read_selftest, run_selftest
 
 
 def _pick_in_folder(folder: Path, source: str) -> Library | None:
@@ -143,28 +146,6 @@ def features() -> dict:
     return load().features()
 
 
-def selftest_folder(folder: str | os.PathLike) -> dict:
-    """Self-test the baseline and the build chosen for this CPU in `folder`."""
-    folder = Path(folder)
-    chosen = _pick_in_folder(folder, "selftest")
-    if chosen is None:
-        return {"passed": False, "checks": 0, "selected": None, "message": f"no libh3kit-* in {folder}"}
-    results = {}
-    for variant in VARIANTS:
-        path = folder / library_filename(variant)
-        if not path.is_file():
-            continue
-        if variant in ("baseline", chosen.variant()):
-            results[variant] = Library(path, "selftest").selftest()
-        else:
-            results[variant] = {"skipped": "this CPU lacks features that build needs"}
-    failed = [f"{v}: {r['message']}" for v, r in results.items() if "passed" in r and not r["passed"]]
-    return {"passed": not failed, "checks": results[chosen.variant()]["checks"], "selected": chosen.variant(),
-            "library": str(chosen.path), "message": "; ".join(failed), "variants": results}
-
-
-
-
 class Arena(_handles.Arena):
     """The preload arena, on the default library unless `library=` names one."""
 
@@ -183,5 +164,6 @@ class Streamer(_handles.Streamer):
 
 __all__ = ["ABI", "BLOCK", "BLOCK_BYTES", "ENV_LIB", "FEATURE_BITS", "KINDS", "VARIANTS", "Arena", "Library", "NativeError",
            "Streamer", "Tile", "VALUE_TYPES", "blend_tiles", "cache_dir", "cached_build_dir", "candidates", "dequantize", "features", "find",
-           "library_filename", "load", "matmul", "matmul_f32", "matvec", "quantize", "selftest", "selftest_folder",
+           "library_filename", "load", "matmul", "matmul_f32", "matvec", "quantize", "read_selftest", "run_selftest",
+           "selftest", "selftest_filename", "SELFTEST_TIMEOUT",
            "split_tiles", "tile_starts", "version"]

@@ -9,6 +9,7 @@ import pytest
 
 from h3kit.calibrate.decisions import prefetch_figures
 from h3kit.data.fingerprint import Fingerprint
+from h3kit.data.plan_doc import Plan
 from h3kit.plan import page_cache, streaming
 
 GB = 10**9
@@ -78,8 +79,9 @@ def test_the_planner_counts_the_cached_figure_when_the_file_fits():
 
 
 def _plan(blocks=30, resident=0):
-    return {"settings": {"os_ram_headroom": 3 * GB, "streaming": {
-        "enabled": True, "blocks": blocks, "resident_blocks": resident, "block_bytes": int(0.8 * GB)}}}
+    # a plan carries no OS headroom: calibration counts what the OS uses now (the fingerprint's 1 GB)
+    return Plan.from_json({"settings": {"streaming": {
+        "enabled": True, "blocks": blocks, "resident_blocks": resident, "block_bytes": int(0.8 * GB)}}})
 
 
 def _estimates(peak, blocks, block_bytes):
@@ -93,7 +95,7 @@ FP = Fingerprint.from_json({"memory": {"total_bytes": 23 * GB, "available_bytes"
 
 
 def test_calibration_reads_a_file_that_fits_from_memory_every_step():
-    # 4 blocks of 0.77 GB read from the file's header (not the plan's 0.8 GB): 3.1 GB, room 23 - 6 - 3 = 14 GB
+    # 4 blocks of 0.77 GB read from the file's header (not the plan's 0.8 GB): 3.1 GB, room 23 - 6 - 1 = 16 GB
     out = prefetch_figures(_plan(), _estimates(6 * GB, 4, int(0.77 * GB)), DISK, cpu=True, fingerprint=FP)
     assert out["page_cache"]["case"] == "fits" and out["block_bytes"] == int(0.77 * GB)
     copy = int(0.77 * GB) / 4e9 / 0.5  # the in-place read over one block's 0.5 s of compute

@@ -246,7 +246,7 @@ def test_streamed_loader_runs_a_gguf_dit_like_unetloader_on_its_values(server, c
 
 
 def test_a_lora_applies_to_a_gguf_dit_held_and_streamed_as_to_its_values_in_safetensors(server, comfy):
-    from test_streamed_loader_comfyui import LORA, MAKE_LORA
+    from test_streamed_loader_real_comfyui import LORA, MAKE_LORA
 
     (comfy["dir"] / "models" / "loras").mkdir(parents=True, exist_ok=True)
     bench.run_py(PYTHON, MAKE_LORA, comfy["dir"] / "models" / "loras" / LORA)

@@ -17,7 +17,13 @@ h3kit_streaming_read, picked in `BlockStream.reader_for`):
   it for the cores. (Converting in a thread beside the compute, as below,
   made a 2-core step 1.37x stock; reading in place on every core with the
   compute stopped, 1.12-1.23x: the README has the figures.)
-- elsewhere ("ring"): a C thread reads the next `prefetch_blocks` blocks
+- on the CPU with page_cache "bypass" ("uncached"; the plan asks for it
+  when the streamed blocks are more than the page cache can keep next to
+  the run, so every step would read them from the disk anyway): the C
+  thread reads the next blocks past the page cache into the ring, keeping
+  the disk busy through the compute, and each chunk is widened into the
+  block's buffers as it arrives while the model waits.
+- elsewhere ("ring"; past the page cache too with "bypass"): a C thread reads the next `prefetch_blocks` blocks
   into a ring of buffers and a helper thread copies the next block to the
   device while this one computes there. A GGUF file's quantized tensors
   always go this way, on the CPU too: their bytes are staged and
@@ -49,7 +55,7 @@ import weakref
 
 from .h3kit_streaming_logic import (GGUF_QUANT_TYPES, StreamError, chunk_count, direct_types, is_quantized,
                                     merge_ranges, stamp_change, stats_document, write_json_atomic)
-from .h3kit_streaming_read import DirectRead, RingRead
+from .h3kit_streaming_read import DirectRead, RingRead, UncachedRead
 
 LOG = logging.getLogger("h3kit")
 
@@ -111,7 +117,8 @@ def _settle_all_at_exit() -> None:
 class BlockStream:
     """The streamed blocks' state: the native streamer, the buffers, which blocks are held; the readers read."""
 
-    def __init__(self, path, stamp, bridge, specs: dict, plan: dict, stats_path, dequantize=None):
+    def __init__(self, path, stamp, bridge, specs: dict, plan: dict, stats_path, dequantize=None,
+                 page_cache: str = "use"):
         self.path, self.stamp, self.bridge = str(path), stamp, bridge
         self.dequantize = dequantize  # (bytes on the device, ggml type id, shape, dtype) -> tensor, for GGUF files
         self.specs, self.plan = specs, plan
@@ -125,7 +132,10 @@ class BlockStream:
         self.stats_path = stats_path
         self.streamer = None
         self.mode = None  # which reader the streamer was last opened for: "direct" or "ring"
-        self.direct, self.ring = DirectRead(self), RingRead(self)
+        self.direct, self.ring, self.uncached = DirectRead(self), RingRead(self), UncachedRead(self)
+        self.ring.bypass = page_cache == "bypass"
+        self.page_cache = page_cache  # the loader's input: "use" or "bypass" (the plan's, by the page cache's room)
+        self.bypass_refused: str | None = None  # why this system could not read past the page cache
         self.loaded: dict[int, tuple] = {}  # resident block -> (device, patches uuid) it was read for
         self.live: set[int] = set()
         self.set_in_use = None  # which of the two buffer sets the computing block uses
@@ -174,9 +184,17 @@ class BlockStream:
             return
         try:
             write_json_atomic(self.stats_path, stats_document(self.path, len(self.order), self.counters, self.plan,
-                                                              self.mode))
+                                                              self.mode, self.page_cache_state()))
         except OSError as exc:  # the figures are a report, never a reason to fail a prompt
             LOG.warning("h3kit: could not write %s: %s", self.stats_path, exc)
+
+    def page_cache_state(self) -> str:
+        """What the stats file says of the page cache: "used", "bypassed", or why it could not be bypassed."""
+        if self.page_cache != "bypass" or self.mode not in ("ring", "uncached"):
+            return "used"
+        if self.streamer is not None and not self.streamer.bypassing and not self.bypass_refused:
+            return "used (an uncached read failed: " + self.streamer.last_error() + ")"
+        return "used (bypass refused: " + self.bypass_refused + ")" if self.bypass_refused else "bypassed"
 
     def model_call(self, args) -> None:
         self.counters["model_calls"] += 1
@@ -202,7 +220,7 @@ class BlockStream:
             self.closed_totals["reader_wait_s"] += st["wait_seconds"]
             self.streamer.close()
         self.streamer = None
-        for reader in (self.direct, self.ring):
+        for reader in (self.direct, self.ring, self.uncached):
             reader.forget()
 
     def open_for(self, reader, fresh: bool = False):
@@ -218,10 +236,18 @@ class BlockStream:
             except Exception as exc:
                 raise StreamError(f"h3kit streamed loader: cannot open {self.path} for streaming: {exc}") from exc
             self.mode = reader.name
+            if reader.bypass:
+                why = self.streamer.bypass_cache()
+                if why and why != self.bypass_refused:
+                    LOG.warning("h3kit streamed loader: reading %s through the page cache: %s", self.path, why)
+                self.bypass_refused = why
         return self.streamer
 
     def reader_for(self, device):
-        """The one place the read path is chosen: in place on the CPU when every tensor allows it, else the ring."""
+        """The one place the read path is chosen: past the page cache on the CPU with page_cache "bypass";
+        else in place on the CPU when every tensor allows it; else the ring."""
+        if device.type == "cpu" and self.page_cache == "bypass":
+            return self.uncached
         return self.direct if device.type == "cpu" and self.direct_ok else self.ring
 
     # -- the hooks -------------------------------------------------------------------------------------
@@ -297,6 +323,7 @@ class BlockStream:
         """Wait for whatever a reader runs beside the model (the ring's helper thread)."""
         self.ring.settle()
         self.direct.settle()
+        self.uncached.settle()
 
     def buffer(self, s: _Spec, device, keep: bool, which):
         """Where a reader puts `s`'s weights: its own tensor when resident, else the shared slot of set `which`."""

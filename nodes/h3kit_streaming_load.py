@@ -23,8 +23,8 @@ import weakref
 from pathlib import Path
 
 from .h3kit_streaming import BlockStream, _dtype, _Spec
-from .h3kit_streaming_logic import (StreamError, file_stamp, group_blocks, is_quantized, merge_ranges, plan_stream,
-                                    read_weights, refuse_unsupported)
+from .h3kit_streaming_logic import (BYPASS_READ, PAGE_CACHE_CHOICES, StreamError, file_stamp, group_blocks,
+                                    is_quantized, merge_ranges, plan_stream, read_weights, refuse_unsupported)
 
 LOG = logging.getLogger("h3kit")
 ATTR = "h3kit_stream"
@@ -123,8 +123,14 @@ def model_options_for(weight_dtype: str) -> dict:
 
 
 def load_streamed(path, weight_dtype: str = "default", preload_bytes: int = 0, shard_size_bytes: int = 0,
-                  prefetch_blocks: int = 1, stats_path=None, bridge=None):
-    """A ModelPatcher for the H3 DiT in `path` with its blocks streamed (comfy.sd.load_diffusion_model's steps)."""
+                  prefetch_blocks: int = 1, stats_path=None, bridge=None, page_cache: str = "use"):
+    """A ModelPatcher for the H3 DiT in `path` with its blocks streamed (comfy.sd.load_diffusion_model's steps).
+
+    `page_cache` "bypass" reads the blocks past the OS's page cache (h3kit_streaming_read.UncachedRead), in
+    BYPASS_READ pieces when `shard_size_bytes` is 0."""
+    if page_cache not in PAGE_CACHE_CHOICES:
+        raise StreamError(f"h3kit streamed loader: page_cache is {page_cache!r}; choose one of "
+                          f"{', '.join(PAGE_CACHE_CHOICES)}.")
     import torch
     import safetensors
     import comfy.model_detection
@@ -177,8 +183,10 @@ def load_streamed(path, weight_dtype: str = "default", preload_bytes: int = 0, s
     model = config.get_model(sd, "")
     specs, compute_block_bytes = _strip_blocks(model.diffusion_model, blocks, tensors, path)
     ranges = {b: merge_ranges((s.start, s.end) for s in ss) for b, ss in specs.items()}
+    if page_cache == "bypass" and not shard_size_bytes:
+        shard_size_bytes = BYPASS_READ
     plan = plan_stream(ranges, shard_size_bytes, prefetch_blocks, preload_bytes)
-    stream = BlockStream(path, stamp, bridge, specs, plan, stats_path, dequantize)
+    stream = BlockStream(path, stamp, bridge, specs, plan, stats_path, dequantize, page_cache=page_cache)
     setattr(model, ATTR, stream)
     for b, block in enumerate(model.diffusion_model.blocks):
         block.register_forward_pre_hook(lambda m, args, b=b: stream.before(b, args))
@@ -199,7 +207,12 @@ def load_streamed(path, weight_dtype: str = "default", preload_bytes: int = 0, s
         LOG.warning("h3kit streamed loader: %s lacks %s", path.name, ", ".join(missing[:8]))
     if unexpected:
         LOG.info("h3kit streamed loader: left over keys in %s: %s", path.name, ", ".join(unexpected[:8]))
-    if reader is stream.direct:
+    if reader is stream.uncached:
+        LOG.info("h3kit streamed loader: %s, %d blocks read past the page cache in %d-byte reads (ring %d, "
+                 "prefetch %d) and widened on the CPU, %d resident, compute dtype %s", path.name,
+                 len(specs) - len(plan["resident"]), plan["read_size"], plan["depth"], plan["prefetch_blocks"],
+                 len(plan["resident"]), dtype)
+    elif reader is stream.direct:
         LOG.info("h3kit streamed loader: %s, %d blocks read in place on the CPU (read-ahead %d blocks), "
                  "%d resident, compute dtype %s", path.name, len(specs) - len(plan["resident"]),
                  plan["prefetch_blocks"], len(plan["resident"]), dtype)

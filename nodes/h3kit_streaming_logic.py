@@ -37,6 +37,10 @@ STATS_FILE = "h3kit_streaming_stats.json"
 STATS_SCHEMA = "h3kit.streaming_stats/1"
 BLOCK_RE = re.compile(r"^blocks\.(\d+)\.")
 MIB = 1 << 20
+# The loader's page_cache input: read through the OS's page cache, or past it (a file larger than the cache can
+# keep next to the run misses it on every pass); the plan picks one (plan/page_cache.py), "use" when it says none.
+PAGE_CACHE_CHOICES = ("use", "bypass")
+BYPASS_READ = 64 * MIB  # a read past the cache with shard_size 0: pieces small enough to widen behind the disk
 # The native streamer's limits (payload/streamer.c h3k_streamer_open): one read at most 2 GiB, at most 64 buffers.
 MAX_READ = 1 << 31
 MAX_DEPTH = 64
@@ -244,13 +248,16 @@ def profile_defaults(settings: dict) -> dict:
                 return int(v)
         return default
 
-    return {"preload_bytes": number(streaming.get("preload_bytes"), settings.get("preload_bytes")),
+    cache = streaming.get("page_cache")
+    return {"page_cache": cache if cache in PAGE_CACHE_CHOICES else PAGE_CACHE_CHOICES[0],
+            "preload_bytes": number(streaming.get("preload_bytes"), settings.get("preload_bytes")),
             "shard_size_bytes": number(streaming.get("shard_size_bytes"), settings.get("shard_size_bytes")),
             "prefetch_blocks": max(1, min(8, number(streaming.get("prefetch_blocks"), settings.get("prefetch_blocks"),
                                                     default=1)))}
 
 
-def stats_document(file: str, blocks: int, counters: dict, plan: dict, read_mode: str | None = None) -> dict:
+def stats_document(file: str, blocks: int, counters: dict, plan: dict, read_mode: str | None = None,
+                   page_cache: str | None = None) -> dict:
     """The stats document's shape (docs/streaming.md), plus the figures behind it.
 
     `wait_s` is the time the model stood still waiting for a block's weights (read and converted: with
@@ -268,7 +275,7 @@ def stats_document(file: str, blocks: int, counters: dict, plan: dict, read_mode
             "model_calls": int(counters.get("model_calls", 0)), "blocks_read": int(counters.get("blocks_read", 0)),
             "read_size": plan.get("read_size"), "ring_depth": plan.get("depth"), "ring_bytes": plan.get("ring_bytes"),
             "block_bytes": plan.get("block_bytes"), "run_s": round(counters.get("run_s", 0.0), 6),
-            "read_mode": read_mode,
+            "read_mode": read_mode, "page_cache": page_cache,
             "finished": bool(counters.get("finished", False))}
 
 

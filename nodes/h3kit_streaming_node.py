@@ -6,7 +6,7 @@ from pathlib import Path
 
 from .h3kit_gguf_node import gguf_files
 from .h3kit_logic import PROFILE_FILE, ProfileStore
-from .h3kit_streaming_logic import STATS_FILE, file_stamp, profile_defaults
+from .h3kit_streaming_logic import PAGE_CACHE_CHOICES, STATS_FILE, file_stamp, profile_defaults
 
 HERE = Path(__file__).resolve().parent
 STORE = ProfileStore(HERE / PROFILE_FILE)
@@ -35,6 +35,11 @@ class H3kitStreamedDiTLoader:
                                          "tooltip": "Size of one read buffer; 0 means one block."}),
             "prefetch_blocks": ("INT", {"default": d["prefetch_blocks"], "min": 1, "max": 8,
                                         "tooltip": "Blocks read ahead while the current one computes."}),
+        }, "optional": {  # optional: a prompt saved before it existed still validates (and reads through the cache)
+            "page_cache": (list(PAGE_CACHE_CHOICES), {"default": d["page_cache"],
+                           "tooltip": "use: read the blocks through the OS's page cache (a file that fits it is "
+                                      "read from memory after the first step). bypass: read them past it, for a "
+                                      "file larger than the cache can keep, which every step reads from the disk."}),
         }}
 
     RETURN_TYPES = ("MODEL",)
@@ -53,14 +58,15 @@ class H3kitStreamedDiTLoader:
         path = folder_paths.get_full_path("diffusion_models", unet_name)
         return str(file_stamp(path) if path else None)  # a replaced or removed file is loaded (or refused) again
 
-    def load(self, unet_name, weight_dtype="default", preload_bytes=0, shard_size_bytes=0, prefetch_blocks=1):
+    def load(self, unet_name, weight_dtype="default", preload_bytes=0, shard_size_bytes=0, prefetch_blocks=1,
+             page_cache="use"):
         import folder_paths
 
         from .h3kit_streaming_load import load_streamed
 
         path = folder_paths.get_full_path_or_raise("diffusion_models", unet_name)
         return (load_streamed(path, weight_dtype, preload_bytes, shard_size_bytes, prefetch_blocks,
-                              stats_path=STATS_PATH),)
+                              stats_path=STATS_PATH, page_cache=page_cache),)
 
 
 NODE_CLASS_MAPPINGS = {"H3kitStreamedDiTLoader": H3kitStreamedDiTLoader}

@@ -9,6 +9,14 @@
   helper thread converts the next block into the other buffer set while this
   one computes. A GGUF block type is staged whole and dequantized per use
   (ComfyUI-GGUF's torch code, on the device it computes on).
+- `UncachedRead` (the CPU, a file larger than the page cache can keep next
+  to the run: page_cache "bypass"): the ring's C thread reads past the page
+  cache, so the disk works through the next blocks the whole time, and the
+  main thread widens each chunk into the compute buffers as it arrives,
+  while the model waits (no thread beside the compute). Through the cache
+  such a file costs a copy out of it and the kernel's reclaim of the pages
+  it evicts, on the cores the compute needs, and every pass misses anyway.
+  A GPU's ring bypasses the cache too with "bypass".
 
 Both answer the same calls, and `BlockStream.reader_for` is the one place
 that picks one for a device:
@@ -40,6 +48,7 @@ class DirectRead:
 
     name = "direct"
     buffer_sets = 1
+    bypass = False  # reads in place through the page cache: what this reader is for
 
     def __init__(self, stream):
         self.stream = stream
@@ -86,6 +95,7 @@ class RingRead:
 
     name = "ring"
     buffer_sets = 2  # one computes while the helper fills the other
+    bypass = False  # the ring's reads go past the page cache (BlockStream sets it from the loader's page_cache)
 
     def __init__(self, stream):
         self.stream = stream
@@ -204,3 +214,14 @@ class RingRead:
                 else:
                     dest[id(s)].view(-1).copy_(raw.view(s.file_dtype))
         return dest
+
+
+class UncachedRead(RingRead):
+    """The ring read past the page cache, each chunk widened on the main thread as it arrives (the CPU)."""
+
+    name = "uncached"
+    buffer_sets = 1  # the model waits while its block is widened: nothing fills a second set
+    bypass = True
+
+    def ahead(self, device, skip: set) -> None:
+        pass  # converting beside the compute takes its cores; the disk is what works ahead, in the C thread

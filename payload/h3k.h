@@ -28,8 +28,8 @@ extern "C" {
 #endif
 
 #define H3K_VERSION "0.1.0"
-#define H3K_ABI 4 /* bumped with every changed signature (2: tile lengths; 3: direct reads, advice;
-                     4: the self-test became the program h3k-selftest) */
+#define H3K_ABI 5 /* bumped with every changed signature (2: tile lengths; 3: direct reads, advice;
+                     4: the self-test became the program h3k-selftest; 5: reads past the page cache) */
 
 /* Status codes. */
 #define H3K_OK 0
@@ -128,6 +128,16 @@ H3K_API int h3k_streamer_open(h3k_streamer **out, const char *path, size_t read_
                               int depth);
 H3K_API void h3k_streamer_close(h3k_streamer *s);
 H3K_API uint64_t h3k_streamer_file_size(h3k_streamer *s);
+/* From now on the ring's reads (h3k_streamer_submit) bypass the OS's page
+ * cache (O_DIRECT, F_NOCACHE, FILE_FLAG_NO_BUFFERING): for a file larger
+ * than the cache can keep, whose every pass misses it anyway. H3K_OK when
+ * they do; H3K_EUNSUPPORTED (and the reason in *_last_error) where the
+ * system or file system has no such reads: the ring reads as before.
+ * A read that then fails that way is done through the cache, and so are
+ * all after it; h3k_streamer_bypassing says which holds now (1 or 0).
+ * Direct reads and advice always go through the cache. */
+H3K_API int h3k_streamer_bypass_cache(h3k_streamer *s);
+H3K_API int h3k_streamer_bypassing(h3k_streamer *s);
 H3K_API int h3k_streamer_submit(h3k_streamer *s, uint64_t offset, uint64_t length);
 /* Wait for the next chunk in submission order. The chunk stays valid until
  * the next call to h3k_streamer_next or h3k_streamer_close. */

@@ -236,6 +236,12 @@ typedef int h3k_file;
 int h3k_file_open(const char *path, h3k_file *f, uint64_t *size, char *err, size_t cap);
 void h3k_file_close(h3k_file f);
 int h3k_file_read_at(h3k_file f, void *buf, size_t len, uint64_t off, char *err, size_t cap);
+/* Reads past the page cache: offsets, lengths and buffers on this boundary
+ * (4 KiB covers the logical block size of every disk in use). */
+#define H3K_UNCACHED_ALIGN ((size_t)4096)
+int h3k_file_open_uncached(const char *path, h3k_file *f, char *err, size_t cap);
+int h3k_file_read_uncached(h3k_file f, void *buf, size_t want, uint64_t off, size_t need, char *err,
+                           size_t cap);
 
 /* ------------------------------------------------------ the pool (pool.c) */
 
@@ -275,7 +281,7 @@ enum { SLOT_FREE, SLOT_READING, SLOT_FILLED, SLOT_HELD };
 
 typedef struct {
     unsigned char *buf;
-    size_t len;
+    size_t len, pad; /* the chunk starts pad bytes into buf (an uncached read starts on a boundary) */
     uint64_t off;
     int state, status;
     char err[200];
@@ -291,9 +297,11 @@ struct h3k_streamer {
     h3k_cond changed; /* any slot or queue state change */
     h3k_thread thread;
     h3k_file file;
+    h3k_file uncached; /* H3K_NO_FILE unless the ring's reads bypass the page cache (h3k_streamer_bypass_cache) */
     uint64_t file_size;
     size_t read_size;
     int depth, stop, holding;
+    int uncached_failed; /* an uncached read failed: the ring went back to the page cache */
     stream_slot *slots;
     size_t fill, take;          /* next slot to fill / to hand out */
     stream_range *queue;        /* pending ranges, a circular buffer */

@@ -19,8 +19,10 @@
  * -------------------
  *   - CPU quotas (cgroup cpu.max, docker --cpus): only the affinity mask is
  *     read; a quota leaves the thread count at the CPUs one may run on.
- *   - O_DIRECT / unbuffered reads: the page cache is what the user's later
- *     runs hit, and direct I/O needs alignment the callers cannot promise.
+ *   - Uncached reads (O_DIRECT, F_NOCACHE, FILE_FLAG_NO_BUFFERING) for
+ *     anything but the streamer's ring: the page cache is what the user's
+ *     later runs hit. The ring rounds its reads to the alignment such reads
+ *     need and asks for them only for a file the page cache cannot hold.
  */
 
 #include "h3k_internal.h"
@@ -195,6 +197,91 @@ void h3k_file_close(h3k_file f) {
 #else
     close(f);
 #endif
+}
+
+/* A second handle on path whose reads bypass the OS's page cache (Linux
+ * O_DIRECT, macOS F_NOCACHE, Windows FILE_FLAG_NO_BUFFERING). Such reads
+ * must start, end and land on H3K_UNCACHED_ALIGN boundaries: the caller
+ * rounds them (h3k_file_read_uncached). H3K_EUNSUPPORTED where the system
+ * or the file system has no such reads (tmpfs before Linux 6.6, say). */
+int h3k_file_open_uncached(const char *path, h3k_file *f, char *err, size_t cap) {
+#if defined(_WIN32)
+    wchar_t wpath[4096];
+    if (!MultiByteToWideChar(CP_UTF8, 0, path, -1, wpath, 4096)) {
+        h3k_set_err(err, cap, "path is not valid UTF-8 or longer than 4095 characters: %s", path);
+        return H3K_EINVAL;
+    }
+    *f = CreateFileW(wpath, GENERIC_READ, FILE_SHARE_READ, NULL, OPEN_EXISTING,
+                     FILE_FLAG_NO_BUFFERING | FILE_FLAG_SEQUENTIAL_SCAN, NULL);
+    if (*f == INVALID_HANDLE_VALUE) {
+        h3k_set_err(err, cap, "cannot open %s unbuffered (error %lu)", path, (unsigned long)GetLastError());
+        return H3K_EUNSUPPORTED;
+    }
+#elif defined(__APPLE__)
+    *f = open(path, O_RDONLY | O_CLOEXEC);
+    if (*f < 0 || fcntl(*f, F_NOCACHE, 1) != 0) {
+        h3k_set_err(err, cap, "cannot open %s uncached: %s", path, strerror(errno));
+        if (*f >= 0) close(*f);
+        *f = H3K_NO_FILE;
+        return H3K_EUNSUPPORTED;
+    }
+#elif defined(O_DIRECT)
+    *f = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+    if (*f < 0) {
+        h3k_set_err(err, cap, "cannot open %s with O_DIRECT: %s", path, strerror(errno));
+        *f = H3K_NO_FILE;
+        return H3K_EUNSUPPORTED;
+    }
+#else
+    (void)path, (void)f;
+    h3k_set_err(err, cap, "this system has no reads that bypass the page cache");
+    return H3K_EUNSUPPORTED;
+#endif
+    return H3K_OK;
+}
+
+/* Read the aligned stretch [off, off+want) through an uncached handle into
+ * buf (aligned too). It may end early at the end of the file, but never
+ * before off+need: the bytes the caller asked for. */
+int h3k_file_read_uncached(h3k_file f, void *buf, size_t want, uint64_t off, size_t need, char *err,
+                           size_t cap) {
+    unsigned char *p = (unsigned char *)buf;
+    size_t got = 0;
+    while (got < need) {
+        size_t ask = want - got > ((size_t)1 << 30) ? ((size_t)1 << 30) : want - got;
+#if defined(_WIN32)
+        DWORD n32 = 0;
+        OVERLAPPED ov;
+        memset(&ov, 0, sizeof ov);
+        ov.Offset = (DWORD)((off + got) & 0xffffffffu);
+        ov.OffsetHigh = (DWORD)((off + got) >> 32);
+        if (!ReadFile(f, p + got, (DWORD)ask, &n32, &ov) && GetLastError() != ERROR_HANDLE_EOF) {
+            h3k_set_err(err, cap, "unbuffered read failed at offset %llu (error %lu)",
+                    (unsigned long long)(off + got), (unsigned long)GetLastError());
+            return H3K_EIO;
+        }
+        size_t n = n32;
+#else
+        ssize_t n = pread(f, p + got, ask, (off_t)(off + got));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            h3k_set_err(err, cap, "uncached read failed at offset %llu: %s", (unsigned long long)(off + got),
+                    strerror(errno));
+            return H3K_EIO;
+        }
+#endif
+        if (n == 0) {
+            h3k_set_err(err, cap, "the file ended at offset %llu, before the requested range did",
+                    (unsigned long long)(off + got));
+            return H3K_ERANGE;
+        }
+        got += (size_t)n;
+        if (got < need && got % H3K_UNCACHED_ALIGN) { /* a short read mid-file leaves the next one unaligned */
+            h3k_set_err(err, cap, "uncached read at offset %llu came back short", (unsigned long long)off);
+            return H3K_EIO;
+        }
+    }
+    return H3K_OK;
 }
 
 /* Read exactly len bytes at off; a file that ends early is an error. */

@@ -15,6 +15,14 @@
  *     a scratch buffer, which puts it in the page cache.
  *   - One lock and one condition variable per handle; every range is checked
  *     against the file's size when it is queued, never by the thread.
+ *   - A file larger than the page cache can keep next to the run is read
+ *     past the cache (h3k_streamer_bypass_cache): a cyclic scan bigger than
+ *     the cache misses every time anyway, and going through it costs a copy
+ *     out of the cache and the kernel's reclaim of the pages it evicts, on
+ *     the cores the compute needs. Such a read is rounded out to
+ *     H3K_UNCACHED_ALIGN and lands that many bytes early in its buffer at
+ *     most (slot->pad); a read that fails that way is redone through the
+ *     cache, and the ring stays there.
  *
  * Left out on purpose
  * -------------------
@@ -71,6 +79,29 @@ static void advise_piece(h3k_streamer *s, uint64_t off, size_t len) {
 #endif
 }
 
+/* One ring piece into slot: past the page cache through `uncached` when
+ * that is open, rounded out to the alignment such reads need; through the
+ * cache when it is not, or when that read fails (the ring then stays in
+ * the cache: the flag is dropped under the lock). */
+static int read_piece(h3k_streamer *s, h3k_file uncached, stream_slot *slot, uint64_t off, size_t len) {
+    slot->pad = 0;
+    if (uncached != H3K_NO_FILE) {
+        size_t pad = (size_t)(off % H3K_UNCACHED_ALIGN), want = pad + len;
+        want += (H3K_UNCACHED_ALIGN - want % H3K_UNCACHED_ALIGN) % H3K_UNCACHED_ALIGN;
+        if (h3k_file_read_uncached(uncached, slot->buf, want, off - pad, pad + len, slot->err,
+                                   sizeof slot->err) == H3K_OK) {
+            slot->pad = pad;
+            return H3K_OK;
+        }
+        mutex_lock(&s->lock);
+        s->uncached_failed = 1;
+        h3k_set_err(s->err, sizeof s->err, "%s: %s; reading through the page cache instead", s->path,
+                    slot->err);
+        mutex_unlock(&s->lock);
+    }
+    return h3k_file_read_at(s->file, slot->buf, len, off, slot->err, sizeof slot->err);
+}
+
 H3K_THREAD_FUNC(streamer_thread) {
     h3k_streamer *s = (h3k_streamer *)arg;
     mutex_lock(&s->lock);
@@ -98,9 +129,10 @@ H3K_THREAD_FUNC(streamer_thread) {
         }
         stream_slot *slot = &s->slots[s->fill];
         slot->state = SLOT_READING;
+        h3k_file uncached = s->uncached_failed ? H3K_NO_FILE : s->uncached;
         mutex_unlock(&s->lock);
         double t0 = now_seconds();
-        int st = h3k_file_read_at(s->file, slot->buf, len, off, slot->err, sizeof slot->err);
+        int st = read_piece(s, uncached, slot, off, len);
         double t1 = now_seconds();
         mutex_lock(&s->lock);
         slot->len = len;
@@ -123,6 +155,7 @@ static void streamer_free(h3k_streamer *s) {
     }
     H3K_FREE(s->queue);
     if (s->scratch) H3K_ALIGNED_FREE(s->scratch);
+    if (s->uncached != H3K_NO_FILE) h3k_file_close(s->uncached);
     if (s->file != H3K_NO_FILE) h3k_file_close(s->file);
     H3K_FREE(s);
 }
@@ -133,10 +166,12 @@ static int streamer_alloc_ring(h3k_streamer *s) {
     s->q_cap = 16;
     s->queue = (stream_range *)H3K_CALLOC(s->q_cap, sizeof *s->queue);
     if (!s->slots || !s->queue) return 0;
+    /* room for a read rounded out at both ends when it bypasses the page cache */
+    size_t bytes = s->read_size + 2 * H3K_UNCACHED_ALIGN;
     for (int i = 0; i < s->depth; i++) {
-        s->slots[i].buf = (unsigned char *)H3K_ALIGNED_ALLOC(H3K_PAGE, s->read_size);
+        s->slots[i].buf = (unsigned char *)H3K_ALIGNED_ALLOC(H3K_UNCACHED_ALIGN, bytes);
         if (!s->slots[i].buf) return 0;
-        memset(s->slots[i].buf, 0, s->read_size); /* fault the pages in now, not mid-stream */
+        memset(s->slots[i].buf, 0, bytes); /* fault the pages in now, not mid-stream */
     }
     return 1;
 }
@@ -149,6 +184,7 @@ int h3k_streamer_open(h3k_streamer **out, const char *path, size_t read_size, in
     h3k_streamer *s = (h3k_streamer *)H3K_CALLOC(1, sizeof *s);
     if (!s) return H3K_ENOMEM;
     s->file = H3K_NO_FILE;
+    s->uncached = H3K_NO_FILE;
     s->depth = depth;
     s->read_size = read_size;
     snprintf(s->path, sizeof s->path, "%s", path);
@@ -187,6 +223,30 @@ void h3k_streamer_close(h3k_streamer *s) {
 }
 
 uint64_t h3k_streamer_file_size(h3k_streamer *s) { return s ? s->file_size : 0; }
+
+int h3k_streamer_bypass_cache(h3k_streamer *s) {
+    if (!s) return H3K_EINVAL;
+    mutex_lock(&s->lock);
+    int open_already = s->uncached != H3K_NO_FILE;
+    mutex_unlock(&s->lock);
+    if (open_already) return h3k_streamer_bypassing(s) ? H3K_OK : H3K_EIO;
+    char err[256];
+    h3k_file f = H3K_NO_FILE;
+    int st = h3k_file_open_uncached(s->path, &f, err, sizeof err);
+    mutex_lock(&s->lock);
+    if (st == H3K_OK) s->uncached = f;
+    else h3k_set_err(s->err, sizeof s->err, "%s", err);
+    mutex_unlock(&s->lock);
+    return st;
+}
+
+int h3k_streamer_bypassing(h3k_streamer *s) {
+    if (!s) return 0;
+    mutex_lock(&s->lock);
+    int on = s->uncached != H3K_NO_FILE && !s->uncached_failed;
+    mutex_unlock(&s->lock);
+    return on;
+}
 
 /* Grow the circular range queue, keeping its order (lock held). */
 static int queue_grow(h3k_streamer *s) {
@@ -269,7 +329,7 @@ int h3k_streamer_next(h3k_streamer *s, const void **data, size_t *length, uint64
     } else {
         slot->state = SLOT_HELD;
         s->holding = 1;
-        *data = slot->buf;
+        *data = slot->buf + slot->pad;
         *length = slot->len;
         *offset = slot->off;
     }

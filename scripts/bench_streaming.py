@@ -363,6 +363,8 @@ def main(argv=None) -> int:
     ap.add_argument("--resident-blocks", type=int, default=2, help="--floor: blocks of the compute-alone DiT")
     ap.add_argument("--canvas", type=int, default=64, help="--floor: width and height")
     ap.add_argument("--frames", type=int, default=22, help="--floor: frames")
+    ap.add_argument("--page-cache", choices=("use", "bypass", "both"), default="both",
+                    help="--floor: the streamed loader's page_cache (both: each in turn; judged on bypass)")
     a = ap.parse_args(argv)
     if a.floor:
         import bench_streaming_floor

@@ -68,14 +68,14 @@ def write_dit(python: Path, path: Path, blocks: int) -> dict:
 
 def part_names(plan: dict) -> dict:
     """{part: path under models/} of the plan's files (tests/comfy_h3 PART_OF names the parts)."""
-    sys.path.insert(0, str(ROOT / "tests"))
+    sys.path.insert(0, str(ROOT / "tests" / "support"))
     from comfy_h3 import PART_OF
 
     from h3kit.data import catalog as catalog_mod
 
     cat = catalog_mod.load()
-    return {part: f"{cat.weight(plan['settings'][key]).file['folder']}/{cat.weight(plan['settings'][key]).file['name']}"
-            for key, part in PART_OF.items()}
+    files = {part: cat.weight(plan["settings"][key]).file for key, part in PART_OF.items()}
+    return {part: f"{f.folder}/{f.name}" for part, f in files.items()}
 
 
 def run_installed(comfy: Path, python: Path, args: list, work: Path) -> dict:
@@ -99,8 +99,14 @@ def run_installed(comfy: Path, python: Path, args: list, work: Path) -> dict:
         peak = server.peak_rss_bytes
     if len(bars) < 2:
         raise RuntimeError(f"found {len(bars)} finished {STEPS}-step sampler bars in ComfyUI's log, not 2")
+    stats_file = comfy / "custom_nodes" / "ComfyUI-h3kit" / "h3kit_streaming_stats.json"
+    stats = json.loads(stats_file.read_text(encoding="utf-8")) if stats_file.is_file() else {}
+    loader = next((n["inputs"] for n in workflow.values() if n.get("class_type") == "H3kitStreamedDiTLoader"), {})
     return {"seconds_per_step": bars[-1], "cold_seconds_per_step": bars[0], "run_seconds": runs,
-            "peak_rss_bytes": peak, "workflow": str(api), "steps": STEPS}
+            "peak_rss_bytes": peak, "workflow": str(api), "steps": STEPS,
+            # what the installed workflow asked of the loader, and what the loader did (its stats file)
+            "page_cache_input": loader.get("page_cache"), "read_mode": stats.get("read_mode"),
+            "page_cache": stats.get("page_cache")}
 
 
 def calibration_figures(doc: dict) -> dict:
@@ -133,7 +139,7 @@ def spread_pct(values) -> float | None:
 
 
 def run_case(real: Path, python: Path, root: Path, case: dict, calibrations: int, keep_dit: bool) -> dict:
-    sys.path.insert(0, str(ROOT / "tests"))
+    sys.path.insert(0, str(ROOT / "tests" / "support"))
     from comfy_h3 import make_test_comfyui, write_tiny_files
 
     comfy = root / f"ComfyUI-{case['blocks']}"  # a new copy per case and run: each install starts from nothing
@@ -184,6 +190,7 @@ def print_table(table: list[dict]) -> None:
         spread = ", ".join("-" if sp[k] is None else f"{sp[k]:.0f}%"
                            for k in ("seconds_per_step", "block_seconds", "step_fixed_s"))
         print(f"| {r['blocks']} blocks, {r['dit_bytes'] / 1e9:.1f} GB | {pc.get('case', '-')} "
-              f"(room {pc.get('room_bytes', 0) / 1e9:.1f} GB) | {r['canvas'][0]}x{r['canvas'][1]}x{r['frames']} | "
+              f"(room {pc.get('room_bytes', 0) / 1e9:.1f} GB; loader {m.get('read_mode')}, "
+              f"page cache {m.get('page_cache')}) | {r['canvas'][0]}x{r['canvas'][1]}x{r['frames']} | "
               f"{e['seconds_per_step']:.2f} | {m['seconds_per_step']:.2f} | {r['seconds_per_step_pct']:+.0f}% | "
               f"{spread} ({len(r['calibrations'])} runs) |")

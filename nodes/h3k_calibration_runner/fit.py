@@ -147,8 +147,42 @@ COMPUTE_BOUND = 0.10  # a line constant under this share of the largest point's 
 # moves it about 2.5%); above it it is real (on a CPU the small-row inefficiency: 0.4 s of 2.8 s at 480 rows)
 
 
+ANCHOR_ROWS = 48  # a point at or under this many rows (the fewest a call has is about 32) pins the constant
+
+
+def fit_anchored(points: list[tuple[float, float]]) -> tuple[float, float, str] | None:
+    """(c, a, how) of block seconds = c + a*T with the constant pinned by the point at the fewest rows.
+
+    A line's intercept through points 80-320 rows apart is ill-conditioned:
+    10% on the top point moved the per-block constant 3x between two quick
+    runs (and with it the per-step fixed cost, blocks x that constant),
+    while the block time between the points stayed within 5%. A block timed
+    at the fewest rows a call can have (ANCHOR_ROWS) is almost all constant,
+    so the constant is taken there (that time minus its few rows' share) and
+    the slope fitted through it by relative error (each point's timing noise
+    is a share of its time, so no point dominates by being the slowest).
+    None without such a point and two others above it.
+    """
+    low = [p for p in points if p[0] <= ANCHOR_ROWS]
+    rest = [p for p in points if p[0] > ANCHOR_ROWS and p[1] > 0]
+    if not low or len({x for x, _ in rest}) < 2:
+        return None
+    t0 = statistics.median(x for x, _ in low)
+    y0 = statistics.median(y for _, y in low)
+    c, a = y0, 0.0
+    for _ in range(20):  # c = y0 - a*t0 and a through c converge in a few rounds (t0 is small)
+        num = sum((y - c) * x / (y * y) for x, y in rest)
+        den = sum(x * x / (y * y) for x, y in rest)
+        a = max(0.0, num / den)
+        c = max(0.0, y0 - a * t0)
+    return c, a, f"constant from the block at {t0:.0f} rows, slope by relative error"
+
+
 def fit_block(points: list[tuple[float, float]], constant_s: float | None = None) -> tuple[float, float, str]:
     """(c, a, how) of block seconds = c + a*T.
+
+    With a point at the fewest rows, `fit_anchored`. Otherwise (runs
+    recorded before it was timed):
 
     A straight line through the points, unless the block is compute-bound
     (the line's constant is under COMPUTE_BOUND of the block time at the
@@ -162,6 +196,9 @@ def fit_block(points: list[tuple[float, float]], constant_s: float | None = None
     a run's noise puts it (a hard switch moved the per-step fixed cost 3x
     between two quick runs).
     """
+    anchored = fit_anchored(points)
+    if anchored is not None:
+        return anchored
     c, a = fit_line(points)
     top = max(points)[0]
     share = c / (c + a * top) if c + a * top > 0 else 1.0

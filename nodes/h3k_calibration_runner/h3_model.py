@@ -51,8 +51,8 @@ from .comfy_env import Skip
 from .measure import PeakSampler, Progress, current_rss
 
 DEFAULT_TEXT_TOKENS = 128
-QUICK_POINTS = (160, 480)  # wide apart: the slope between them is what extrapolates
-FULL_POINTS = (160, 480, 960)
+QUICK_POINTS = (32, 160, 480)  # wide apart: the slope between them is what extrapolates; 32 pins the constant
+FULL_POINTS = (32, 160, 480, 960)
 MIN_BLOCK_S = 0.05  # a point faster than this (a GPU) is mostly launch overhead: larger token counts instead
 MAX_POINT_TOKENS = 16384
 ARCH_KEYS = {"hidden": "hidden_size", "heads": "num_attention_heads", "head_dim": "attention_head_dim",
@@ -341,7 +341,9 @@ def measure_h3_model(job: dict, comfyui: str | None, quick: bool, progress: Prog
         progress("h3 model", 2, 5)
     dm.blocks = check
     try:
-        calls.append(time_calls(env, model, tokens[0], text, hidden, quick, clock_blocks=False, once=quick))
+        # at the smallest point above the anchor (fit.ANCHOR_ROWS), where the check says most about the fit
+        at = next((t for t in tokens if t > fit.ANCHOR_ROWS), tokens[0])
+        calls.append(time_calls(env, model, at, text, hidden, quick, clock_blocks=False, once=quick))
     finally:
         dm.blocks = both
     progress("h3 model", 3, 5)

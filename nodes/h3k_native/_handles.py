@@ -157,6 +157,19 @@ class Streamer(_Handle):
             raise NativeError(self.last_error())
         return offset.value, memoryview((ctypes.c_char * length.value).from_address(data.value)).cast("B")
 
+    def bypass_cache(self) -> str | None:
+        """Have the ring's reads (`submit`) bypass the OS's page cache from now on, for a file larger than
+        the cache can keep. None when they do; else the reason they cannot here (the ring reads through the
+        cache as before)."""
+        if self._lib.c.h3k_streamer_bypass_cache(self._handle()) == OK:
+            return None
+        return self.last_error()
+
+    @property
+    def bypassing(self) -> bool:
+        """True while the ring's reads bypass the page cache (an uncached read that failed turns it off)."""
+        return bool(self._lib.c.h3k_streamer_bypassing(self._handle()))
+
     def advise(self, offset: int, length: int) -> None:
         """Have the OS read a range into its page cache ahead of `read_into` (the background thread does it;
         this returns at once). A range past the end of the file raises NativeError."""

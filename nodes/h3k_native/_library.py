@@ -27,7 +27,7 @@ VARIANTS = ("baseline", "x86-64-v3", "arm64-dotprod")
 ENV_LIB = "H3KIT_NATIVE_LIB"
 
 
-ABI = 4  # H3K_ABI in payload/h3k.h: bumped when a C signature changes
+ABI = 5  # H3K_ABI in payload/h3k.h: bumped when a C signature changes
 
 
 # Bit names of h3k_cpu_features(), in bit order (payload/h3k.h).
@@ -148,6 +148,8 @@ class _Api:
                                       ctypes.POINTER(ctypes.c_uint64)]),
         "h3k_streamer_last_error": (ctypes.c_char_p, [ctypes.c_void_p]),
         "h3k_streamer_advise": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64]),
+        "h3k_streamer_bypass_cache": (ctypes.c_int, [ctypes.c_void_p]),
+        "h3k_streamer_bypassing": (ctypes.c_int, [ctypes.c_void_p]),
         "h3k_streamer_read": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]),
         "h3k_tile_starts": (ctypes.c_int, [ctypes.c_size_t, ctypes.c_size_t, ctypes.c_size_t,
                                            ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t,

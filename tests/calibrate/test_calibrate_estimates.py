@@ -272,13 +272,15 @@ def test_the_runner_times_up_to_the_plans_rows_when_affordable(catobj, cpu_case)
     fp, _plan_ = cpu_case
     table = timing.rates_from_table(fp, catobj, "float32")
     small = {"hidden": 1024, "heads": 8, "head_dim": 128, "ffn": 2720}
-    assert est_mod.measure_points(920, small, table, quick=True) == [230, 460, 920]
-    assert est_mod.measure_points(920, small, table, quick=False) == [230, 460, 920]
+    # the fewest rows a call has (32: the fit's constant, fit.fit_anchored) and three points a factor 4 apart
+    anchor = [est_mod.ANCHOR_POINT_ROWS]
+    assert est_mod.measure_points(920, small, table, quick=True) == anchor + [230, 460, 920]
+    assert est_mod.measure_points(920, small, table, quick=False) == anchor + [230, 460, 920]
     full = calibrate.arch.from_catalog(catobj)
     pts = est_mod.measure_points(15655, full, table, quick=True)
-    assert max(pts) < 15655 and len(pts) == 3  # a call at 15k rows of the real width would take minutes here
+    assert max(pts) < 15655 and len(pts) == 4  # a call at 15k rows of the real width would take minutes here
     a = table["block_s_per_token"]
     # one block per timed call in --quick, within budget, but never below the rows where weight reads dominate
     assert a * max(pts) <= est_mod.POINT_BUDGET_S["quick"] or max(pts) == 2 * est_mod.MIN_POINT_ROWS
-    assert max(pts) >= 2 * est_mod.MIN_POINT_ROWS and min(pts) == max(pts) // 4
-    assert est_mod.measure_points(200, full, table, quick=True) == [50, 100, 200]  # a plan smaller than the floor
+    assert max(pts) >= 2 * est_mod.MIN_POINT_ROWS and pts[1] == max(pts) // 4 and pts[0] == 32
+    assert est_mod.measure_points(200, full, table, quick=True) == anchor + [50, 100, 200]  # a plan smaller than the floor

@@ -199,11 +199,16 @@ def test_file_changes_are_named_with_the_block(tmp_path):
 
 
 def test_profile_defaults_read_the_plan_and_ignore_junk():
-    assert L.profile_defaults({}) == {"preload_bytes": 0, "shard_size_bytes": 0, "prefetch_blocks": 1}
-    s = {"preload_bytes": 5 * MIB, "shard_size_bytes": 7 * MIB, "streaming": {"prefetch_blocks": 3, "enabled": True}}
-    assert L.profile_defaults(s) == {"preload_bytes": 5 * MIB, "shard_size_bytes": 7 * MIB, "prefetch_blocks": 3}
-    s = {"preload_bytes": "auto", "shard_size_bytes": -1, "prefetch_blocks": 99, "streaming": None}
-    assert L.profile_defaults(s) == {"preload_bytes": 0, "shard_size_bytes": 0, "prefetch_blocks": 8}
+    assert L.profile_defaults({}) == {"page_cache": "use", "preload_bytes": 0, "shard_size_bytes": 0,
+                                      "prefetch_blocks": 1}
+    s = {"preload_bytes": 5 * MIB, "shard_size_bytes": 7 * MIB,
+         "streaming": {"prefetch_blocks": 3, "enabled": True, "page_cache": "bypass"}}
+    assert L.profile_defaults(s) == {"page_cache": "bypass", "preload_bytes": 5 * MIB, "shard_size_bytes": 7 * MIB,
+                                     "prefetch_blocks": 3}
+    s = {"preload_bytes": "auto", "shard_size_bytes": -1, "prefetch_blocks": 99,
+         "streaming": {"page_cache": "sometimes"}}
+    assert L.profile_defaults(s) == {"page_cache": "use", "preload_bytes": 0, "shard_size_bytes": 0,
+                                     "prefetch_blocks": 8}
 
 
 def test_stats_file_has_the_interface_keys_and_is_written_whole(tmp_path):

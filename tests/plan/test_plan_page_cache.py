@@ -136,3 +136,41 @@ def test_the_block_compute_counts_the_fits_per_block_constant():
     full = prefetch_figures(_plan(), est, DISK, cpu=True, fingerprint=FP, block_fixed_s=0.57)
     assert full["compute_s_per_block"] == pytest.approx(0.67 + 0.57)
     assert full["pass_overhead_cached"] == pytest.approx(bare["pass_overhead_cached"] * 0.67 / 1.24, rel=1e-3)
+
+
+def test_a_file_read_past_the_cache_counts_the_widening_in_the_compute_the_disk_reads_beside():
+    # page_cache bypass: the C thread reads ahead the whole time; the model computes (0.5 s) and widens (0.2 s)
+    # each block as it arrives, so with the disk faster than that (0.6 s a block read) nothing else is waited for
+    fast = streaming.prefetch_for(0.8 * GB / 0.6, int(0.8 * GB), 0.5 + 0.2)
+    assert page_cache.bypassed_overhead(fast, 0.5, 0.2) == pytest.approx(0.2 / 0.5, abs=2e-3)
+    # a disk slower than compute + widening: the step is the disk's, (read / compute) - 1 over the compute
+    slow = streaming.prefetch_for(0.8 * GB / 1.4, int(0.8 * GB), 0.7, blocks=30)
+    over = page_cache.bypassed_overhead(slow, 0.5, 0.2)
+    assert over == pytest.approx(1.4 / 0.5 - 1, rel=0.05)
+    assert page_cache.bypassed_overhead(slow, 0.0, 0.2) == 0.0
+
+
+def test_calibration_of_a_file_that_does_not_fit_counts_the_loaders_bypass():
+    out = prefetch_figures(_plan(), _estimates(5 * GB, 30, int(0.81 * GB)), DISK, cpu=True, fingerprint=FP)
+    assert out["read_path"] == "bypass"
+    widen = int(0.81 * GB) / 4e9
+    res = streaming.prefetch_for(0.9e9, int(0.81 * GB), 0.5 + widen)
+    assert out["pass_overhead_disk"] == page_cache.bypassed_overhead(res, 0.5, widen)
+    fits = prefetch_figures(_plan(), _estimates(6 * GB, 4, int(0.77 * GB)), DISK, cpu=True, fingerprint=FP)
+    assert "read_path" not in fits
+
+
+def test_calibration_sets_the_loaders_page_cache_by_the_measured_case():
+    from h3kit.calibrate.decisions import decide_page_cache
+
+    plan = Plan.from_json({"settings": {"streaming": {"enabled": True, "blocks": 30, "block_bytes": int(0.8 * GB),
+                                                      "page_cache": "bypass"}}})
+    fits = prefetch_figures(plan, _estimates(6 * GB, 4, int(0.77 * GB)), DISK, cpu=True, fingerprint=FP)
+    d = decide_page_cache(plan, fits)
+    assert (d["setting"], d["value"], d["previous"], d["changed"]) == ("page_cache", "use", "bypass", True)
+    assert d["evidence"].startswith("The page cache holds") and d["evidence"].endswith("through the cache.")
+    nofit = prefetch_figures(plan, _estimates(5 * GB, 30, int(0.81 * GB)), DISK, cpu=True, fingerprint=FP)
+    assert decide_page_cache(plan, nofit)["value"] == "bypass" and not decide_page_cache(plan, nofit)["changed"]
+    assert decide_page_cache(plan, None)["evidence"].startswith("no disk rate")
+    assert decide_page_cache(Plan.from_json({"settings": {}}), fits) is None  # the plan does not stream
+

@@ -220,6 +220,17 @@ def test_stream_dit_forces_and_prefetch_blocks_sets_the_depth():
     assert off["enabled"] is False and off["why"] == "stream_dit is off in the settings"
 
 
+def test_the_loader_bypasses_the_page_cache_exactly_when_the_cache_cannot_hold_the_file():
+    small = _plan(_fp("cpu-only-16gb"))  # 16 GB: the streamed blocks are more than the cache keeps
+    assert small["settings"]["streaming"]["page_cache"] == "bypass"
+    assert any("page_cache: bypass" in r for r in small["rationale"])
+    big = _stream(_fp("apple-m2pro-32gb", 128, 3 / 4), stream_dit="on")  # 128 GB: they stay cached
+    assert big["enabled"] and big["page_cache"] == "use"
+    named = _plan(_fp("cpu-only-16gb"), page_cache="use")  # the settings' choice wins, and the rationale says so
+    assert named["settings"]["streaming"]["page_cache"] == "use"
+    assert any("page_cache: use, from the settings" in r for r in named["rationale"])
+
+
 def test_a_deeper_ring_costs_memory():
     """Each block read ahead is one more buffer of the file's block size, in RAM during sampling."""
     fp = _fp("nvidia-rtx4090-24gb-64gb")

@@ -187,14 +187,15 @@ def test_the_streamed_loader_replaces_unetloader_exactly_when_the_plan_streams()
     assert not plan["settings"]["streaming"].get("enabled")
     assert _nodes(_api(plan), "UNETLoader") and not _nodes(_api(plan), "H3kitStreamedDiTLoader")
     streamed = copy.deepcopy(plan)
-    streamed["settings"]["streaming"].update(enabled=True, prefetch_blocks=3, preload_bytes=2 * 804_514_484)
+    streamed["settings"]["streaming"].update(enabled=True, prefetch_blocks=3, preload_bytes=2 * 804_514_484,
+                                             page_cache="bypass")
     api = _api(streamed)
     ((dit_id, node),) = _nodes(api, "H3kitStreamedDiTLoader")
     assert not _nodes(api, "UNETLoader")
     s = streamed["settings"]
     assert node["inputs"] == {"unet_name": CAT.weight(s["dit_weights"]).file.name, "weight_dtype": "default",
                               "preload_bytes": 2 * 804_514_484, "shard_size_bytes": s["shard_size_bytes"],
-                              "prefetch_blocks": 3}
+                              "prefetch_blocks": 3, "page_cache": "bypass"}
     assert _nodes(api, "MiniMaxH3SigmaShift")[0][1]["inputs"]["model"] == [dit_id, 0]
 
 

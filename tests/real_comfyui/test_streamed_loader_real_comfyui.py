@@ -89,7 +89,8 @@ def same(a, b):
     return all(torch.equal(x, y) for x, y in zip(a, b))
 
 def load(path, **kw):
-    p = hs.load_streamed(path, **kw)
+    # "uncached": page_cache "bypass", the ring read past the page cache and widened on the main thread
+    p = hs.load_streamed(path, **kw, **({"page_cache": "bypass"} if read_mode == "uncached" else {}))
     # on --cpu the blocks are read in place ("direct"); "ring" takes the way a GPU or MPS device is fed
     p.model.h3kit_stream.direct_ok &= read_mode == "direct"
     return p
@@ -102,7 +103,7 @@ if mode == "variants":
                      "deep": dict(prefetch_blocks=8), "shard1m": dict(shard_size_bytes=1 << 20)}.items():
         p = load(dit, **kw)
         out[name] = {"first": same(stock, run(p)), "again": same(stock, run(p)), "plan": p.model.h3kit_stream.plan,
-                     "mode": p.model.h3kit_stream.mode}
+                     "mode": p.model.h3kit_stream.mode, "page_cache": p.model.h3kit_stream.page_cache_state()}
     p = load(dit)
     for specs in p.model.h3kit_stream.specs.values():
         for s in specs:
@@ -183,8 +184,12 @@ def test_loader_inputs_match_the_workflow_table(server):
     from h3kit.data import comfy_nodes
 
     info = server.object_info()["H3kitStreamedDiTLoader"]
-    order = [n for n in info["input_order"]["required"]]
-    assert order == [i["name"] for i in comfy_nodes.load()["H3kitStreamedDiTLoader"]["inputs"]]
+    order = list(info["input_order"]["required"]) + list(info["input_order"].get("optional") or [])
+    table = comfy_nodes.load()["H3kitStreamedDiTLoader"]["inputs"]
+    assert order == [i["name"] for i in table]
+    # page_cache is optional: an API prompt saved before it existed still validates
+    assert [i["name"] for i in table if i.get("optional")] == list(info["input_order"]["optional"]) == ["page_cache"]
+    assert info["input"]["optional"]["page_cache"][0] == ["use", "bypass"]
     assert DIT in info["input"]["required"]["unet_name"][0]
     assert info["input"]["required"]["weight_dtype"][0] == ["default", "fp8_e4m3fn", "fp8_e4m3fn_fast", "fp8_e5m2"]
 
@@ -277,21 +282,25 @@ def _probe(comfy: Path, dit: str, mode: str, read_mode: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("read_mode", ["direct", "ring"])
+@pytest.mark.parametrize("read_mode", ["direct", "ring", "uncached"])
 def test_resident_deep_prefetch_multi_chunk_and_staged_reads_equal_stock(comfy, read_mode):
     out = _probe(comfy, WIDE, "variants", read_mode)
     for name in ("resident2", "all_resident", "deep", "shard1m"):
         assert out[name]["first"] and out[name]["again"], (name, out[name])
     for name in ("resident2", "deep", "shard1m"):  # all_resident never reads after the first pass
         assert out[name]["mode"] == read_mode, (name, out[name]["mode"])
+        # "bypassed" wherever the file system takes uncached reads (ext4 here); else the reason it refused
+        cache = out[name]["page_cache"]
+        assert cache == "used" if read_mode != "uncached" else \
+            cache == "bypassed" or cache.startswith("used (bypass refused: cannot open"), out[name]
     assert out["shard1m"]["plan"]["chunks_per_block"] >= 2  # a block over several reads
     assert out["deep"]["plan"]["prefetch_blocks"] == 8 or out["deep"]["plan"]["depth"] == 64
     assert out["staged"]
     # fp8 buffers are never read in place (the library widens only into fp32): the ring and torch's cast
-    assert out["fp8"]["same"] and out["fp8"]["mode"] == "ring", out["fp8"]
+    assert out["fp8"]["same"] and out["fp8"]["mode"] == ("uncached" if read_mode == "uncached" else "ring"), out["fp8"]
 
 
-@pytest.mark.parametrize("read_mode", ["direct", "ring"])
+@pytest.mark.parametrize("read_mode", ["direct", "ring", "uncached"])
 @pytest.mark.parametrize("mode, says", [("shrink", "shrank"), ("short_read", "the file ended at offset")])
 def test_file_shrinking_between_blocks_is_one_error_and_the_model_recovers(comfy, mode, says, read_mode):
     out = _probe(comfy, WIDE, mode, read_mode)

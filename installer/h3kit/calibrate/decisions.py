@@ -121,11 +121,12 @@ def decide_shard(settings: PlanSettings, inference: dict) -> dict:
 
 
 def decide(plan: Plan, measurements: dict, estimates: dict, *, minutes_for=None, cat=None,
-           disk: dict | None = None) -> list[dict]:
+           disk: dict | None = None, streaming: dict | None = None) -> list[dict]:
     """Every decision, each with its evidence; none raises memory use above the plan's budget.
 
     `minutes_for(canvas, frames, steps, cfg) -> minutes` (the calibrated estimate) and `cat` (the Catalog)
-    enable the workflow-default decisions; `disk` (the disk probe) the read-ahead depth."""
+    enable the workflow-default decisions; `disk` (the disk probe) the read-ahead depth; `streaming`
+    (prefetch_figures with the fingerprint) the loader's page_cache."""
     s = plan.settings
     native = measurements.get("native") or {}
     tile_budget = plan.budget.gpu_bytes or plan.budget.ram_bytes
@@ -149,6 +150,9 @@ def decide(plan: Plan, measurements: dict, estimates: dict, *, minutes_for=None,
     prefetch = decide_prefetch(plan, estimates, disk or {})
     if prefetch is not None:
         out.append(prefetch)
+    cache = decide_page_cache(plan, streaming)
+    if cache is not None:
+        out.append(cache)
     return out
 
 
@@ -316,6 +320,14 @@ def prefetch_figures(plan: Plan, estimates: dict, disk: dict, cpu: bool = False,
     else:
         copy = (out.get("copy_s_per_block") or 0.0) / compute if compute > 0 else 0.0
         out["pass_overhead_disk"] = measured_pass_overhead(res, 1.0, out.get("copy_s_per_block"))
+        if cpu and share.case == page_cache.DOES_NOT_FIT:
+            # page_cache "bypass" (the plan's for such a file): the C thread reads past the cache the whole
+            # time and the model widens each block as it arrives, so the widening is part of what a block
+            # costs while the next ones are read (plan.page_cache.bypassed_overhead)
+            out["pass_overhead_disk"] = page_cache.bypassed_overhead(
+                prefetch_for(disk["gb_per_s"] * 1e9, block_bytes, compute + out["copy_s_per_block"]),
+                compute, out["copy_s_per_block"])
+            out["read_path"] = "bypass"
         out["pass_overhead_cached"] = round(copy, 4)
         out["pass_overhead"] = round(page_cache.stream_overhead(share.share, out["pass_overhead_disk"], copy,
                                                                 blocks - resident, blocks), 4)
@@ -324,6 +336,23 @@ def prefetch_figures(plan: Plan, estimates: dict, disk: dict, cpu: bool = False,
         out["pass_overhead_note"] = ("the CPU's in-place read of each block was not measured (no native "
                                      "library); the clip time keeps the plan's share")
     return out
+
+
+def decide_page_cache(plan: Plan, fig: dict | None) -> dict | None:
+    """The streamed loader's page_cache by what the cache can keep next to the run as measured (`fig`:
+    prefetch_figures' document, with the file's own blocks and the measured peak): bypass when it cannot
+    hold them, else use. None when the plan does not stream."""
+    if not streaming_enabled(plan):
+        return None
+    run = plan.settings.streaming.streamed
+    current = (run.page_cache if run is not None else None) or "use"
+    if fig is None or not fig.get("page_cache"):
+        return decision("page_cache", current, current, "no disk rate or block compute time measured; kept")
+    cs = fig["page_cache"]
+    value = "bypass" if cs["case"] == "does not fit" else "use"
+    return decision("page_cache", value, current, cs["sentence"] + (
+        " So the loader reads them past the cache." if value == "bypass" else
+        " So the loader reads them through the cache."))
 
 
 def decide_prefetch(plan: Plan, estimates: dict, disk: dict) -> dict | None:

@@ -94,6 +94,8 @@ POINT_BUDGET_S = {"quick": 1.0, "full": 3.0}  # one timed model call of the runn
 # a fit through such points overestimates the plan's rows (H1a measured +17% from 46/92 rows, +2% from
 # 172/499): the smallest point is at least this many rows whenever the plan has them.
 MIN_POINT_ROWS = 160
+BYPASS_CHUNK_BYTES = 64 << 20  # the streamed loader's read past the page cache (nodes BYPASS_READ)
+ANCHOR_POINT_ROWS = 32  # the fewest rows a model call has (text 8 + stereo audio 16 + video 8): nodes/h3k_calibration_runner fit.ANCHOR_ROWS
 
 
 def measure_points(tokens: int, arch: dict, table: dict, quick: bool, blocks_built: int | None = None,
@@ -121,7 +123,9 @@ def measure_points(tokens: int, arch: dict, table: dict, quick: bool, blocks_bui
     # the floor: --quick keeps its top point where it was with two points (its quarter may then dip into the
     # weight-read-bound rows; three points still pin the line better than two close ones)
     top = max(64, top, min(int(tokens), MIN_POINT_ROWS * (2 if quick else max(fractions))))
-    return sorted({top, *(max(32, top // f) for f in fractions)})
+    # and the fewest rows a call has, where a block is almost all its constant (the runner's fit.fit_anchored
+    # takes the constant there: fitted through the three alone it moved 3x between two quick runs)
+    return sorted({ANCHOR_POINT_ROWS, top, *(max(32, top // f) for f in fractions)})
 
 
 def workload(plan: Plan, catalog: Catalog) -> dict:
@@ -194,8 +198,11 @@ def memory_estimate(h3_model: dict | None, arch: dict, plan: Plan, cat, fingerpr
     streaming = s.streaming
     streamed = bool(streaming.enabled)
     if streamed:  # h3kit's loader: resident blocks and the computing one cast, a ring of file-dtype reads
-        # (none on a CPU: blocks are read in place there, the read-ahead waits in the page cache)
-        ring = 0 if device == "cpu" else \
+        # (none on a CPU reading through the page cache: blocks are read in place there, the read-ahead waits
+        # in the cache; past it, page_cache bypass, the ring holds the blocks read ahead and one 64 MiB chunk)
+        ahead = int(streaming.prefetch_blocks or 1) * int(streaming.block_bytes or 0)
+        bypass = streaming.streamed is not None and streaming.streamed.page_cache == "bypass"
+        ring = (ahead + BYPASS_CHUNK_BYTES if bypass else 0) if device == "cpu" else \
             (int(streaming.prefetch_blocks or 1) + 1) * int(streaming.block_bytes or 0)
         dit_held = int((per_block or 0) * (int(streaming.resident_blocks or 0) + 1) + ring
                        + (held["other"] or 0))

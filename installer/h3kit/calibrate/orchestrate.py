@@ -20,6 +20,7 @@ from pathlib import Path
 from h3kit import __version__
 from h3kit.calibrate import estimates
 from h3kit.calibrate import report
+from h3kit.calibrate import repeatability
 from h3kit.calibrate import with_model as real_model
 from h3kit.calibrate.arch import arch_for
 from h3kit.calibrate.decisions import calibrated_values, decide, prefetch_figures
@@ -278,7 +279,8 @@ def run(ctx: Session, *, comfyui_dir: str | None = None, quick: bool = True, wit
     est, streaming = _estimates(est_cat, plan, fingerprint, {**measured, "h3_model": h3_model}, arch, device,
                                 appendix, disk, installed_weights(cat, plan, install))
     est["check"] = appendix["check"]  # the scaled-DiT check chart reads it here
-    decisions = decide(plan, measured, est, minutes_for=_minutes_for(est_cat, arch, est), cat=cat, disk=disk)
+    decisions = decide(plan, measured, est, minutes_for=_minutes_for(est_cat, arch, est), cat=cat, disk=disk,
+                         streaming=streaming)
     real = run_with_model(with_model, install, cat, plan=plan, fingerprint=fingerprint, ctx=ctx)
     if real.get("status") == "measured":
         real["compare"] = real_model.compare(real, est)
@@ -316,6 +318,7 @@ def run(ctx: Session, *, comfyui_dir: str | None = None, quick: bool = True, wit
     if write_config:
         doc["config_written"] = _write_config(ctx, cfg, doc["calibrated"])
         doc["applied"] = _apply(ctx, install, fingerprint, cat, profiles, profile)
+    doc["repeatability"] = repeatability.compare(doc, repeatability.earlier_reports(ctx.locations.reports_dir))
     report.write(doc, ctx.locations.reports_dir)
     doc["pack_summary"] = write_pack_summary(ctx, install, doc)
     return doc

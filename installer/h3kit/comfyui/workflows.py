@@ -67,7 +67,7 @@ class WorkflowSettings:
     cfg: float = 1.0
     lora: LoadedFile | None = None  # the preset's LoRA (LoraLoaderModelOnly), or none
     lora_strength: float = 1.0
-    stream: dict | None = None  # {preload_bytes, shard_size_bytes, prefetch_blocks} when the plan streams the DiT
+    stream: dict | None = None  # {preload_bytes, shard_size_bytes, prefetch_blocks, page_cache} when the plan streams the DiT
 
     @classmethod
     def from_plan(cls, plan: Plan, catalog) -> "WorkflowSettings":
@@ -96,8 +96,9 @@ def _stream(settings: PlanSettings) -> dict | None:
     if not st.enabled:
         return None
     preload = st.streamed.preload_bytes if st.streamed is not None else settings.preload_bytes
+    cache = st.streamed.page_cache if st.streamed is not None else None
     return {"preload_bytes": int(preload or 0), "shard_size_bytes": int(settings.shard_size_bytes or 0),
-            "prefetch_blocks": int(st.prefetch_blocks or 1)}
+            "prefetch_blocks": int(st.prefetch_blocks or 1), "page_cache": cache or "use"}
 
 
 def _file(catalog, weight_id: str) -> LoadedFile:

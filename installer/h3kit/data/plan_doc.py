@@ -87,6 +87,7 @@ class StreamedRun(_Doc):
     held_peak_ram_bytes: int | None = None  # ComfyUI holding the whole DiT instead
     held_fits: bool | None = None
     pass_overhead: float | None = None  # the share streaming adds to each model call
+    page_cache: str | None = None  # the loader node's input: "use" the OS's page cache, or "bypass" it
 
 
 @dataclass(frozen=True)

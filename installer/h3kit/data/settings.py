@@ -54,6 +54,8 @@ DESCRIPTIONS = {
     "timing": "seconds per DiT block, token and step (a mapping; written by calibration, else from profiles/throughput.yaml)",
     "stream_dit": "stream the DiT from disk with h3kit's loader: auto (planner decides), on, off",
     "prefetch_blocks": "DiT blocks read ahead while the current one computes (1 to 8)",
+    "page_cache": "how h3kit's loader reads streamed blocks: auto (by what the page cache can keep next to the run), "
+                  "use (through the OS's page cache) or bypass (past it)",
     "min_frames": "frame count a format must fit to be chosen (5 + 17n)",
     "formats": "DiT formats this profile may choose from",
     "stream_from": "where streamed DiT blocks wait: ram (offloaded copy) or disk (memory-mapped file)",
@@ -177,6 +179,7 @@ def _checks(catalog) -> dict:
         "timing": _timing_check,
         "stream_dit": _on_off,
         "prefetch_blocks": is_int_range(1, 8),
+        "page_cache": is_one_of([AUTO, "use", "bypass"]),
         "min_frames": lambda v: _frames_check(catalog, v),
         "formats": lambda v: is_str_list(v) or next((f"contains {f!r}; allowed: {', '.join(dit_formats)}"
                                                      for f in v if f not in dit_formats), None),
@@ -225,7 +228,7 @@ def typed(settings: dict | None) -> Settings:
 
 # The keys whose check accepts "auto": unset, they are auto (the planner decides).
 AUTO_KEYS = ("dit_weights", "quantization", "text_encoder_weights", "vae_weights", "shard_size_bytes",
-             "preload_bytes", "preset", "stream_dit")
+             "preload_bytes", "preset", "stream_dit", "page_cache")
 Auto = Literal["auto"]
 
 
@@ -256,6 +259,7 @@ class Settings:
     timing: Mapping[str, Any] | None = None
     stream_dit: str = AUTO  # auto | on | off
     prefetch_blocks: int | None = None
+    page_cache: str = AUTO  # auto | use | bypass
     min_frames: int | None = None
     formats: tuple[str, ...] | None = None
     stream_from: str | None = None  # ram | disk

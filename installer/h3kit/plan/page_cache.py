@@ -83,6 +83,34 @@ def stream_overhead(cached: float, disk_cost: float, cached_cost: float, streame
     return per * max(0.0, min(float(streamed), float(blocks))) / float(blocks) if blocks else 0.0
 
 
+def bypassed_overhead(fig: dict, compute_s: float, widen_s: float) -> float:
+    """The share streaming adds to a streamed block read past the page cache (the loader's page_cache "bypass",
+    for a file this module says does not fit): the disk reads the next blocks the whole time while the model
+    computes and widens each block as it arrives, so `fig` is plan.streaming.prefetch_for at the compute plus
+    the widening. Per block the model spends compute + widen + its wait; over the compute alone that is
+    widen / compute plus the wait, w / (1 - w) of (compute + widen) for the share w of time waiting."""
+    compute, widen = max(0.0, float(compute_s)), max(0.0, float(widen_s))
+    if compute <= 0:
+        return 0.0
+    wait = min(max(float(fig.get("io_wait_fraction") or 0.0), 0.0), 0.99)
+    return round(widen / compute + wait / (1.0 - wait) * (compute + widen) / compute, 4)
+
+
+def loader_choice(cs: CacheShare, setting: str = "auto") -> tuple[bool, str]:
+    """(bypass, the rationale's sentence): the streamed loader's page_cache input. The settings' use / bypass
+    when they name one; else bypass exactly when the cache cannot hold the streamed blocks (DOES_NOT_FIT)."""
+    what = f"The loader reads the {_gb(cs.streamed_bytes)} of blocks streamed each step"
+    if setting in ("use", "bypass"):
+        bypass = setting == "bypass"
+        return bypass, (f"{what} {'past' if bypass else 'through'} the page cache (page_cache: {setting}, from "
+                        "the settings).")
+    if cs.case == DOES_NOT_FIT:
+        return True, (f"{what} past the page cache (page_cache: bypass; it can keep {_gb(cs.room_bytes)} next to "
+                      "the run): every step reads them from the disk anyway, and through the cache that costs a "
+                      "copy out of it and the reclaim of the pages it evicts, on the cores the compute needs.")
+    return False, f"{what} through the page cache (page_cache: use)."
+
+
 def _gb(n: float) -> str:
     return f"{n / 1e9:.1f} GB"
 

@@ -249,7 +249,7 @@ def policy(fingerprint: Fingerprint, machine, settings: Settings, budget, runtim
     prefetch = _clamped(settings.prefetch_blocks, 1, MAX_PREFETCH)
     return {"forced": str(settings.stream_dit), "dynamic_vram": dyn, "dyn_why": dyn_why,
             "assumed": rt.get("source"), "args": args, "backend": backend, "depth": prefetch or 1,
-            "prefetch_set": prefetch is not None}
+            "prefetch_set": prefetch is not None, "page_cache": str(settings.page_cache)}
 
 
 def may_stream(pol: Mapping, weight) -> bool:
@@ -425,9 +425,11 @@ def decide_streaming(fingerprint: Fingerprint, machine, settings: Settings, est,
                          f"model call ({blocks - resident} of {blocks} blocks streamed, {cache.share:.0%} of their "
                          "bytes at profiles/throughput.yaml `streaming` `cached_pass_overhead`, the rest at its "
                          "`pass_overhead`); an assumption until 'h3kit calibrate' measures the reads.")
+    bypass, sentence = page_cache.loader_choice(cache, pol.get("page_cache", "auto"))
+    rationale.append(sentence)
     result.update(resident_blocks=resident, preload_bytes=streamed.preload, peak_ram_bytes=streamed.peak_ram,
                   peak_gpu_bytes=streamed.peak_gpu, fits=streamed.fits, held_peak_ram_bytes=held.peak_ram,
-                  held_fits=held.fits, pass_overhead=round(over, 4))
+                  held_fits=held.fits, pass_overhead=round(over, 4), page_cache="bypass" if bypass else "use")
     if not streamed.fits:
         rationale.append(f"Even streamed, the plan needs {_gib(streamed.peak_ram)} of {_where(budget)} against "
                          f"{_gib(budget.ram_bytes)}.")

@@ -86,6 +86,24 @@ def _fit_rows(fit: dict) -> list[tuple]:
     return rows
 
 
+def _repeatability(rep: dict) -> list:
+    """This run's figures beside the earlier calibrations of the same setup (calibrate/repeatability.py)."""
+    runs = [r for r in rep.get("runs") or [] if isinstance(r, dict)]
+    if not runs or not rep.get("sentence"):
+        return []
+    out: list = [Paragraph((rep["sentence"],))]
+    if len(runs) > 1:
+        spread = _dict(rep.get("spread_pct"))
+        rows = [(str(r.get("created") or "?"), precise_seconds(_num(r.get("seconds_per_step"))),
+                 precise_seconds(_num(r.get("block_seconds"))), precise_seconds(_num(r.get("step_fixed_s"))))
+                for r in runs]
+        rows.append(("spread", *(percent(spread[k] / 100.0) if _num(spread.get(k)) is not None else "-"
+                                 for k in ("seconds_per_step", "block_seconds", "step_fixed_s"))))
+        out.append(Table(("calibration", "seconds per step", "one block at the workflow's rows",
+                          "per-step fixed cost"), tuple(rows)))
+    return out
+
+
 def h3_model(doc: dict) -> Section:
     """Points, fit and memory of the H3 transformer measured in ComfyUI's Python (or why it was not)."""
     h3 = _dict(doc.get("h3_model"))
@@ -118,6 +136,7 @@ def h3_model(doc: dict) -> Section:
     rows = _fit_rows(fit)
     if rows:
         blocks.append(Table(("fitted rate", "for people", "value"), tuple(rows)))
+    blocks += _repeatability(_dict(doc.get("repeatability")))
     attn = [p for p in h3.get("attention_points") or [] if isinstance(p, dict)]
     if attn:
         blocks.append(Table(("attention alone: tokens", "heads", "seconds"),

@@ -248,3 +248,10 @@ def test_expected_nodes_lists_the_loader():
     from h3kit.comfyui import deploy
 
     assert "H3kitStreamedDiTLoader" in deploy.EXPECTED_NODES
+
+
+def test_a_page_cache_value_it_does_not_know_is_one_sentence_before_anything_loads(tmp_path):
+    load = pack_module("h3kit_streaming_load")  # no torch, no ComfyUI: the check comes first
+    with pytest.raises(L.StreamError) as e:
+        load.load_streamed(tmp_path / "dit.safetensors", page_cache="sometimes")
+    assert str(e.value) == "h3kit streamed loader: page_cache is 'sometimes'; choose one of use, bypass."

@@ -399,13 +399,15 @@ def decide_streaming(fingerprint: Fingerprint, machine, settings: Settings, est,
     resident = streamed.resident_blocks
     over = pass_overhead(catalog, streamed, budget)
     cache = plan_cache_share(catalog, streamed, budget)
+    bypass, cache_sentence = page_cache.loader_choice(cache, pol.get("page_cache", "auto"))
     off = "" if pol["dynamic_vram"] else f"; ComfyUI's dynamic VRAM is off here ({pol['dyn_why']})"
     rationale = [f"h3kit streams the DiT from disk with its own loader because {why}{off}.",
                  f"{resident} of {blocks} blocks stay resident ({_gib(resident * streamed.block_held)} in "
                  f"{pol['dtype']}) and {depth} block(s) read ahead "
                  + (f"(a ring of {depth + 1} x {_gib(streamed.block)} in the file's dtype) " if streamed.ring else
-                    "by the OS into its page cache, since on the CPU each block is read straight into the "
-                    "computing block's buffers ")
+                    "into a ring of 64 MiB reads past the page cache, each widened on the CPU as it arrives "
+                    if bypass else "by the OS into its page cache, since on the CPU each block is read straight "
+                    "into the computing block's buffers ")
                  + ("(prefetch_blocks from the settings)." if pol["prefetch_set"] else
                     "(one reading while one computes; calibration measures the disk and may change this).")]
     gpu = "" if streamed.peak_gpu is None else \
@@ -425,8 +427,7 @@ def decide_streaming(fingerprint: Fingerprint, machine, settings: Settings, est,
                          f"model call ({blocks - resident} of {blocks} blocks streamed, {cache.share:.0%} of their "
                          "bytes at profiles/throughput.yaml `streaming` `cached_pass_overhead`, the rest at its "
                          "`pass_overhead`); an assumption until 'h3kit calibrate' measures the reads.")
-    bypass, sentence = page_cache.loader_choice(cache, pol.get("page_cache", "auto"))
-    rationale.append(sentence)
+    rationale.append(cache_sentence)
     result.update(resident_blocks=resident, preload_bytes=streamed.preload, peak_ram_bytes=streamed.peak_ram,
                   peak_gpu_bytes=streamed.peak_gpu, fits=streamed.fits, held_peak_ram_bytes=held.peak_ram,
                   held_fits=held.fits, pass_overhead=round(over, 4), page_cache="bypass" if bypass else "use")

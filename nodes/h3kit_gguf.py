@@ -180,7 +180,7 @@ def load_dit(path, dequant_dtype: str = "default", patch_dtype: str = "default",
     model = comfy.sd.load_diffusion_model_state_dict(sd, model_options={"custom_operations": ops})
     if model is None:
         raise GGUFError(f"ComfyUI does not recognise the diffusion model in {path.name}; it is not a model this "
-                        "ComfyUI knows (MiniMax H3 needs ComfyUI 0.31 or later).")
+                        "ComfyUI knows (MiniMax H3 needs ComfyUI 0.30 or later).")
     model = pack.nodes.GGUFModelPatcher.clone(model)
     model.patch_on_device = bool(patch_on_device)
     return model
@@ -256,6 +256,6 @@ def load_text_encoder(path, mmproj: str | None = None, clip_type: str = "minimax
     LOG.info("h3kit GGUF text encoder: %s", "; ".join(notes))
     kind = getattr(comfy.sd.CLIPType, clip_type.upper(), None)
     if kind is None:
-        raise GGUFError(f"this ComfyUI has no text encoder type {clip_type!r}; MiniMax H3 needs ComfyUI 0.31 or later.")
+        raise GGUFError(f"this ComfyUI has no text encoder type {clip_type!r}; MiniMax H3 needs ComfyUI 0.30 or later.")
     pack = gguf_pack()
     return pack.nodes.CLIPLoaderGGUF().load_patcher([str(path)], kind, [sd])

@@ -53,6 +53,7 @@ import logging
 import time
 import weakref
 
+from .h3kit_compiler import prepare as prepare_compiler
 from .h3kit_streaming_logic import (GGUF_QUANT_TYPES, StreamError, chunk_count, direct_types, is_quantized,
                                     merge_ranges, stamp_change, stats_document, write_json_atomic)
 from .h3kit_streaming_read import DirectRead, RingRead, UncachedRead
@@ -145,6 +146,8 @@ class BlockStream:
         self.counters = self._fresh()
         self._base = self._totals()
         self._t_block = None
+        # ComfyUI 0.35+'s malloc graph: reads and releases run outside it (h3kit_compiler)
+        self.outside_graph, self.malloc_graph = prepare_compiler()
         _STREAMS.add(self)
 
     def keys_specs(self):
@@ -183,8 +186,9 @@ class BlockStream:
         if self.stats_path is None:
             return
         try:
-            write_json_atomic(self.stats_path, stats_document(self.path, len(self.order), self.counters, self.plan,
-                                                              self.mode, self.page_cache_state()))
+            doc = stats_document(self.path, len(self.order), self.counters, self.plan, self.mode,
+                                 self.page_cache_state())
+            write_json_atomic(self.stats_path, dict(doc, malloc_graph=self.malloc_graph))
         except OSError as exc:  # the figures are a report, never a reason to fail a prompt
             LOG.warning("h3kit: could not write %s: %s", self.stats_path, exc)
 
@@ -260,7 +264,8 @@ class BlockStream:
         x = args[0] if args else None
         device = x.device if torch.is_tensor(x) else torch.device("cpu")
         try:
-            self._ensure(block, device)
+            with self.outside_graph():
+                self._ensure(block, device)
         except StreamError:
             self.close()
             raise
@@ -279,7 +284,8 @@ class BlockStream:
             self.counters["compute_s"] += time.perf_counter() - self._t_block
             self._t_block = None
         if block not in self.resident:
-            self._release(block)
+            with self.outside_graph():
+                self._release(block)
 
     def _ensure(self, block: int, device) -> None:
         problem = stamp_change(self.path, self.stamp, block)

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-MIN_VERSION = (0, 31, 0)
+MIN_VERSION = (0, 30, 0)  # the catalog's model.comfyui_min_version (H3 arrived in 0.30.0)
 # ComfyUI flags that change how the model is held and computed (comfy/cli_args.py dests).
 MEMORY_FLAGS = frozenset("""
 cuda_device default_device cuda_malloc disable_cuda_malloc force_fp32 force_fp16 fp32_unet fp64_unet bf16_unet
@@ -90,7 +90,7 @@ def import_comfy(comfyui: str | None, job: dict):
         raise Skip(f"{root} is not a ComfyUI folder (no comfy/model_management.py)")
     version = comfyui_version(root)
     if version is None or version_tuple(version) < MIN_VERSION:
-        raise Skip(f"ComfyUI {version or 'of unknown version'} at {root}; the H3 measurement needs ComfyUI >= 0.31")
+        raise Skip(f"ComfyUI {version or 'of unknown version'} at {root}; the H3 measurement needs ComfyUI >= 0.30")
     try:
         import torch
     except Exception as exc:

@@ -234,7 +234,7 @@ def test_no_comfyui_found_offers_one_next_to_h3kits_data(tmp_path, monkeypatch):
 
     term = Terminal(locations=locations(), answers=["n"])
     assert comfy_setup.offer_new_comfyui(term, fp, searched=["~/ComfyUI", "the current folder"]) is None
-    assert term.asked == [f"Set up ComfyUI 0.31.0 or newer with MiniMax H3 support at {default}? [Y/n] "]
+    assert term.asked == [f"Set up ComfyUI 0.30.0 or newer with MiniMax H3 support at {default}? [Y/n] "]
     assert "Searched:" in term.said[0] and "~/ComfyUI" in term.said[0] and made == []
     term = Terminal(locations=locations(), answers=[""])  # Enter takes the default: yes
     assert comfy_setup.offer_new_comfyui(term, fp) == default == made[-1]

@@ -247,7 +247,7 @@ def test_models_failure_keeps_the_install_in_the_answer(comfy, run_cli, monkeypa
     from h3kit.core.errors import NotReady
     from h3kit.steps import install as install_step
 
-    def offline(ctx, plan, comfyui_dir, *, skip, with_loaders, config=None, allow_unverified=False):
+    def offline(ctx, plan, comfyui_dir, *, skip, with_loaders, config=None, allow_unverified=False, folders=None):
         raise NotReady("Downloading a weight file failed (cannot connect).", "Check the network, then run the same command again.")
 
     monkeypatch.setattr(install_step, "ensure_models", offline)  # the name the install step calls

@@ -19,9 +19,9 @@ class _Install:
         self.path, self.layout, self.python = Path(path), layout, python
 
 
-def test_the_catalog_names_0_31_as_the_first_release_with_h3():
+def test_the_catalog_names_0_30_as_the_first_release_with_h3():
     minimum, need = h3_support.requirements(CAT)
-    assert minimum == "0.31.0"
+    assert minimum == "0.30.0"
     assert "comfy_extras/nodes_minimax_h3.py" in need.files
     assert {m.import_name for m in need.modules} >= {"torchaudio", "av", "comfy_kitchen", "comfy_aimdo"}
 
@@ -31,7 +31,7 @@ def test_a_0_8_0_tree_is_below_h3_and_the_sentence_names_the_release(tmp_path):
     support = h3_support.check(_Install(comfy), CAT, locate.run_python)
     assert not support.tree_ready and not support.python_checked  # no point asking its Python
     assert "ComfyUI 0.8.0 cannot run MiniMax H3" in h3_support.problem(support)
-    assert "0.31.0" in h3_support.problem(support)
+    assert "0.30.0" in h3_support.problem(support)
     assert "--new-comfyui" in h3_support.fix(support, _Install(comfy), CAT)
 
 
@@ -89,12 +89,23 @@ def test_a_git_checkout_is_offered_doctor_fix(tmp_path):
     assert "h3kit doctor --fix" in h3_support.fix(support, _Install(tmp_path), CAT)
 
 
-def test_doctor_fails_on_a_0_8_0_tree_naming_0_31(tmp_path, run_cli):
+@pytest.mark.parametrize("version, ready", [("0.30.0", True), ("0.29.0", False)])
+def test_0_30_0_is_the_first_release_accepted(tmp_path, version, ready):
+    comfy = comfy_tree.make_comfyui(tmp_path / version)
+    (comfy / "comfyui_version.py").write_text(f'__version__ = "{version}"\n', encoding="utf-8")
+    support = h3_support.check_tree(comfy, CAT)
+    assert support.tree_ready is ready
+    if not ready:
+        assert h3_support.problem(support).startswith("ComfyUI 0.29.0 cannot run MiniMax H3")
+        assert "arrived in ComfyUI 0.30.0" in h3_support.problem(support)
+
+
+def test_doctor_fails_on_a_0_8_0_tree_naming_0_30(tmp_path, run_cli):
     comfy = comfy_tree.make_comfyui(tmp_path / "ComfyUI 0.8", h3=False)
     code, out, err = run_cli("doctor", "--comfyui", str(comfy), "--json")
     doc = json.loads(out)
     h3 = next(f for f in doc["findings"] if f["check"] == "comfyui.h3")
-    assert code != 0 and h3["status"] == "fail" and "0.31.0" in h3["message"]
+    assert code != 0 and h3["status"] == "fail" and "0.30.0" in h3["message"]
 
 
 def test_install_into_0_8_0_deploys_verifies_fetches_nothing_and_exits_3(tmp_path, run_cli, monkeypatch):
@@ -104,7 +115,7 @@ def test_install_into_0_8_0_deploys_verifies_fetches_nothing_and_exits_3(tmp_pat
     before = comfy_tree.snapshot(comfy / "models")
     code, out, err = run_cli("install", "--comfyui", str(comfy), "--yes", "--skip-calibrate", "--json")
     assert code == 3, err
-    assert "0.31.0" in err and "No model weights were downloaded" in err and "fix:" in err
+    assert "0.30.0" in err and "No model weights were downloaded" in err and "fix:" in err
     assert fetched == [] and comfy_tree.snapshot(comfy / "models") == before
     node = comfy / "custom_nodes" / "ComfyUI-h3kit"
     assert (node / "__init__.py").is_file() and (node / "example_workflows" / "h3kit_text_to_video.json").is_file()

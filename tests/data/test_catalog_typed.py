@@ -48,7 +48,7 @@ def test_sampling_limits_and_comfyui_needs_are_values():
     assert CAT.sampling == Sampling(steps=20, sampler="res_multistep", scheduler="simple", cfg=1.0, shift_video=12.0,
                                     shift_audio=3.0, fps=24, seed=0, frames=124)
     assert CAT.limits.vae_tile_size == (128, 2048, 32) and CAT.limits.vae_tile_overlap == (0, 512)
-    assert CAT.model.id == "minimax-h3" and CAT.model.comfyui_min_version == "0.31.0"
+    assert CAT.model.id == "minimax-h3" and CAT.model.comfyui_min_version == "0.30.0"
     av = next(m for m in CAT.comfyui_h3.modules if m.import_name == "av")
     assert av == ComfyModule("av", "av>=16", av.why, "16")
     assert list(av.to_json()) == ["import", "package", "min_version", "why"]  # the order the catalog writes
@@ -89,7 +89,7 @@ BAD_SECTIONS = [
     ("  steps: 20\n  sampler", "  steps: twenty\n  sampler", "sampling.steps"),
     ("  sampler: res_multistep", "  sampler: 3", "sampling.sampler"),
     ("  vae_tile_size: [128, 2048, 32]", "  vae_tile_size: [2048, 128]", "limits.vae_tile_size"),
-    ('  comfyui_min_version: "0.31.0"', "  comfyui_min_version: 0.31", "model.comfyui_min_version"),
+    ('  comfyui_min_version: "0.30.0"', "  comfyui_min_version: 0.30", "model.comfyui_min_version"),
     ("encoders: [h264, aac]", "encoders: h264", "comfyui_h3.encoders"),
     ('release_tag_pattern: "v{version}"', 'release_tag_pattern: "v1"', "comfyui_h3.release_tag_pattern"),
     ('gpu_memory: [null, "9 GiB"]', 'gpu_memory: [null, "nine"]', "reported_setups[0].machine.gpu_memory"),

@@ -131,7 +131,7 @@ def test_without_a_comfyui_the_measurement_is_skipped_with_the_reason(tmp_path):
     (tmp_path / "comfy" / "model_management.py").write_text("", encoding="utf-8")
     (tmp_path / "comfyui_version.py").write_text('__version__ = "0.8.0"\n', encoding="utf-8")
     got = h3_model.measure_h3_model({"plan": {}}, str(tmp_path), True, Progress(None))
-    assert got["status"] == "skipped" and "ComfyUI 0.8.0" in got["reason"] and ">= 0.31" in got["reason"]
+    assert got["status"] == "skipped" and "ComfyUI 0.8.0" in got["reason"] and ">= 0.30" in got["reason"]
 
 
 def test_a_python_without_torch_says_so(tmp_path):

@@ -109,6 +109,7 @@ if mode == "variants":
         for s in specs:
             s.direct = False  # force the staged copy (used when a tensor is not element-aligned in its chunk)
     out["staged"] = same(stock, run(p))
+    out["malloc_graph"] = p.model.h3kit_stream.malloc_graph
     # UNETLoader's fp8 weight_dtype: whatever stock does with it (on --cpu ComfyUI 0.33's H3 refuses fp8 norm
     # scales in its fused RMS/RoPE kernel), the streamed loader does the same
     def outcome(make):
@@ -296,6 +297,8 @@ def test_resident_deep_prefetch_multi_chunk_and_staged_reads_equal_stock(comfy, 
     assert out["shard1m"]["plan"]["chunks_per_block"] >= 2  # a block over several reads
     assert out["deep"]["plan"]["prefetch_blocks"] == 8 or out["deep"]["plan"]["depth"] == 64
     assert out["staged"]
+    # ComfyUI 0.33 has no model compiler: nothing to pause (h3kit_compiler's feature detection)
+    assert out["malloc_graph"] == ("absent" if not (Path(comfy) / "comfy" / "model_prefetch.py").is_file() else "paused")
     # fp8 buffers are never read in place (the library widens only into fp32): the ring and torch's cast
     assert out["fp8"]["same"] and out["fp8"]["mode"] == ("uncached" if read_mode == "uncached" else "ring"), out["fp8"]
 

@@ -38,6 +38,7 @@ from h3kit.calibrate.runner_client import BRIDGE, h3_job, not_measured, run_runn
 from h3kit.calibrate.workdir import remove_stale, work_folder
 from h3kit.comfyui import deploy, workflows
 from h3kit.comfyui import locate as comfyui_locate
+from h3kit.comfyui.inspect import comfyui_version
 from h3kit.core.errors import NotReady
 from h3kit.core.session import Session
 from h3kit.data import catalog as catalog_mod
@@ -188,7 +189,8 @@ def _apply(ctx: Session, install, fingerprint: Fingerprint, cat, profiles: dict,
     if install is None:
         return {"status": "skipped", "reason": "no ComfyUI known"}
     try:
-        plan = make_plan(fingerprint, cat, profiles, profile=profile, config=_load_config(ctx, cat, profiles))
+        plan = make_plan(fingerprint, cat, profiles, profile=profile, config=_load_config(ctx, cat, profiles),
+                         comfyui_version=comfyui_version(install.code_dir or install.path))
         doc = deploy.apply(install, plan.settings.to_json(), plan.profile, ctx.locations.state_dir,
                            ctx.locations.cache_dir, generated=workflows.pack_files(plan, cat, plan.profile))
     except NotReady as exc:
@@ -224,7 +226,7 @@ def run(ctx: Session, *, comfyui_dir: str | None = None, quick: bool = True, wit
     probe = format_evidence(ctx, install, fingerprint=fingerprint, info=comfy_info, fresh=fresh_probe,
                             findings=probe_said) if install is not None else None
     plan = make_plan(fingerprint, cat, profiles, profile=profile, config=dataclasses.replace(cfg, calibrated={}),
-                     evidence=probe)
+                     evidence=probe, comfyui_version=(comfy_info or {}).get("comfyui_version"))
     dit_weight = cat.weight(plan.settings.dit_weights or "")
     lib, why_no_lib = native_library(ctx)
     if why_no_lib:

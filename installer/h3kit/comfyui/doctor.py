@@ -251,3 +251,20 @@ def _dynamic_vram_fix(status: dict, install: ComfyInstall) -> str:
         return (f"drop {' '.join(status['flags'])} from comfyui_args (overrides in h3kit's config.yaml), "
                 f"or set stream_dit: on there; then {apply}")
     return f"set stream_dit: on under overrides in h3kit's config.yaml, then {apply}"
+
+
+def running_flags_findings(install: ComfyInstall, plan: Plan | None, probe=None) -> list[dict]:
+    """Did the ComfyUI running from this install get the plan's flags? Asked of its /system_stats (argv);
+    for a ComfyUI an app starts, the fix names the app and where its flags go. Never raises."""
+    from h3kit.comfyui import running
+    from h3kit.comfyui.apps import HOW_TO_ADD
+
+    planned = list(plan.settings.comfyui_args) if plan is not None else []
+    ports = (8000, *running.PORTS) if install.app and "Desktop" in install.app else running.PORTS
+    try:
+        found = [r for r in (probe or running.probe)(ports) if running.same_comfyui(r, install.code_dir or install.path)]
+    except Exception:  # noqa: BLE001 - a probe of someone else's server must never stop doctor
+        found = []
+    how = (f"add {' '.join(running.missing_flags(found[0].argv, planned)) if found else ' '.join(planned)} "
+           + (HOW_TO_ADD[install.app] if install.app else "by starting ComfyUI with h3kit's launcher (run_h3kit)"))
+    return [running.argv_finding(found[0] if found else None, planned, how)]

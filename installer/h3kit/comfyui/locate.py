@@ -9,31 +9,37 @@ Search order for the ComfyUI folder (`find`), followed in this order:
 4. comfy-cli's saved workspace: `recent_workspace`, then `default_workspace`
    in its `config.ini`;
 5. the current directory and its parents, recognised by ComfyUI's markers;
-6. the usual folders: `~/ComfyUI`, `~/Documents/ComfyUI`, `~/comfy/ComfyUI`,
+6. the installs of the apps that make ComfyUI (h3kit.comfyui.apps, in its
+   order): every install ComfyUI Desktop 2.0 keeps in `ComfyUI-Installs`, the
+   legacy Desktop's base folder (`basePath` in its `config.json`, unless Desktop
+   2.0 marked it adopted), every ComfyUI package in Stability Matrix's
+   `settings.json` (portable or not), Pinokio's `api/comfy.git/app`;
+7. the usual folders: `~/ComfyUI`, `~/Documents/ComfyUI`, `~/comfy/ComfyUI`,
    the Windows portable `ComfyUI_windows_portable/ComfyUI` (in home, Desktop,
-   Downloads, C:\\ and D:\\) and the ComfyUI Desktop app's base folder (from its
-   `config.json`).
+   Downloads, C:\\ and D:\\).
 
-Steps 4 and 5 return the first hit. Step 6 collects every hit: one is taken,
-several are listed and the user picks (with --yes: the most recently used, and
-we say so). None: NotReady naming --comfyui.
+Steps 4 and 5 return the first hit. Steps 6 and 7 collect every hit: one is
+taken, several are listed with where each came from and its ComfyUI version,
+and the user picks (with --yes: the most recently used, and we say so). None:
+NotReady naming --comfyui.
 
-Its Python, in this order: the portable build's `python_embeded`; a `.venv`
-or `venv` inside the ComfyUI folder (the Desktop app's is in its base folder);
-`comfyui_python` in the config; else ask (non-interactive: none, and the
-caller says how to name it). The config is h3kit.data.config's `Config`,
-read by the caller; nothing here reads config.yaml.
+Its Python, in this order: `--comfyui-python`; the one the app that made it
+uses (its venv: Stability Matrix's `venv`, Pinokio's `app/env`, the Desktop's
+`.venv`); the portable build's `python_embeded`; a `.venv` or `venv` inside
+the ComfyUI folder; `comfyui_python` in the config; else ask (non-interactive:
+none, and the caller says how to name it). The config is h3kit.data.config's
+`Config`, read by the caller; nothing here reads config.yaml.
 """
 
 from __future__ import annotations
 
 import configparser
-import json
 import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from h3kit.comfyui import apps as apps_mod
 from h3kit.comfyui.inspect import (
     INSPECT_SCRIPT,
     INSPECT_TIMEOUT,
@@ -55,6 +61,9 @@ class ComfyInstall:
     python: Path | None = None
     python_source: str = ""
     notes: list[str] = field(default_factory=list)
+    app: str | None = None  # the app that starts this ComfyUI itself (h3kit.comfyui.apps), None: a folder h3kit launches
+    launch_args: tuple[str, ...] = ()  # the arguments that app starts it with, as far as its files say
+    code_dir: Path | None = None  # where main.py is, when not in `path` (the legacy Desktop keeps it in the app)
 
     @property
     def custom_nodes(self) -> Path:
@@ -160,27 +169,12 @@ def parse_comfy_cli_config(text: str) -> list[str]:
     return found
 
 
-def desktop_config_file(home: Path, system: str, environ: dict) -> Path:
-    """ComfyUI Desktop's config.json (holds basePath): Electron's userData folder."""
-    if system == "windows":
-        return Path(environ.get("APPDATA") or home / "AppData" / "Roaming") / "ComfyUI" / "config.json"
-    if system == "darwin":
-        return home / "Library" / "Application Support" / "ComfyUI" / "config.json"
-    return Path(environ.get("XDG_CONFIG_HOME") or home / ".config") / "ComfyUI" / "config.json"
-
-
 def usual_folders(home: Path, system: str, environ: dict) -> list[Path]:
     portable_parents = [home, home / "Desktop", home / "Downloads", home / "Documents"]
     if system == "windows":
         portable_parents += [Path("C:/"), Path("D:/")]
     folders = [home / "ComfyUI", home / "Documents" / "ComfyUI", home / "comfy" / "ComfyUI"]
     folders += [p / "ComfyUI_windows_portable" / "ComfyUI" for p in portable_parents]
-    try:
-        data = json.loads(desktop_config_file(home, system, environ).read_text(encoding="utf-8"))
-        if isinstance(data, dict) and data.get("basePath"):
-            folders.append(Path(data["basePath"]))
-    except (OSError, ValueError):
-        pass
     return folders
 
 
@@ -192,6 +186,10 @@ def searched_places(home: Path | None = None, system: str | None = None, environ
     return ["--comfyui, COMFYUI_PATH and comfyui_path in config.yaml (none set)",
             f"comfy-cli's workspace ({comfy_cli_config_file(home, system)})",
             "the current folder and its parents",
+            *[f"{apps_mod.DESKTOP2}: {p}" for p in apps_mod.desktop2_roots(home, system, env)],
+            f"{apps_mod.DESKTOP_LEGACY}: {apps_mod.desktop_user_data(home, system, env) / 'config.json'}",
+            *[f"{apps_mod.STABILITY_MATRIX}: {p}" for p in apps_mod.stability_matrix_data_dirs(home, system, env)],
+            *[f"{apps_mod.PINOKIO}: {p / 'api' / 'comfy.git' / 'app'}" for p in apps_mod.pinokio_homes(home, env)],
             *[str(p) for p in usual_folders(home, system, env)]]
 
 
@@ -211,6 +209,8 @@ class SearchResult:
     chosen: Path | None
     source: str
     candidates: list[Path] = field(default_factory=list)
+    apps: dict = field(default_factory=dict)  # path -> apps.AppInstall, for candidates an app made
+    sources: dict = field(default_factory=dict)  # path -> where it was found, in words
 
 
 def search(explicit: str | None, config_path: str | None, *, environ: dict | None = None,
@@ -235,13 +235,22 @@ def search(explicit: str | None, config_path: str | None, *, environ: dict | Non
         if looks_like_comfyui(p):
             return SearchResult(p.absolute(), "current directory")
     found: list[Path] = []
+    made_by: dict = {}
+    sources: dict = {}
+    for app in apps_mod.all_installs(home, system, env):
+        p = app.path.absolute()
+        if (looks_like_comfyui(p) or looks_like_desktop_base(p)) and p not in found:
+            found.append(p)
+            made_by[p], sources[p] = app, f"{app.app}{f' ({app.name})' if app.name else ''}, from {app.where_found}"
     for p in usual_folders(home, system, env):
-        if (looks_like_comfyui(p) or looks_like_desktop_base(p)) and p.absolute() not in found:
+        adopted = (p / apps_mod.ADOPTED_MARKER).exists()  # an abandoned copy Desktop 2.0 took over
+        if (looks_like_comfyui(p) or looks_like_desktop_base(p)) and p.absolute() not in found and not adopted:
             found.append(p.absolute())
+            sources[p.absolute()] = "usual folder"
     if len(found) == 1:
-        return SearchResult(found[0], "usual folder", found)
+        return SearchResult(found[0], sources[found[0]], found, made_by, sources)
     found.sort(key=last_used, reverse=True)
-    return SearchResult(None, "usual folders", found)
+    return SearchResult(None, "usual folders", found, made_by, sources)
 
 
 def find(explicit: str | None, config, ctx, *, need_write: bool = True, python: str | None = None,
@@ -251,15 +260,19 @@ def find(explicit: str | None, config, ctx, *, need_write: bool = True, python: 
     result = search(explicit, config_path, **search_kwargs)
     chosen = result.chosen
     if chosen is None and result.candidates:
-        chosen = _choose(result.candidates, ctx)
+        chosen = _choose(result.candidates, ctx, result.sources)
     if chosen is None:
         raise NotReady("No ComfyUI was found on this machine.",
                        "Name it with --comfyui PATH (or set COMFYUI_PATH), or let h3kit set one up with --new-comfyui DIR.")
     check_dir(chosen, need_write=need_write)
-    install = ComfyInstall(chosen, result.source, detect_layout(chosen))
+    install = ComfyInstall(chosen, result.sources.get(chosen, result.source), detect_layout(chosen))
+    app = result.apps.get(chosen) or app_of(chosen, search_kwargs)
+    if app is not None:
+        install.app, install.launch_args, install.code_dir = app.app, app.launch_args, app.code_dir
+        install.notes.append(f"this ComfyUI was made by {app.app}, which starts it itself")
     if result.chosen is None:
         install.notes.append(f"found {len(result.candidates)} ComfyUI folders; using {chosen}")
-    py, py_source = find_python(install, config, explicit_python=python)
+    py, py_source = find_python(install, config, explicit_python=python, app=app)
     if py is None and ctx is not None and ctx.interactive:
         answer = ctx.ask(f"Which Python runs the ComfyUI in {chosen}? (path to python): ").strip()
         if answer:
@@ -268,8 +281,26 @@ def find(explicit: str | None, config, ctx, *, need_write: bool = True, python: 
     return install
 
 
-def _choose(candidates: list[Path], ctx) -> Path:
-    listing = "\n".join(f"  {i + 1}. {p}" for i, p in enumerate(candidates))
+def app_of(path: Path, search_kwargs: dict) -> "apps_mod.AppInstall | None":
+    """The app that made the ComfyUI at `path` (given by --comfyui or COMFYUI_PATH too), or None."""
+    home = Path(search_kwargs.get("home") or Path.home())
+    system = search_kwargs.get("system") or {"win32": "windows", "darwin": "darwin"}.get(sys.platform, "linux")
+    env = os.environ if search_kwargs.get("environ") is None else search_kwargs["environ"]
+    for app in apps_mod.all_installs(home, system, env):
+        if app.path.absolute() == Path(path).absolute():
+            return app
+    return None
+
+
+def describe(path: Path, source: str) -> str:
+    """A found ComfyUI for a person: the folder, where it came from and its version."""
+    version = comfyui_version(path)
+    return f"{path}  ({source}; ComfyUI {version or 'version unknown'})"
+
+
+def _choose(candidates: list[Path], ctx, sources: dict | None = None) -> Path:
+    sources = sources or {}
+    listing = "\n".join(f"  {i + 1}. {describe(p, sources.get(p, 'usual folder'))}" for i, p in enumerate(candidates))
     if ctx is None or not ctx.interactive:
         if ctx is not None and ctx.yes:
             ctx.progress(f"Several ComfyUI folders found:\n{listing}\n"
@@ -287,10 +318,13 @@ def _choose(candidates: list[Path], ctx) -> Path:
 # -- its Python --------------------------------------------------------------------
 
 
-def find_python(install: ComfyInstall, config=None, *, explicit_python: str | None = None) -> tuple[Path | None, str]:
+def find_python(install: ComfyInstall, config=None, *, explicit_python: str | None = None,
+                app: "apps_mod.AppInstall | None" = None) -> tuple[Path | None, str]:
     """ComfyUI's interpreter and where it came from (search order in the module docstring)."""
     if explicit_python:
         return Path(explicit_python).expanduser().absolute(), "--comfyui-python"
+    if app is not None and app.python is not None:
+        return app.python, f"{app.app}'s Python"
     embedded = install.path.parent / "python_embeded"
     for name in ("python.exe", "python"):
         if (embedded / name).exists():

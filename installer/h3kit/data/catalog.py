@@ -29,6 +29,7 @@ from h3kit.data.catalog_sections import (LOAD_TIERS, ComfyH3, Limits, Model, Sam
                                          parse_comfyui_h3, parse_limits, parse_measured, parse_model,
                                          parse_loader_packs, parse_placement, parse_reported_setups, parse_sampling,
                                          parse_weight_file)
+from h3kit.data.comfy_versions import ComfyVersions, parse_comfy_versions
 from h3kit.data.figures import DTYPE_BYTES, ComfyMemory, MemoryModel
 from h3kit.data.fingerprint import Fingerprint
 from h3kit.data.yamlio import Problems, YamlDoc, is_one_of, load_yaml, parse_size
@@ -114,6 +115,7 @@ class Catalog:
     lora: list[Weight] = field(default_factory=list)
     sampling: Sampling = Sampling()
     comfyui_h3: ComfyH3 = ComfyH3()
+    comfyui_versions: ComfyVersions = ComfyVersions()
     loader_packs: dict = field(default_factory=dict)  # name -> LoaderPack
     avoid_args: tuple = ()  # ComfyUI flags that harm this model
     placement: tuple = ()  # Placement, ...: where ComfyUI puts a part's weights off the machine's backend
@@ -240,6 +242,7 @@ def check_catalog(doc: YamlDoc) -> Catalog:
     limits = parse_limits(data["limits"], problems)
     sampling = parse_sampling(data.get("sampling"), problems)
     comfyui_h3 = parse_comfyui_h3(data.get("comfyui_h3"), problems)
+    comfyui_versions = parse_comfy_versions(data.get("comfyui_versions"), problems)
     packs = parse_loader_packs(data.get("loader_packs"), problems)
     avoid = data.get("comfyui_avoid_args") or []
     if not isinstance(avoid, list) or not all(isinstance(a, str) for a in avoid):
@@ -252,7 +255,8 @@ def check_catalog(doc: YamlDoc) -> Catalog:
     return Catalog(doc.path, model, architecture, canvas, canvas_ladder, frames, frames_ladder, tokens,
                    figures.memory_model(data["memory"]), figures.comfy_memory(data["comfyui"]),
                    format_support.parse_formats(formats), limits,
-                   **weights, lora=lora, sampling=sampling, comfyui_h3=comfyui_h3, loader_packs=packs,
+                   **weights, lora=lora, sampling=sampling, comfyui_h3=comfyui_h3,
+                   comfyui_versions=comfyui_versions, loader_packs=packs,
                    avoid_args=tuple(avoid), placement=parse_placement(data), reported_setups=setups,
                    measured=measured, sequence=speed.sequence(data), work=speed.work(data), presets=speed.presets(data))
 

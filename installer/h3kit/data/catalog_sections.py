@@ -39,6 +39,7 @@ class WeightFile:
     comfyui_compat: str | None = None  # a known problem loading it
     comfyui_loads_source: str | None = None
     unverified: str | None = None  # why no public file backs this entry
+    comfyui_min: str | None = None  # the oldest ComfyUI that loads it, where newer than the model's own minimum
 
 
 def _text_or_null(v: Any) -> bool:
@@ -56,6 +57,7 @@ FILE_KEYS = {
     "comfyui_loads": (lambda v: v in LOAD_TIERS, ", ".join(LOAD_TIERS)),
     "comfyui_compat": (_text_or_null, "text or null"), "comfyui_loads_source": (_text_or_null, "text or null"),
     "unverified": (_text_or_null, "text or null"),
+    "comfyui_min": (_text_or_null, "a ComfyUI version in quotes, or null"),
 }
 
 
@@ -74,7 +76,8 @@ def parse_weight_file(f: dict, problems: Problems, kp: tuple) -> WeightFile | No
         return None
     return WeightFile(f.get("name"), f.get("folder", ""), f.get("loader", ""), f.get("bytes"), f.get("sha256"),
                       tuple(f.get("urls") or ()), f.get("loader_pack"), f.get("source"), f["comfyui_loads"],
-                      f.get("comfyui_compat"), f.get("comfyui_loads_source"), f.get("unverified"))
+                      f.get("comfyui_compat"), f.get("comfyui_loads_source"), f.get("unverified"),
+                      f.get("comfyui_min"))
 
 
 @dataclass(frozen=True)

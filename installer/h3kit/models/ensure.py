@@ -8,8 +8,10 @@ from h3kit.core.errors import NotReady
 from h3kit.core.session import Session
 from h3kit.core.units import human_bytes
 from h3kit.data.plan_doc import Plan
+from h3kit.comfyui.model_folders import ModelFolders
 from h3kit.models.files import (
     SCHEMA,
+    as_folders,
     file_state,
     files_for_plan,
     loader_packs,
@@ -21,19 +23,21 @@ from h3kit.models.loader_pack import install_loader_pack
 from h3kit.models.store import fetch
 
 
-def doctor_findings(plan: Plan, comfyui_dir) -> list[dict]:
+def doctor_findings(plan: Plan, comfyui_dir, folders: ModelFolders | None = None) -> list[dict]:
     """Findings for `h3kit doctor`: files present, loader packs installed, known load problems. Never raises."""
     try:
         ctx = Session()
         comfyui_dir = Path(comfyui_dir)
         files = files_for_plan(plan)
         man = manifest_for(ctx, comfyui_dir)
+        folders = folders or as_folders(comfyui_dir)
         out = []
         for f in files:
-            st = file_state(f, comfyui_dir, man)
+            st = file_state(f, folders, man)
             check = f"model file {f.name}"
             if st["state"] == "present":
-                out.append(_finding(check, "ok", f"present in models/{Path(st['path']).parent.name}", None))
+                where = st["path"] if st.get("shared") else f"models/{Path(st['path']).parent.name}"
+                out.append(_finding(check, "ok", f"present in {where}", None))
             elif st["state"] == "conflict":
                 out.append(_finding(check, "fail", f"{st['path']} has {st['bytes_on_disk']} bytes, not the expected "
                                     "size", "Move that file away and run 'h3kit models fetch'."))
@@ -81,7 +85,7 @@ def distrusted(plan: Plan, files) -> dict[str, str]:
 
 
 def ensure_models(ctx, plan: Plan, comfyui_dir, *, skip: bool, with_loaders: bool, config=None,
-                  allow_unverified: bool = False) -> dict:
+                  allow_unverified: bool = False, folders: ModelFolders | None = None) -> dict:
     """The install step: state the total, ask (or --yes / --no-models), fetch, install loader packs on request.
 
     Only files reported to load in ComfyUI are fetched without a question; a
@@ -90,8 +94,11 @@ def ensure_models(ctx, plan: Plan, comfyui_dir, *, skip: bool, with_loaders: boo
     alternatives (`allow_unverified` fetches it anyway). A loader pack that a
     fetched file needs is installed with it.
     `config` is the user's h3kit.data.config.Config (the mirror, comfyui_python); without one, the session's.
+    `folders` are the ComfyUI's own model folders (h3kit.comfyui.model_folders): a file it already sees is
+    not downloaded again; without them, the bare folder's built-in ones.
     """
     comfyui_dir = Path(comfyui_dir)
+    folders = folders or as_folders(comfyui_dir)
     if skip:
         try:
             total = plan_doc(plan)["total_bytes"]
@@ -101,13 +108,15 @@ def ensure_models(ctx, plan: Plan, comfyui_dir, *, skip: bool, with_loaders: boo
                      "run 'h3kit models fetch' later.")
         return {"schema": SCHEMA, "action": "ensure", "comfyui": str(comfyui_dir), "total_bytes": total,
                 "skipped": True, "reason": "--no-models"}
-    doc = status_doc(ctx, plan, comfyui_dir)
+    doc = status_doc(ctx, plan, comfyui_dir, folders=folders)
     missing = [r for r in doc["files"] if r["state"] != "present"]
     total, todo = doc["total_bytes"], doc["missing_bytes"]
     base = {"schema": SCHEMA, "action": "ensure", "comfyui": str(comfyui_dir), "total_bytes": total,
             "missing_bytes": todo, "files": doc["files"], "fetched": None, "loader_packs": doc["loader_packs"]}
+    shared = sum(1 for r in doc["files"] if r["state"] == "present" and r.get("shared"))
     ctx.progress(f"The plan needs {len(doc['files'])} model files, {human_bytes(total)} in total; "
-                 f"{human_bytes(todo)} still to download.")
+                 f"{human_bytes(todo)} still to download."
+                 + (f" {shared} already in a folder this ComfyUI reads ({folders.detail})." if shared else ""))
     packs_needed = [p for p in doc["loader_packs"] if not p["installed"]]
     if not missing and not (with_loaders and packs_needed):
         return dict(base, skipped=False, reason="all present")
@@ -125,7 +134,8 @@ def ensure_models(ctx, plan: Plan, comfyui_dir, *, skip: bool, with_loaders: boo
     if held:
         wanted_names = {r["name"] for r in wanted}
         todo = sum((f.exact_bytes or f.bytes) for f in files if f.name in wanted_names)
-    if wanted and not ctx.confirm(f"Download {human_bytes(todo)} of model files into {comfyui_dir / 'models'} now?"):
+    targets = ", ".join(dict.fromkeys(str(Path(r["path"]).parent) for r in wanted))
+    if wanted and not ctx.confirm(f"Download {human_bytes(todo)} of model files into {targets} now?"):
         ctx.progress("Not downloading now; run 'h3kit models fetch' when you are ready.")
         return dict(base, skipped=True, reason="declined")
     # A file that loads only with its loader pack gets the pack too, or it would not load.
@@ -143,7 +153,7 @@ def ensure_models(ctx, plan: Plan, comfyui_dir, *, skip: bool, with_loaders: boo
     cut_off = None
     if wanted:
         try:
-            base["fetched"] = fetch(ctx, plan, comfyui_dir, config=config, skip_names=held_names)
+            base["fetched"] = fetch(ctx, plan, comfyui_dir, config=config, skip_names=held_names, folders=folders)
         except NotReady as exc:
             if "missing" not in exc.details:  # not "hosts unreachable": nothing more to say
                 raise

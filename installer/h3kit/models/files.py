@@ -5,9 +5,11 @@ figure the planner adds up into `estimates.disk_bytes`, so the two totals
 agree. `exact_bytes` is the confirmed file size when the catalog has one;
 downloads are verified against it (or against what the server announces).
 
-Where a file counts as present, in this order: the catalog folder, then the
-older folder ComfyUI still reads for it (`unet` for diffusion_models, `clip`
-for text_encoders), as in ComfyUI's folder_paths.py.
+Where a file counts as present: any folder of its search list, as the
+ComfyUI itself reports it (h3kit.comfyui.model_folders: extra_model_paths.yaml,
+the Desktop's and Stability Matrix's shared folders, --extra-model-paths-config);
+where a missing one goes: that module's `target_dir`. A bare ComfyUI folder
+(no install at hand) gets ComfyUI's built-in folders.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from h3kit.comfyui import manifest as manifest_mod
+from h3kit.comfyui.model_folders import ModelFolders
 from h3kit.core.errors import BadInput
 from h3kit.data.catalog_sections import LoaderPack
 from h3kit.data.plan_doc import Plan
@@ -24,8 +27,11 @@ from h3kit.models.download import ROUNDED_SIZE_TOLERANCE, Want
 SCHEMA = "h3kit.models/1"
 ROLE = "model"
 PACK_ROLE = "loader-pack"
-# ComfyUI reads these folders for the same kind of file (comfy folder_paths.py).
-FOLDER_ALIASES = {"diffusion_models": ("diffusion_models", "unet"), "text_encoders": ("text_encoders", "clip")}
+
+
+def as_folders(where: ModelFolders | Path | str) -> ModelFolders:
+    """The folders to use: ComfyUI's own answer when the caller has one, else a bare folder's built-in ones."""
+    return where if isinstance(where, ModelFolders) else ModelFolders.built_in(Path(where) / "models")
 
 @dataclass
 class ModelFile:
@@ -43,15 +49,21 @@ class ModelFile:
     unverified: str | None = None
     comfyui_loads: str = "unknown"  # the catalog's file.comfyui_loads
 
-    def dest(self, comfyui_dir: Path) -> Path:
-        return Path(comfyui_dir) / "models" / self.folder / self.name
+    def dest(self, where: ModelFolders | Path) -> Path:
+        """Where this file goes when it is missing (ComfyUI's default folder for its kind)."""
+        return as_folders(where).target_dir(self.folder) / self.name
 
-    def candidates(self, comfyui_dir: Path) -> list[Path]:
-        return [Path(comfyui_dir) / "models" / f / self.name for f in FOLDER_ALIASES.get(self.folder, (self.folder,))]
+    def candidates(self, where: ModelFolders | Path) -> list[Path]:
+        """Every place ComfyUI would find it, in ComfyUI's order."""
+        out: list[Path] = []
+        for folder in as_folders(where).search_list(self.folder):
+            if folder / self.name not in out:
+                out.append(folder / self.name)
+        return out
 
-    def want(self, comfyui_dir: Path) -> Want:
+    def want(self, where: ModelFolders | Path) -> Want:
         exact = self.exact_bytes is not None
-        return Want(self.name, self.dest(comfyui_dir), list(self.urls), self.exact_bytes if exact else self.bytes,
+        return Want(self.name, self.dest(where), list(self.urls), self.exact_bytes if exact else self.bytes,
                     self.sha256, bytes_exact=exact)
 
     def size_matches(self, size: int) -> bool:
@@ -156,9 +168,11 @@ def manifest_for(ctx, comfyui_dir: Path) -> manifest_mod.Manifest:
     return manifest_mod.load_or_new(ctx.locations.state_dir, comfyui_dir)
 
 
-def file_state(f: ModelFile, comfyui_dir: Path, man: manifest_mod.Manifest) -> dict:
-    """present | missing | partial | conflict (a file of that name with another size: the user's, left alone)."""
-    for path in f.candidates(comfyui_dir):
+def file_state(f: ModelFile, where: ModelFolders | Path, man: manifest_mod.Manifest) -> dict:
+    """present | missing | partial | conflict (a file of that name with another size: the user's, left alone).
+    `shared`: found (or, missing, to go) outside the ComfyUI's own models folder."""
+    folders = as_folders(where)
+    for path in f.candidates(folders):
         if path.is_file():
             size = path.stat().st_size
             entry = man.find(path)
@@ -166,23 +180,28 @@ def file_state(f: ModelFile, comfyui_dir: Path, man: manifest_mod.Manifest) -> d
             ok = f.size_matches(size) or (ours and entry.bytes == size and f.exact_bytes is None)
             # The hash recorded when h3kit wrote the file ('models verify' re-computes it).
             return {"name": f.name, "path": str(path), "state": "present" if ok else "conflict",
-                    "bytes_on_disk": size, "by_h3kit": ours, "sha256_recorded": entry.sha256 if ours else None}
-    part = f.want(comfyui_dir).part
+                    "bytes_on_disk": size, "by_h3kit": ours, "sha256_recorded": entry.sha256 if ours else None,
+                    "shared": folders.shared(path)}
+    dest = f.dest(folders)
+    part = f.want(folders).part
     if part.is_file():
-        return {"name": f.name, "path": str(f.dest(comfyui_dir)), "state": "partial",
-                "bytes_on_disk": part.stat().st_size, "by_h3kit": False}
-    return {"name": f.name, "path": str(f.dest(comfyui_dir)), "state": "missing", "bytes_on_disk": 0, "by_h3kit": False}
+        return {"name": f.name, "path": str(dest), "state": "partial",
+                "bytes_on_disk": part.stat().st_size, "by_h3kit": False, "shared": folders.shared(dest)}
+    return {"name": f.name, "path": str(dest), "state": "missing", "bytes_on_disk": 0, "by_h3kit": False,
+            "shared": folders.shared(dest)}
 
 
-def status_doc(ctx, plan: Plan, comfyui_dir: Path, *, catalog=None) -> dict:
+def status_doc(ctx, plan: Plan, comfyui_dir: Path, *, catalog=None, folders: ModelFolders | None = None) -> dict:
     files = files_for_plan(plan, catalog)
     man = manifest_for(ctx, comfyui_dir)
+    folders = folders or as_folders(comfyui_dir)
     rows = []
     for f in files:
         row = f.to_json()
-        row.update(file_state(f, comfyui_dir, man))
+        row.update(file_state(f, folders, man))
         rows.append(row)
-    return {"schema": SCHEMA, "action": "status", "comfyui": str(comfyui_dir), "files": rows,
+    return {"schema": SCHEMA, "action": "status", "comfyui": str(comfyui_dir), "model_folders": folders.to_json(),
+            "files": rows,
             "total_bytes": sum(f.bytes for f in files),
             "missing_bytes": sum(remaining(f, r) for f, r in zip(files, rows)),
             "loader_packs": loader_packs(files, comfyui_dir)}

@@ -23,9 +23,11 @@ from h3kit.data.plan_doc import Plan
 from h3kit.core.files import nearest_existing, sha256_file
 from h3kit.core.units import human_bytes
 from h3kit.models.download import ROUNDED_SIZE_TOLERANCE, Downloader, Fetched, HostsUnreachable, check_free_space
+from h3kit.comfyui.model_folders import ModelFolders
 from h3kit.models.files import (
     ROLE,
     SCHEMA,
+    as_folders,
     file_state,
     files_for_plan,
     manifest_for,
@@ -59,18 +61,22 @@ def _ensure_folder(journal: Journal, folder: Path) -> None:
 
 
 def fetch(ctx, plan: Plan, comfyui_dir: Path, *, from_dir: Path | None = None, downloader: Downloader | None = None,
-          free_bytes=None, catalog=None, config=None, skip_names: set | frozenset = frozenset()) -> dict:
+          free_bytes=None, catalog=None, config=None, skip_names: set | frozenset = frozenset(),
+          folders: ModelFolders | None = None) -> dict:
     """Get every missing file of the plan into ComfyUI; raises NotReady / VerificationFailed.
 
+    A file ComfyUI already sees (any folder of its search list, `folders`) is left where it is; a missing
+    one goes to ComfyUI's default folder for its kind, and the free space is measured on that disk.
     `config` (h3kit.data.config.Config) names the mirror; without one, the session's is read.
     """
     comfyui_dir = Path(comfyui_dir)
+    folders = folders or as_folders(comfyui_dir)
     files = files_for_plan(plan, catalog)
     man = manifest_for(ctx, comfyui_dir)
     journal = Journal(man)
     if [o for o in journal.settle(roles={ROLE}) if o["outcome"] != "partial"]:  # a crash's weights, before looking
         man.save()
-    states = {f.name: file_state(f, comfyui_dir, man) for f in files}
+    states = {f.name: file_state(f, folders, man) for f in files}
     conflicts = [s for s in states.values() if s["state"] == "conflict"]
     if conflicts:
         c = conflicts[0]
@@ -102,10 +108,16 @@ def fetch(ctx, plan: Plan, comfyui_dir: Path, *, from_dir: Path | None = None, d
                 raise NotReady(f"No download address is known for {f.name} ({f.unverified or 'catalog has no URL'}).",
                                "Download it yourself and run 'h3kit models fetch --from DIR'.")
 
-    need = sum(remaining(f, states[f.name]) for f in todo if not _same_disk(sources.get(f.name), comfyui_dir))
-    models_dir = comfyui_dir / "models"
-    check_free_space(models_dir, need, free_bytes=free_bytes)
-    ctx.progress(f"Fetching {len(todo)} file(s), {human_bytes(need)} to write into {models_dir}.")
+    by_target: dict[Path, int] = {}
+    for f in todo:
+        target = f.dest(folders).parent
+        if not _same_disk(sources.get(f.name), target):
+            by_target[target] = by_target.get(target, 0) + remaining(f, states[f.name])
+    for target, need_here in _per_disk(by_target).items():
+        check_free_space(target, need_here, free_bytes=free_bytes)
+    need = sum(by_target.values())
+    where = ", ".join(str(t) for t in dict.fromkeys(f.dest(folders).parent for f in todo))
+    ctx.progress(f"Fetching {len(todo)} file(s), {human_bytes(need)} to write into {where}.")
 
     dl = downloader or Downloader(mirror=mirror_base(session_config(ctx, config)))
     downloaded = 0
@@ -116,8 +128,8 @@ def fetch(ctx, plan: Plan, comfyui_dir: Path, *, from_dir: Path | None = None, d
                    initial=sum(states[f.name]["bytes_on_disk"] for f in todo if states[f.name]["state"] == "partial"))
     try:
         for f in todo:
-            _ensure_folder(journal, f.dest(comfyui_dir).parent)
-            want = f.want(comfyui_dir)
+            _ensure_folder(journal, f.dest(folders).parent)
+            want = f.want(folders)
             _intend(journal, f, want)
             if f.name in sources:
                 got = place_from_local(want, sources[f.name], progress=dl.progress)
@@ -176,25 +188,40 @@ def shell_word(text: str) -> str:
     return f'"{text}"' if any(c in text for c in " '&();<>|*?") else text
 
 
-def _same_disk(src: Path | None, comfyui_dir: Path) -> bool:
-    """A --from file on the same disk is hard-linked: it needs no space."""
+def _same_disk(src: Path | None, target: Path) -> bool:
+    """A --from file on the same disk as its target folder is hard-linked: it needs no space."""
     if src is None:
         return False
     try:
-        return os.stat(src).st_dev == os.stat(nearest_existing(comfyui_dir)).st_dev
+        return os.stat(src).st_dev == os.stat(nearest_existing(target)).st_dev
     except OSError:
         return False
 
 
+def _per_disk(by_target: dict[Path, int]) -> dict[Path, int]:
+    """The bytes to write, added up per disk (the first target folder on each names it): two folders on one
+    disk share its free space, a shared models drive is measured on its own."""
+    disks: dict[object, tuple[Path, int]] = {}
+    for target, need in by_target.items():
+        try:
+            key = os.stat(nearest_existing(target)).st_dev
+        except OSError:
+            key = target
+        first, total = disks.get(key, (target, 0))
+        disks[key] = (first, total + need)
+    return dict(disks.values())
+
+
 # -- verify / remove ---------------------------------------------------------------------
 
-def verify(ctx, plan: Plan, comfyui_dir: Path, *, catalog=None) -> dict:
+def verify(ctx, plan: Plan, comfyui_dir: Path, *, catalog=None, folders: ModelFolders | None = None) -> dict:
     """Re-hash every present file against the catalog hash, else the hash recorded when h3kit wrote it."""
     files = files_for_plan(plan, catalog)
     man = manifest_for(ctx, comfyui_dir)
+    folders = folders or as_folders(comfyui_dir)
     rows, bad = [], []
     for f in files:
-        st = file_state(f, Path(comfyui_dir), man)
+        st = file_state(f, folders, man)
         row = {"name": f.name, "path": st["path"], "state": st["state"]}
         if st["state"] == "present":
             ctx.progress(f"Hashing {f.name} ...")
@@ -219,7 +246,8 @@ def verify(ctx, plan: Plan, comfyui_dir: Path, *, catalog=None) -> dict:
     return doc
 
 
-def remove(ctx, comfyui_dir: Path, *, plan: Plan | None = None, catalog=None) -> dict:
+def remove(ctx, comfyui_dir: Path, *, plan: Plan | None = None, catalog=None,
+           folders: ModelFolders | None = None) -> dict:
     """Delete the model files h3kit recorded for this ComfyUI; a file the user put there or changed stays."""
     comfyui_dir = Path(comfyui_dir)
     man = manifest_for(ctx, comfyui_dir)
@@ -255,7 +283,7 @@ def remove(ctx, comfyui_dir: Path, *, plan: Plan | None = None, catalog=None) ->
     recorded = {e.path for e in man.entries}
     if plan is not None:
         for f in files_for_plan(plan, catalog):
-            for path in f.candidates(comfyui_dir):
+            for path in f.candidates(folders or as_folders(comfyui_dir)):
                 if path.is_file() and str(path.absolute()) not in recorded and str(path) not in removed:
                     kept.append({"path": str(path), "why": "not downloaded by h3kit"})
     for entry in sorted((e for e in man.by_role(ROLE) if e.kind == "dir"), key=lambda e: -len(e.path)):

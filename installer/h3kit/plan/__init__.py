@@ -42,6 +42,7 @@ from h3kit.data.catalog import Catalog, Machine, Profile
 from h3kit.data.fingerprint import Fingerprint
 from h3kit.data.plan_doc import (SCHEMA, CandidateSummary, ClipTime, Estimates, FormatEvidence, MemoryBudget,
                                  PhasePeak, Plan, PlanSettings, Streaming)
+from h3kit.plan.comfy_version import loadable_catalog, version_args
 from h3kit.plan.loads import blocked_sentence, evidence_doc, evidence_rationale, reported_setup_rationale
 from h3kit.plan.rationale import rationale_for, warnings_for
 from h3kit.plan.search import Candidate, plan_profile
@@ -68,13 +69,16 @@ def _candidates(fingerprint: Fingerprint, machine: Machine, profiles: Mapping[st
 
 
 def make_plan(fingerprint: Fingerprint, catalog: Catalog, profiles: Mapping[str, Profile], *,
-              profile: str | None = None, config=None, evidence=None) -> Plan:
+              profile: str | None = None, config=None, evidence=None, comfyui_version: str | None = None) -> Plan:
     """The Plan (h3kit.data.plan_doc; `.to_json()` is the h3kit.plan/1) for `fingerprint`. `profile` (a name) beats config.profile; 'auto'/None lets matching decide.
 
     `catalog` and `profiles` are h3kit.data.catalog.load() and load_profiles(catalog); `config` is a
     h3kit.data.config.Config or None (no config file); `evidence` the format probe measured on this machine
-    (h3kit.data.format_evidence.FormatProbe, read by the caller) or None: it beats the catalog's reports."""
+    (h3kit.data.format_evidence.FormatProbe, read by the caller) or None: it beats the catalog's reports;
+    `comfyui_version` the version of the ComfyUI the plan is for, when known: files it is too old to load
+    are left out and the flags it needs here are added (h3kit.plan.comfy_version)."""
     machine = Machine.from_fingerprint(fingerprint)
+    catalog, version_said = loadable_catalog(catalog, comfyui_version)
     wanted = profile or (config.profile if config is not None else "auto")
     if wanted != "auto" and wanted not in profiles:
         raise BadInput(f"There is no profile named {wanted!r}.",
@@ -89,6 +93,8 @@ def make_plan(fingerprint: Fingerprint, catalog: Catalog, profiles: Mapping[str,
                           if others else "."))
     ch, e, s, b = best.choice, best.est, best.settings, best.budget
     defaults, time = best.defaults, best.time
+    comfyui_args, args_said, version_warnings = version_args(catalog, fingerprint, machine, comfyui_version,
+                                                             tuple(s.comfyui_args))
     lora = catalog.weight(defaults["lora"]) if defaults["lora"] else None
     decided, stream_why = decide_streaming(fingerprint, machine, s, e, catalog, budget=b, dit_weight=ch.dit,
                                            choice=ch, held=best.held)
@@ -100,7 +106,7 @@ def make_plan(fingerprint: Fingerprint, catalog: Catalog, profiles: Mapping[str,
         audio_vae_weights=ch.audio_vae.id, shard_size_bytes=e.shard, preload_bytes=e.preload,
         vae_tile_size=s.vae_tile_size, vae_tile_overlap=s.vae_tile_overlap,
         vae_temporal_tile=s.vae_temporal_tile, max_canvas=tuple(ch.canvas), max_frames=ch.frames,
-        comfyui_args=s.comfyui_args, comfyui_args_version_dependent=True,
+        comfyui_args=comfyui_args, comfyui_args_version_dependent=True,
         env=MappingProxyType({k: str(v) for k, v in s.env.items()}), stream_from=s.stream_from,
         streaming=streaming, canvas=tuple(defaults["canvas"]), frames=defaults["frames"], steps=defaults["steps"],
         cfg=defaults["cfg"], preset=defaults["preset"], lora=defaults["lora"], lora_strength=defaults["lora_strength"],
@@ -124,6 +130,7 @@ def make_plan(fingerprint: Fingerprint, catalog: Catalog, profiles: Mapping[str,
         candidates=tuple(CandidateSummary(p.profile.name, p.est.fits, p.choice.dit.format, tuple(p.choice.canvas),
                                           p.choice.frames, p.est.streamed) for p in plans),
         rationale=tuple(rationale_for(catalog, best, why_profile) + best.defaults_why + stream_why
-                        + evidence_rationale(catalog, best) + reported_setup_rationale(catalog, best)),
-        warnings=tuple(notes + warnings_for(catalog, best, config) + best.defaults_warnings),
+                        + evidence_rationale(catalog, best) + reported_setup_rationale(catalog, best)
+                        + version_said + args_said),
+        warnings=tuple(notes + warnings_for(catalog, best, config) + best.defaults_warnings + version_warnings),
     )

@@ -73,6 +73,20 @@ def generated_files(plan: Plan | None) -> dict[str, bytes]:
     return workflows.pack_files(plan, catalog.load(), plan.profile)
 
 
+def model_folders(install: comfyui_locate.ComfyInstall, ctx: Session | None = None):
+    """The ComfyUI's own model folders (h3kit.comfyui.model_folders), for every folder the catalog's files use."""
+    from h3kit.comfyui import model_folders as folders_mod
+    from h3kit.data import catalog
+
+    cat = catalog.load()
+    wanted = sorted({w.file.folder for part in (cat.dit, cat.text_encoder, cat.vae, cat.audio_vae, cat.lora)
+                     for w in part if w.file.folder})
+    folders = folders_mod.resolve(install, wanted, comfyui_locate.run_python)
+    if ctx is not None:
+        ctx.log.info("model folders of %s: %s", install.path, folders.detail)
+    return folders
+
+
 def locate(target: ComfyTarget, ctx: Session, config, *, need_write: bool) -> comfyui_locate.ComfyInstall:
     install = comfyui_locate.find(target.path, config, ctx, need_write=need_write, python=target.python)
     for note in install.notes:

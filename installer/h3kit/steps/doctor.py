@@ -32,8 +32,9 @@ from h3kit.core.session import Session
 from h3kit.data import catalog
 from h3kit.data.format_evidence import FormatProbe
 from h3kit.steps import apply
-from h3kit.steps.common import current_plan, exclusive, load_config, locate, saved_plan, torch_findings
-from h3kit.steps.format_probe import plan_with
+from h3kit.steps.common import (current_plan, exclusive, load_config, locate, model_folders, saved_plan,
+                                torch_findings)
+from h3kit.steps.format_probe import installed_version, plan_with
 from h3kit.steps.options import ApplyOptions, ComfyTarget, DoctorOptions
 
 SCHEMA = "h3kit.doctor/1"
@@ -120,7 +121,8 @@ def _check(options: DoctorOptions, ctx: Session, config, fingerprint, plan, inst
                                              info=info, fresh=options.fresh_probe, findings=findings)
         if probe is not None:
             findings.append(format_probe.result_finding(probe))
-            plan = plan_with(probe, config, fingerprint, plan, notes, profile=None, saved=saved)
+    plan = plan_with(probe, config, fingerprint, plan, notes, profile=None, saved=saved,
+                     comfyui_version=installed_version(install))
     record = _record(ctx, install, findings)
     findings += taken_findings(record)
     findings += doctor.pack_findings(install, record)
@@ -128,9 +130,10 @@ def _check(options: DoctorOptions, ctx: Session, config, fingerprint, plan, inst
         findings += doctor.launcher_findings(install, record, ctx.locations.cache_dir)
         findings += doctor.dynamic_vram_findings(install, info, record, plan)
         findings += doctor.native_findings(install)
+    findings += doctor.running_flags_findings(install, plan)
     findings += doctor.profile_findings(install, plan) if install.node_dir.is_dir() else []
     if plan is not None:
-        findings += models.doctor_findings(plan, install.path)
+        findings += models.doctor_findings(plan, install.path, model_folders(install))
     if options.fix and not ctx.dry_run:
         _fix_torch(ctx, install, fingerprint, findings, notes)
     if options.fix:  # before apply, which then follows the new ComfyUI; a refusal stops here, findings attached

@@ -24,19 +24,31 @@ def probed_plan(ctx: Session, config, install, fingerprint: Fingerprint | None, 
     probe = format_evidence(ctx, install, fingerprint=None if saved else fingerprint, run=not ctx.dry_run,
                             findings=findings)
     notes += [f"format probe: {f['message']}" for f in findings if f["status"] != "ok"]
-    return plan_with(probe, config, fingerprint, plan, notes, profile=profile, saved=saved)
+    return plan_with(probe, config, fingerprint, plan, notes, profile=profile, saved=saved,
+                     comfyui_version=installed_version(install))
+
+
+def installed_version(install) -> str | None:
+    """The version of the ComfyUI `install` (a ComfyInstall) holds, read from its tree."""
+    from h3kit.comfyui.inspect import comfyui_version
+
+    return comfyui_version(install.code_dir or install.path) if install is not None else None
 
 
 def plan_with(probe, config, fingerprint: Fingerprint | None, plan: Plan | None, notes: list[str], *,
-              profile: str | None, saved: bool) -> Plan | None:
-    """`plan` made again with `probe` (a FormatProbe or None) as the planner's evidence, for commands that
-    already hold the probe (doctor); `plan` itself when there is no probe or the plan is another machine's."""
+              profile: str | None, saved: bool, comfyui_version: str | None = None) -> Plan | None:
+    """`plan` made again for the found ComfyUI: with `probe` (a FormatProbe or None) as the planner's evidence
+    (not for another machine's plan), and with its version (the files it loads, the flags it needs);
+    `plan` itself when there is neither."""
     from h3kit.data import catalog
     from h3kit.plan import make_plan
 
-    if probe is None or saved or not plan or fingerprint is None:
+    evidence = None if saved else probe
+    if (evidence is None and comfyui_version is None) or not plan or fingerprint is None:
         return plan
-    runs = sum(r.status == "runs" for part in probe.parts.values() for r in part.values())
-    notes.append(f"planned with {probe.source}: {runs} format/part pairs run")
+    if evidence is not None:
+        runs = sum(r.status == "runs" for part in evidence.parts.values() for r in part.values())
+        notes.append(f"planned with {evidence.source}: {runs} format/part pairs run")
     cat = catalog.load()
-    return make_plan(fingerprint, cat, catalog.load_profiles(cat), profile=profile, config=config, evidence=probe)
+    return make_plan(fingerprint, cat, catalog.load_profiles(cat), profile=profile, config=config, evidence=evidence,
+                     comfyui_version=comfyui_version)

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from h3kit import calibrate
 from h3kit.comfyui import deploy, h3_support
+from h3kit.comfyui.apps import HOW_TO_ADD
+from h3kit.comfyui.running import missing_flags
 from h3kit.comfyui import locate as comfyui_locate
 from h3kit.comfyui.setup import new_comfyui, offer_new_comfyui
 from h3kit.core.errors import H3kitError, NotReady, VerificationFailed
@@ -30,6 +32,7 @@ from h3kit.steps.common import (
     load_config,
     locate,
     loud,
+    model_folders,
     remember_comfyui,
     saved_plan,
     torch_findings,
@@ -141,13 +144,26 @@ def _into(options: InstallOptions, ctx: Session, config, fingerprint, plan, sett
         raise NotReady(f"h3kit is installed in {install.node_dir}; no model file was downloaded. {refused}",
                        "Run 'h3kit plan' to see why; change config.yaml and run 'h3kit install' again, or pass "
                        "--allow-unverified.", details=doc)
+    app_start = None
+    if install.app:
+        flags = app_flags(install, plan, doc.get("launcher") or {})
+        doc["app"] = {"name": install.app, "launch_args": list(install.launch_args), "flags_to_add": flags,
+                      "how": HOW_TO_ADD[install.app]}
+        app_start = next_steps.app_start_line(install.app, flags, HOW_TO_ADD[install.app])
     closing = next_steps.lines(doc["launchers"][0] if doc["launchers"] else None, plan,
                                {"estimates": doc.get("calibration_estimates")},
-                               cpu_only=not (fingerprint and fingerprint.gpus))
+                               cpu_only=not (fingerprint and fingerprint.gpus), app_start=app_start)
     doc["next_steps"] = closing
     text = (f"h3kit installed into {install.node_dir} (profile '{profile}', verified)."
             + "".join(f"\nnote: {n}" for n in notes) + "\n" + "\n".join(closing))
     return Outcome(doc, text, 0, warnings)
+
+
+def app_flags(install, plan: Plan | None, launcher: dict) -> list[str]:
+    """The plan's flags (those this ComfyUI accepts, when its --help could be read) that the app does not
+    already start it with: what the person adds in the app."""
+    planned = list(launcher.get("args") or []) if launcher.get("path") else list(plan.settings.comfyui_args if plan else [])
+    return missing_flags(install.launch_args, planned)
 
 
 def _build(ctx: Session, notes: list[str], warnings: list[str]) -> Path | None:
@@ -192,8 +208,11 @@ def _after_deploy(options: InstallOptions, ctx: Session, plan: Plan | None, inst
         doc["report"] = _calibrate(options, ctx, install.path, notes, doc)
         return
     try:
+        folders = model_folders(install, ctx)
+        doc["model_folders"] = folders.to_json()
         doc["models"] = ensure_models(ctx, plan, install.path, skip=options.skip_models,
-                                      with_loaders=options.with_loaders, allow_unverified=options.allow_unverified)
+                                      with_loaders=options.with_loaders, allow_unverified=options.allow_unverified,
+                                      folders=folders)
     except H3kitError as failed:
         # The pack is installed and verified; the calibration needs no weights, so it still runs
         # (its report says what the machine can do), and the models error is the exit.

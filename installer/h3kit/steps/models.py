@@ -13,11 +13,11 @@ from pathlib import Path
 
 from h3kit import models
 from h3kit.calibrate.format_probe import cached
-from h3kit.comfyui.locate import find
+from h3kit.comfyui.locate import ComfyInstall, detect_layout, find, find_python
 from h3kit.core.errors import BadInput, NotReady
 from h3kit.core.session import Session
 from h3kit.data import catalog
-from h3kit.steps.common import load_config, machine_fingerprint
+from h3kit.steps.common import load_config, machine_fingerprint, model_folders
 from h3kit.steps.options import ModelsOptions
 
 
@@ -30,31 +30,34 @@ class ModelsAnswer:
 def run(options: ModelsOptions, ctx: Session) -> ModelsAnswer:
     config = load_config(ctx)
     if options.action == "remove":
-        comfy = _comfyui_dir(options, ctx, config, required=True)
+        install = _comfyui(options, ctx, config, required=True)
         plan = _plan(options, ctx, config) if options.fingerprint_file else None
-        return ModelsAnswer(models.remove(ctx, comfy, plan=plan), comfy)
+        return ModelsAnswer(models.remove(ctx, install.path, plan=plan, folders=model_folders(install, ctx)),
+                            install.path)
     if options.action == "plan":
-        comfy = _comfyui_dir(options, ctx, config, required=False)
+        install = _comfyui(options, ctx, config, required=False)
+        comfy = install.path if install else None
         return ModelsAnswer(models.plan_doc(_plan(options, ctx, config, comfy), comfyui_dir=comfy), comfy)
-    comfy = _comfyui_dir(options, ctx, config, required=True)
+    install = _comfyui(options, ctx, config, required=True)
+    comfy, folders = install.path, model_folders(install, ctx)
     plan = _plan(options, ctx, config, comfy)
     if options.action == "status":
-        return ModelsAnswer(models.status_doc(ctx, plan, comfy), comfy)
+        return ModelsAnswer(models.status_doc(ctx, plan, comfy, folders=folders), comfy)
     if options.action == "verify":
-        return ModelsAnswer(models.verify(ctx, plan, comfy), comfy)
-    return ModelsAnswer(_fetch(options, ctx, plan, comfy), comfy)
+        return ModelsAnswer(models.verify(ctx, plan, comfy, folders=folders), comfy)
+    return ModelsAnswer(_fetch(options, ctx, plan, comfy, folders), comfy)
 
 
-def _fetch(options: ModelsOptions, ctx: Session, plan: dict, comfy: Path) -> dict:
+def _fetch(options: ModelsOptions, ctx: Session, plan: dict, comfy: Path, folders) -> dict:
     doc: dict = {}
     if options.with_loaders:
         files = models.files_for_plan(plan)
         packs = {f.loader_pack.name: f.loader_pack for f in files if f.loader_pack}
         doc["loader_packs"] = [models.install_loader_pack(ctx, p, comfy) for p in packs.values()]
     if ctx.dry_run:
-        doc.update(models.status_doc(ctx, plan, comfy), action="fetch", dry_run=True)
+        doc.update(models.status_doc(ctx, plan, comfy, folders=folders), action="fetch", dry_run=True)
         return doc
-    doc.update(models.fetch(ctx, plan, comfy, from_dir=options.from_dir))
+    doc.update(models.fetch(ctx, plan, comfy, from_dir=options.from_dir, folders=folders))
     return doc
 
 
@@ -68,8 +71,9 @@ def _plan(options: ModelsOptions, ctx: Session, config, comfy: Path | None = Non
                      profile=options.profile, config=config, evidence=evidence)
 
 
-def _comfyui_dir(options: ModelsOptions, ctx: Session, config, *, required: bool) -> Path | None:
-    """--comfyui PATH, else the usual search (config, usual folders); None when not required and not found."""
+def _comfyui(options: ModelsOptions, ctx: Session, config, *, required: bool) -> ComfyInstall | None:
+    """--comfyui PATH (any folder with main.py or models/: the models step needs no custom_nodes), else the
+    usual search (h3kit.comfyui.locate); None when not required and not found."""
     if options.comfyui:
         p = Path(options.comfyui).expanduser()
         if not p.is_dir():
@@ -78,9 +82,11 @@ def _comfyui_dir(options: ModelsOptions, ctx: Session, config, *, required: bool
         if not (p / "main.py").is_file() and not (p / "models").is_dir():
             raise BadInput(f"{p} does not look like ComfyUI (no main.py, no models folder).",
                            "Pass the ComfyUI folder itself (the one holding main.py).")
-        return p.absolute()
+        install = ComfyInstall(p.absolute(), "--comfyui", detect_layout(p.absolute()))
+        install.python, install.python_source = find_python(install, config)
+        return install
     try:
-        return Path(find(None, config, ctx, need_write=required).path)
+        return find(None, config, ctx, need_write=required)
     except (NotReady, BadInput):
         if required:
             raise

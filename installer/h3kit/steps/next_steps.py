@@ -38,9 +38,19 @@ def shell_quoted(path: str, windows: bool | None = None) -> str:
     return shlex.quote(path)
 
 
-def lines(launcher: str | None, plan: Plan | None, calibration: dict | None, cpu_only: bool) -> list[str]:
+def app_start_line(app: str, flags: list[str], how: str) -> str:
+    """The first line for a ComfyUI an app starts itself: the app by name, the exact flags to add and where."""
+    if not flags:
+        return f"Start ComfyUI from {app} as you usually do (this profile needs no extra launch flags there)."
+    return f"Start ComfyUI from {app} with these launch flags added: {' '.join(flags)} ({how})."
+
+
+def lines(launcher: str | None, plan: Plan | None, calibration: dict | None, cpu_only: bool,
+          app_start: str | None = None) -> list[str]:
+    """`app_start`: app_start_line's sentence when an app, not h3kit's launcher, starts this ComfyUI."""
     s = plan.settings if plan is not None else PlanSettings()
-    start = f"Start ComfyUI: {shell_quoted(launcher)}" if launcher else "Start ComfyUI as you usually do (the Desktop app starts it itself)."
+    start = app_start or (f"Start ComfyUI: {shell_quoted(launcher)}" if launcher
+                          else "Start ComfyUI as you usually do (the Desktop app starts it itself).")
     canvas, frames, steps = s.canvas or s.max_canvas, s.frames or s.max_frames, s.steps
     shape = f" ({canvas[0]}x{canvas[1]}, {frames} frames = {frames / 24:.1f} s of video, {steps} steps)" if canvas and frames else ""
     open_it = f"Then open Templates > ComfyUI-h3kit > h3kit_text_to_video{shape}."

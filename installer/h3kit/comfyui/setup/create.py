@@ -136,7 +136,7 @@ def _fetch_h3_release(ctx, source: str, target: Path, timeout: float, catalog) -
     if why:
         raise NotReady(f"ComfyUI's repository {source} cannot be reached ({net.host_of(source)}: {why}).",
                        "Pass a local ComfyUI folder, git repository or downloaded .zip with --comfyui-source "
-                       "(ComfyUI 0.31.0 or newer), and run the same command again.")
+                       f"(ComfyUI {catalog.model.comfyui_min_version} or newer), and run the same command again.")
     tag = release_for_source(ctx, source, catalog) if source_kind(source) in ("git-url", "git-local") else None
     fetched = fetch_source(ctx, source, target, timeout, ref=tag)
     refusal = source_below_h3(source, target, catalog)
@@ -276,7 +276,7 @@ def new_comfyui(ctx, target_dir, source: str | None, fingerprint: Fingerprint, *
 
 
 def offer_new_comfyui(ctx, fingerprint: Fingerprint | None, source: str | None = None, *,
-                      searched: list[str] | None = None, min_version: str = "0.31.0") -> Path | None:
+                      searched: list[str] | None = None, min_version: str = "0.30.0") -> Path | None:
     """No ComfyUI was found: offer to set one up next to h3kit's data; None when declined or nobody can answer.
 
     In a terminal the question lists what was searched and defaults to yes;

@@ -100,10 +100,15 @@ def tag_version(tag: str, pattern: str) -> Version | None:
     return None if version.is_prerelease or version.is_devrelease else version
 
 
-def releases(tags, pattern: str, minimum: str) -> list[str]:
-    """The tags of releases >= minimum, newest first."""
+def releases(tags, pattern: str, minimum: str, newest_tested: str | None = None) -> list[str]:
+    """The tags of releases >= minimum in the order h3kit takes them: those no newer than `newest_tested` (the
+    newest release h3kit's real-ComfyUI tier passed, catalog `comfyui_versions.newest_tested`) newest first,
+    then newer, untested ones oldest first (closest to what was tested). Without `newest_tested`, newest first."""
     found = [(v, t) for t in set(tags) if (v := tag_version(t, pattern)) is not None and v >= Version(minimum)]
-    return [t for _v, t in sorted(found, reverse=True)]
+    top = Version(newest_tested) if newest_tested else None
+    tested = sorted(((v, t) for v, t in found if top is None or v <= top), reverse=True)
+    untested = sorted((v, t) for v, t in found if top is not None and v > top)
+    return [t for _v, t in tested + untested]
 
 
 def parse_ls_remote(text: str) -> list[str]:
@@ -161,7 +166,8 @@ def _tree_at(ctx, path: Path, tag: str, catalog) -> str | None:
 
 
 def _choose_release(ctx, path: Path, catalog, *, fetch: bool) -> dict:
-    """The newest release tag >= minimum with H3 in its tree: {tag, version, notes} (+ remote when only there)."""
+    """The release tag to take (`releases`' order: the newest the real tier passed first) with H3 in its tree:
+    {tag, version, notes} (+ remote when only there)."""
     minimum, need = requirements(catalog)
     pattern = need.release_tag_pattern
     local = set(_git(ctx, path, ["tag", "--list"], "Listing the release tags").split())
@@ -178,7 +184,7 @@ def _choose_release(ctx, path: Path, catalog, *, fetch: bool) -> dict:
             continue
         for tag in parse_ls_remote(listed):
             remote_of.setdefault(tag, remote)
-    for tag in releases(local | set(remote_of), pattern, minimum):
+    for tag in releases(local | set(remote_of), pattern, minimum, catalog.comfyui_versions.newest_tested):
         if tag not in local:
             if not fetch:
                 return {"tag": tag, "version": str(tag_version(tag, pattern)), "remote": remote_of[tag], "notes": notes}
@@ -391,7 +397,8 @@ def release_for_source(ctx, source: str, catalog) -> str | None:
     listed = run_git(ctx, ["ls-remote", "--tags", "--refs", source], f"Listing the release tags of {source}",
                      timeout=setup_table()["timeouts_s"]["clone"],
                      alternative="or pass a local ComfyUI folder or a downloaded ComfyUI .zip with --comfyui-source")
-    found = releases(parse_ls_remote(listed.stdout), need.release_tag_pattern, minimum)
+    found = releases(parse_ls_remote(listed.stdout), need.release_tag_pattern, minimum,
+                     catalog.comfyui_versions.newest_tested)
     return found[0] if found else None
 
 

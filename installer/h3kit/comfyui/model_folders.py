@@ -1,0 +1,276 @@
+"""Where a ComfyUI looks for each kind of model file, and where a new one goes: asked of ComfyUI itself.
+
+A ComfyUI rarely keeps its weights only in `<ComfyUI>/models/`: the Desktop
+app hands every install its shared `ComfyUI-Shared` folder, Stability Matrix
+its `Data/Models`, and many people a second drive, through
+`extra_model_paths.yaml`, `--extra-model-paths-config` files or links. So the
+search lists come from ComfyUI's own code, in its own Python
+(`FOLDERS_SCRIPT`): its `folder_paths` after main.py's `apply_custom_paths`
+has run with the arguments this ComfyUI is started with (taken from main.py's
+source, so whatever that version reads, in its order, is what counts). The
+script only reads: `folder_paths` makes input/ and output/ folders when
+imported, so `os.makedirs` is a no-op while it runs.
+
+Order of trust, written once here:
+
+1. ComfyUI's own answer (`source == "comfyui"`);
+2. when its Python cannot be run, or its tree has no main.py (the legacy
+   Desktop keeps the code inside the app), h3kit's reading of the same YAML
+   files with ComfyUI 0.33's rule (`read_extra_config`, checked against the
+   real one in tests/real_comfyui) (`source == "h3kit"`);
+3. nothing to read: ComfyUI's built-in folders (`source == "default"`).
+
+A file counts as present in any folder of its search list. A missing one
+goes where ComfyUI's default points: the first folder of the list when a
+configuration put it first (`is_default: true`), else the catalog's folder
+inside the ComfyUI's own models folder (`target_dir`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+import yaml
+
+from h3kit.comfyui.inspect import marked_json
+
+FOLDERS_TIMEOUT = 60.0
+# ComfyUI's older folder names for the same kind of file (folder_paths.map_legacy).
+LEGACY = {"unet": "diffusion_models", "clip": "text_encoders"}
+# ComfyUI's own search list for a folder, under its models folder (folder_paths.py, 0.30-0.38).
+BUILT_IN = {"diffusion_models": ("unet", "diffusion_models"), "text_encoders": ("text_encoders", "clip")}
+
+# Runs inside ComfyUI's interpreter: argv[1] the folder with main.py, argv[2] the JSON launch arguments,
+# argv[3] the JSON folder names wanted. Stdlib and ComfyUI's own light modules only (no torch); never raises.
+FOLDERS_SCRIPT = r"""
+import ast, itertools, json, logging, os, sys
+out = {"ok": False}
+try:
+    code_dir = os.path.abspath(sys.argv[1])
+    launch, wanted = json.loads(sys.argv[2]), json.loads(sys.argv[3])
+    sys.path.insert(0, code_dir)
+    sys.argv = [os.path.join(code_dir, "main.py")] + launch
+    logging.disable(logging.CRITICAL)
+    real_makedirs = os.makedirs
+    os.makedirs = lambda *a, **k: None
+    try:
+        import comfy.options
+        comfy.options.enable_args_parsing(True)
+        import comfy.cli_args
+        import folder_paths
+        import utils.extra_config
+        ns = {"os": os, "itertools": itertools, "logging": logging, "folder_paths": folder_paths,
+              "utils": utils, "args": comfy.cli_args.args, "__file__": os.path.join(code_dir, "main.py")}
+        try:
+            with open(os.path.join(code_dir, "main.py"), encoding="utf-8") as fh:
+                tree = ast.parse(fh.read())
+            fn = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "apply_custom_paths"]
+            exec(compile(ast.Module(body=fn[:1], type_ignores=[]), "main.py", "exec"), ns)
+            ns["apply_custom_paths"]()
+            out["rule"] = "main.py apply_custom_paths"
+        except Exception as exc:
+            out["rule_error"] = "%s: %s" % (type(exc).__name__, exc)
+            beside = os.path.join(code_dir, "extra_model_paths.yaml")
+            if os.path.isfile(beside):
+                utils.extra_config.load_extra_path_config(beside)
+            for path in itertools.chain(*(comfy.cli_args.args.extra_model_paths_config or [])):
+                utils.extra_config.load_extra_path_config(path)
+            out["rule"] = "0.33 rule"
+    finally:
+        os.makedirs = real_makedirs
+    out["models_dir"] = folder_paths.models_dir
+    out["folders"] = {}
+    for name in wanted:
+        try:
+            out["folders"][name] = folder_paths.get_folder_paths(name)
+        except Exception:
+            pass
+    out["ok"] = True
+except BaseException as exc:
+    out["error"] = "%s: %s" % (type(exc).__name__, exc)
+print("H3KIT-FOLDERS " + json.dumps(out))
+"""
+
+
+@dataclass(frozen=True)
+class ModelFolders:
+    """Each folder's search list in ComfyUI's order, and where a new file goes."""
+
+    models_dir: Path
+    search: Mapping[str, tuple[Path, ...]] = field(default_factory=dict)
+    source: str = "default"  # comfyui | h3kit | default (module docstring)
+    detail: str = "ComfyUI's built-in folders"
+    configs: tuple[Path, ...] = ()
+
+    @classmethod
+    def built_in(cls, models_dir: Path, detail: str = "ComfyUI's built-in folders") -> "ModelFolders":
+        return cls(Path(models_dir), {}, "default", detail)
+
+    def search_list(self, folder: str) -> tuple[Path, ...]:
+        folder = LEGACY.get(folder, folder)
+        found = self.search.get(folder)
+        if found:
+            return found
+        return tuple(self.models_dir / sub for sub in BUILT_IN.get(folder, (folder,)))
+
+    def target_dir(self, folder: str) -> Path:
+        """Where a missing file of `folder` goes: a configured default first, else models/<folder>."""
+        folder = LEGACY.get(folder, folder)
+        first = self.search_list(folder)[0]
+        if _inside(first, self.models_dir):
+            return self.models_dir / folder
+        return first
+
+    def shared(self, path: Path) -> bool:
+        """Whether `path` lies outside this ComfyUI's own models folder (a shared folder)."""
+        return not _inside(Path(path), self.models_dir)
+
+    def to_json(self) -> dict:
+        return {"source": self.source, "detail": self.detail, "models_dir": str(self.models_dir),
+                "configs": [str(c) for c in self.configs],
+                "search": {k: [str(p) for p in v] for k, v in self.search.items()}}
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        Path(os.path.abspath(path)).relative_to(os.path.abspath(folder))
+        return True
+    except ValueError:
+        return False
+
+
+# -- ComfyUI's own answer -----------------------------------------------------------------------------
+
+
+def parse_folders_output(text: str, wanted: list[str]) -> tuple[ModelFolders | None, str]:
+    """(folders, why not) from FOLDERS_SCRIPT's line: None with the reason when it failed."""
+    report = marked_json(text, "H3KIT-FOLDERS")
+    if report is None:
+        return None, "ComfyUI's Python printed no answer"
+    if not report.get("ok") or not isinstance(report.get("folders"), dict):
+        return None, str(report.get("error") or "ComfyUI's folder_paths gave no folders")
+    search = {}
+    for name in wanted:
+        paths = report["folders"].get(LEGACY.get(name, name))
+        if isinstance(paths, list) and paths and all(isinstance(p, str) for p in paths):
+            search[LEGACY.get(name, name)] = tuple(Path(p) for p in paths)
+    rule = "its main.py" if report.get("rule") == "main.py apply_custom_paths" else "ComfyUI 0.33's rule"
+    return ModelFolders(Path(report.get("models_dir") or "."), search, "comfyui",
+                        f"asked ComfyUI's own folder_paths ({rule})"), ""
+
+
+# -- h3kit's reading, when ComfyUI's Python cannot be asked ----------------------------------------------
+
+
+def read_extra_config(text: str, yaml_dir: Path) -> list[tuple[str, Path, bool]]:
+    """(folder, path, is_default) for each entry of an extra_model_paths.yaml, as ComfyUI 0.33's
+    utils/extra_config.py reads it (base_path relative to the file, one path per line); bad YAML -> []."""
+    try:
+        config = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return []
+    if not isinstance(config, dict):
+        return []
+    out = []
+    for conf in config.values():
+        if not isinstance(conf, dict):
+            continue
+        conf = dict(conf)
+        base = conf.pop("base_path", None)
+        if isinstance(base, str):
+            base = os.path.expandvars(os.path.expanduser(base))
+            if not os.path.isabs(base):
+                base = os.path.abspath(os.path.join(yaml_dir, base))
+        is_default = bool(conf.pop("is_default", False))
+        for folder, value in conf.items():
+            if not isinstance(value, str):
+                continue
+            for line in value.split("\n"):
+                if not line:
+                    continue
+                full = os.path.join(base, line) if base else (line if os.path.isabs(line) else os.path.join(yaml_dir, line))
+                out.append((LEGACY.get(str(folder), str(folder)), Path(os.path.normpath(os.path.abspath(full))), is_default))
+    return out
+
+
+def config_files(code_dir: Path | None, launch_args: tuple[str, ...]) -> list[Path]:
+    """The YAML files ComfyUI reads, in its order: beside main.py `extra_paths.yaml` when there is one (newer
+    than 0.33: it then skips extra_model_paths.yaml), else `extra_model_paths.yaml`; then each
+    --extra-model-paths-config."""
+    files = []
+    for name in ("extra_paths.yaml", "extra_model_paths.yaml"):
+        if code_dir is not None and (Path(code_dir) / name).is_file():
+            files.append(Path(code_dir) / name)
+            break
+    taking = False
+    for token in launch_args:
+        if token.startswith("--"):
+            name, _, value = token.partition("=")
+            taking = name == "--extra-model-paths-config"
+            if taking and value:
+                files.append(Path(value))
+            continue
+        if taking:
+            files.append(Path(token))
+    return files
+
+
+def h3kit_reading(models_dir: Path, files: list[Path], wanted: list[str]) -> ModelFolders:
+    """ComfyUI 0.33's rule applied by h3kit to `files` (module docstring, step 2)."""
+    models_dir = Path(models_dir)
+    search = {LEGACY.get(w, w): list(ModelFolders.built_in(models_dir).search_list(w)) for w in wanted}
+    read = []
+    for path in files:
+        try:
+            entries = read_extra_config(Path(path).read_text(encoding="utf-8"), Path(path).absolute().parent)
+        except (OSError, UnicodeDecodeError):
+            continue
+        read.append(Path(path))
+        for folder, full, is_default in entries:
+            paths = search.setdefault(folder, [models_dir / folder])
+            if full in paths:
+                if is_default:
+                    paths.remove(full)
+                    paths.insert(0, full)
+            elif is_default:
+                paths.insert(0, full)
+            else:
+                paths.append(full)
+    if not read:
+        return ModelFolders.built_in(models_dir)
+    return ModelFolders(models_dir, {k: tuple(v) for k, v in search.items()}, "h3kit",
+                        "h3kit's reading of " + ", ".join(str(p) for p in read), tuple(read))
+
+
+def launch_value(launch_args: tuple[str, ...], flag: str) -> str | None:
+    """The value of `flag` in an argument list (`--flag V` or `--flag=V`), the last one winning."""
+    value = None
+    for i, token in enumerate(launch_args):
+        if token == flag and i + 1 < len(launch_args):
+            value = launch_args[i + 1]
+        elif token.startswith(flag + "="):
+            value = token.split("=", 1)[1]
+    return value
+
+
+def resolve(install, wanted: list[str], run_python=None, timeout: float = FOLDERS_TIMEOUT) -> ModelFolders:
+    """The folders of `install` (a ComfyInstall), in the module docstring's order of trust. Never raises."""
+    launch = tuple(getattr(install, "launch_args", ()) or ())
+    code_dir = getattr(install, "code_dir", None) or (install.path if (Path(install.path) / "main.py").is_file() else None)
+    base = launch_value(launch, "--base-directory")
+    models_dir = Path(launch_value(launch, "--models-directory") or Path(base or install.path) / "models")
+    why = "its tree has no main.py" if code_dir is None else "h3kit does not know its Python"
+    if code_dir is not None and install.python is not None and run_python is not None:
+        result = run_python(install, ["-c", FOLDERS_SCRIPT, str(code_dir), json.dumps(list(launch)), json.dumps(wanted)],
+                            timeout)
+        folders, why = parse_folders_output(result.stdout, wanted)
+        if folders is not None:
+            return ModelFolders(folders.models_dir, folders.search, folders.source, folders.detail,
+                                tuple(config_files(code_dir, launch)))
+    reading = h3kit_reading(models_dir, config_files(code_dir, launch), wanted)
+    note = f" (ComfyUI itself could not be asked: {why})"
+    return ModelFolders(reading.models_dir, reading.search, reading.source, reading.detail + note, reading.configs)

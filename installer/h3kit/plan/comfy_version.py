@@ -1,0 +1,58 @@
+"""What the version of the target ComfyUI changes in a plan: the files it can load and the flags it needs.
+
+Both come from the catalog (`file.comfyui_min`, `comfyui_versions:`, read by h3kit.data.comfy_versions);
+the planner only applies them. A plan made before the ComfyUI is known (no version) gets neither, and
+says nothing about versions; the plan made for the found ComfyUI (install, apply, doctor, calibrate) does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from h3kit.data.catalog import Catalog, Machine
+from h3kit.data.comfy_versions import version_of
+from h3kit.data.fingerprint import Fingerprint
+
+PARTS = ("dit", "text_encoder", "vae", "audio_vae", "lora")
+
+
+def loadable_catalog(catalog: Catalog, version: str | None) -> tuple[Catalog, list[str]]:
+    """`catalog` without the files this ComfyUI version is too old to load, and one sentence per file left out."""
+    v = version_of(version)
+    if v is None:
+        return catalog, []
+    dropped, kept = [], {}
+    for part in PARTS:
+        keep = []
+        for w in getattr(catalog, part):
+            need = version_of(w.file.comfyui_min)
+            if need is not None and v < need:
+                dropped.append(f"{w.file.name or w.id} needs ComfyUI {w.file.comfyui_min} or newer and this one is "
+                               f"{version}, so it is not planned (update ComfyUI to use it).")
+            else:
+                keep.append(w)
+        kept[part] = keep
+    return (replace(catalog, **kept) if dropped else catalog), dropped
+
+
+def _gpu_bytes(fingerprint: Fingerprint) -> int | None:
+    sizes = [g.memory_total_bytes for g in fingerprint.gpus if g.memory_total_bytes]
+    return max(sizes) if sizes else None
+
+
+def version_args(catalog: Catalog, fingerprint: Fingerprint, machine: Machine, version: str | None,
+                 args: tuple[str, ...]) -> tuple[tuple[str, ...], list[str], list[str]]:
+    """(comfyui_args with the flags this version needs here, rationale sentences, warnings)."""
+    rules = catalog.comfyui_versions
+    gpu = _gpu_bytes(fingerprint)
+    out, said = list(args), []
+    for rule in rules.flags_for(version, machine.backend, gpu):
+        if rule.args[0] in out:
+            continue
+        out += list(rule.args)
+        said.append(f"ComfyUI {version} gets {' '.join(rule.args)}: {rule.why} ({rule.source}).")
+    warnings = [f"{r.problem}: {r.fix} ({r.source})." for r in rules.known_problems(version, machine.backend, gpu, out)]
+    if version_of(version) is not None and rules.newest_tested and not rules.tested(version):
+        said.append(f"ComfyUI {version} is newer than {rules.newest_tested}, the newest release h3kit's real-ComfyUI "
+                    "tests have run; h3kit's nodes are expected to work there but have not been run on it.")
+    return tuple(out), said, warnings

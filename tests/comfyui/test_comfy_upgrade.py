@@ -249,7 +249,7 @@ def test_no_release_with_h3_is_a_clear_not_ready(tmp_path, house, pip_here, venv
     tree = digest(comfy)
     with pytest.raises(NotReady) as err:
         comfy_setup.upgrade_to_h3(ctx(), install, CAT, opts=pip_here)
-    assert err.value.message == (f"No release tag of ComfyUI 0.31.0 or newer with H3 (named like v0.31.0) is in "
+    assert err.value.message == (f"No release tag of ComfyUI 0.30.0 or newer with H3 (named like v0.30.0) is in "
                                  f"{comfy} (it has no git remote).")
     assert "--new-comfyui" in err.value.fix
     git("remote", "add", "origin", str(tmp_path / "gone.git"), cwd=comfy)  # a remote that cannot be reached
@@ -342,4 +342,4 @@ def test_new_comfyui_refuses_a_source_without_h3(tmp_path, pip_here):
         with pytest.raises(BadInput) as err:
             comfy_setup.new_comfyui(ctx(), target, source, load_file(FP_4090), opts=pip_here)
         assert err.value.exit_code == 2 and "ComfyUI 0.8.0 cannot run MiniMax H3" in err.value.message
-        assert "0.31.0 or newer with --comfyui-source" in err.value.fix and not target.exists()
+        assert "0.30.0 or newer with --comfyui-source" in err.value.fix and not target.exists()

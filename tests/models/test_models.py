@@ -326,7 +326,7 @@ def test_yes_fetches_only_files_reported_to_load_and_names_the_rest(tmp_path, mo
     (comfy / "models").mkdir(parents=True)
     fetched = {}
 
-    def fake_fetch(ctx, plan, comfyui_dir, *, config=None, skip_names=frozenset()):
+    def fake_fetch(ctx, plan, comfyui_dir, *, config=None, skip_names=frozenset(), folders=None):
         fetched["skip"] = set(skip_names)
         return {"files": []}
 
@@ -369,7 +369,7 @@ def test_interactive_question_per_doubtful_file_defaults_to_no(tmp_path, monkeyp
     comfy = tmp_path / "ComfyUI"
     (comfy / "models").mkdir(parents=True)
     fetched = {}
-    monkeypatch.setattr(ensure, "fetch", lambda ctx, plan, d, *, config=None, skip_names=frozenset():
+    monkeypatch.setattr(ensure, "fetch", lambda ctx, plan, d, *, config=None, skip_names=frozenset(), folders=None:
                         fetched.setdefault("skip", set(skip_names)) or {"files": []})
     monkeypatch.setattr(ensure, "install_loader_pack", lambda ctx, pack, d, config=None: {"name": pack.name})
     doubtful = sorted(ensure.distrusted(plan, ensure.files_for_plan(plan)))

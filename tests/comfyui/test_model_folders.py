@@ -124,3 +124,20 @@ def test_status_finds_files_in_the_shared_folder_and_sends_missing_ones_there(tm
     plain = models.status_doc(Context(json=True), plan, comfy,
                               folders=mf.h3kit_reading(comfy / "models", mf.config_files(comfy, ()), WANTED))
     assert all(r["state"] == "missing" and not r["shared"] for r in plain["files"])
+
+
+def test_a_broken_yaml_is_named_and_status_still_answers(tmp_path, run_cli):
+    comfy = _comfy(tmp_path)
+    (comfy / "extra_model_paths.yaml").write_text("shared:\n  base_path: /x\n   vae: [unclosed\n", encoding="utf-8")
+    folders = mf.h3kit_reading(comfy / "models", mf.config_files(comfy, ()), WANTED)
+    assert folders.source == "default" and "extra_model_paths.yaml is not a model-paths file" in folders.problem
+    assert "not YAML at line" in folders.problem and "ComfyUI stops at start" in folders.problem
+    assert mf.yaml_problem("- a\n- list\n") == "its top level must map section names to folders"
+    assert mf.yaml_problem("") is None and mf.yaml_problem("a:\n  vae: v\n") is None
+    missing = mf.h3kit_reading(comfy / "models", [tmp_path / "gone.yaml"], WANTED)
+    assert "gone.yaml cannot be read" in missing.problem
+    code, out, err = run_cli("models", "status", "--comfyui", str(comfy), "--fingerprint",
+                             str(Path(__file__).parents[1] / "fixtures" / "fingerprints" / "nvidia-rtx4090-24gb-64gb.json"))
+    assert code == 0, err
+    assert "extra_model_paths.yaml is not a model-paths file ComfyUI can read" in err
+    assert "Traceback" not in err

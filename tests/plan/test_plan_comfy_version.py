@@ -73,3 +73,32 @@ def test_a_new_comfyui_takes_the_newest_tested_release_first():
                                                                "v0.38.1"]
     assert releases(tags, "v{version}", "0.30.0")[0] == "v0.38.1"  # no tested release known: the newest
     assert CAT.comfyui_versions.newest_tested == "0.33.0"
+
+
+def test_plan_takes_a_comfyui_version_and_refuses_a_bad_one(run_cli):
+    fp = str(FPS / "nvidia-rtx4060-8gb-16gb.json")
+    code, out, err = run_cli("plan", "--fingerprint", fp, "--comfyui-version", "0.35.0", "--json")
+    assert code == 0, err
+    args = __import__("json").loads(out)["settings"]["comfyui_args"]
+    assert args[args.index("--vram-headroom") + 1] == "1"
+    code, out, err = run_cli("plan", "--fingerprint", fp, "--comfyui-version", "latest")
+    assert code == 2 and "--comfyui-version 'latest' is not a ComfyUI version" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("edit, where", [
+    ('  newest_tested: "0.33.0"', '  newest_tested: "newest"'),
+    ('      min_version: "0.35.0"', '      min_version: 35'),
+    ('      backends: [cuda]', '      backends: [cudaa]'),
+    ('      max_gpu_memory: "16.5 GiB"', '      max_gpu_memory: "lots"'),
+])
+def test_a_bad_comfyui_versions_value_is_one_sentence(tmp_path, edit, where):
+    from h3kit.core.errors import BadInput
+
+    text = Path(CAT.path).read_text(encoding="utf-8")
+    assert edit in text
+    bad = tmp_path / "models"
+    bad.mkdir()
+    (bad / Path(CAT.path).name).write_text(text.replace(edit, where, 1), encoding="utf-8")
+    with pytest.raises(BadInput) as err:
+        catalog_mod.load(bad)
+    assert "comfyui_versions" in err.value.message

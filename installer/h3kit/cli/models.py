@@ -36,8 +36,9 @@ def _render_files(doc: dict) -> str:
         pack = (f.get("loader") or {}).get("pack") if isinstance(f.get("loader"), dict) else None
         loader = f" via {pack['name']}" if pack else ""
         folder = f.get("folder") or Path(f.get("path", "")).parent.name
+        where = str(Path(f["path"]).parent) if f.get("shared") else f"models/{folder}"
         lead = f"{state:9} " if state else ""
-        lines.append(f"  {lead}{f['name']}  ({size}, models/{folder}{loader})")
+        lines.append(f"  {lead}{f['name']}  ({size}, {where}{loader})")
     return "\n".join(lines)
 
 
@@ -53,9 +54,10 @@ def render(action: str, answer: models.ModelsAnswer, dry_run: bool) -> Outcome:
         text = f"profile {doc['profile']}: {len(doc['files'])} files, {human_bytes(doc['total_bytes'])}\n" + _render_files(doc)
         return Outcome(doc, text, 0, doc["warnings"])
     if action == "status":
+        folders = doc.get("model_folders") or {}
         text = (f"{comfy}: {human_bytes(doc['total_bytes'])} needed, {human_bytes(doc['missing_bytes'])} "
-                f"still to fetch\n" + _render_files(doc))
-        return Outcome(doc, text)
+                f"still to fetch (folders: {folders.get('detail', 'ComfyUI built-in')})\n" + _render_files(doc))
+        return Outcome(doc, text, 0, [folders["problem"]] if folders.get("problem") else [])
     if action == "verify":
         lines = [f"  {'ok' if r.get('ok') else r['state']:9} {r['name']} ({r.get('checked_against', '')})"
                  for r in doc["files"]]

@@ -19,6 +19,21 @@ def add_arguments(p) -> None:
     p.add_argument("--profile", metavar="NAME", help="use this profile instead of the configured one")
     p.add_argument("--format-probe", metavar="FILE", help="plan with a saved h3kit.format_probe/1 document (which "
                    "weight formats ran on this machine's device); its measurements beat the catalog's reports")
+    p.add_argument("--comfyui-version", metavar="X.Y.Z", help="plan for a ComfyUI of this version: the files it "
+                   "can load and the flags it needs (install, apply and doctor use the found ComfyUI's own)")
+
+
+def comfyui_version(text: str | None) -> str | None:
+    """--comfyui-version, checked; BadInput (exit 2) when it is not a version."""
+    if text is None:
+        return None
+    from h3kit.core.errors import BadInput
+    from h3kit.data.comfy_versions import version_of
+
+    if version_of(text) is None:
+        raise BadInput(f"--comfyui-version {text!r} is not a ComfyUI version.",
+                       "Give it as ComfyUI numbers its releases, like 0.35.0 (comfyui_version.py in its folder).")
+    return text
 
 
 def format_probe(path: str | None):
@@ -92,5 +107,6 @@ def run(args, ctx: Context) -> Outcome:
     cfg = config_mod.load(ctx.locations, catalog=cat)
     fingerprint = machine_fingerprint(args.fingerprint)
     plan = make_plan(fingerprint, cat, catalog_mod.load_profiles(cat), profile=args.profile, config=cfg,
-                     evidence=format_probe(getattr(args, "format_probe", None)))
+                     evidence=format_probe(getattr(args, "format_probe", None)),
+                     comfyui_version=comfyui_version(getattr(args, "comfyui_version", None)))
     return Outcome(plan.to_json(), render(plan), 0, list(plan.warnings))

@@ -105,6 +105,7 @@ class ModelFolders:
     source: str = "default"  # comfyui | h3kit | default (module docstring)
     detail: str = "ComfyUI's built-in folders"
     configs: tuple[Path, ...] = ()
+    problem: str | None = None  # a configuration ComfyUI cannot read (it would not start with it), in a sentence
 
     @classmethod
     def built_in(cls, models_dir: Path, detail: str = "ComfyUI's built-in folders") -> "ModelFolders":
@@ -131,7 +132,7 @@ class ModelFolders:
 
     def to_json(self) -> dict:
         return {"source": self.source, "detail": self.detail, "models_dir": str(self.models_dir),
-                "configs": [str(c) for c in self.configs],
+                "configs": [str(c) for c in self.configs], "problem": self.problem,
                 "search": {k: [str(p) for p in v] for k, v in self.search.items()}}
 
 
@@ -223,12 +224,18 @@ def h3kit_reading(models_dir: Path, files: list[Path], wanted: list[str]) -> Mod
     """ComfyUI 0.33's rule applied by h3kit to `files` (module docstring, step 2)."""
     models_dir = Path(models_dir)
     search = {LEGACY.get(w, w): list(ModelFolders.built_in(models_dir).search_list(w)) for w in wanted}
-    read = []
+    read, problems = [], []
     for path in files:
         try:
-            entries = read_extra_config(Path(path).read_text(encoding="utf-8"), Path(path).absolute().parent)
-        except (OSError, UnicodeDecodeError):
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            problems.append(f"{path} cannot be read ({exc.__class__.__name__})")
             continue
+        why = yaml_problem(text)
+        if why:
+            problems.append(f"{path} is not a model-paths file ComfyUI can read ({why})")
+            continue
+        entries = read_extra_config(text, Path(path).absolute().parent)
         read.append(Path(path))
         for folder, full, is_default in entries:
             paths = search.setdefault(folder, [models_dir / folder])
@@ -240,10 +247,25 @@ def h3kit_reading(models_dir: Path, files: list[Path], wanted: list[str]) -> Mod
                 paths.insert(0, full)
             else:
                 paths.append(full)
+    problem = ("; ".join(problems) + ": ComfyUI stops at start with such a file; fix or remove it") if problems else None
     if not read:
-        return ModelFolders.built_in(models_dir)
+        return ModelFolders(models_dir, {}, "default", "ComfyUI's built-in folders", (), problem)
     return ModelFolders(models_dir, {k: tuple(v) for k, v in search.items()}, "h3kit",
-                        "h3kit's reading of " + ", ".join(str(p) for p in read), tuple(read))
+                        "h3kit's reading of " + ", ".join(str(p) for p in read), tuple(read), problem)
+
+
+def yaml_problem(text: str) -> str | None:
+    """Why ComfyUI's load_extra_path_config would fail on `text` (not YAML, not a mapping of mappings), or None."""
+    try:
+        config = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        return f"not YAML{f' at line {mark.line + 1}' if mark is not None else ''}: {getattr(exc, 'problem', None) or exc}"
+    if config is None:
+        return None
+    if not isinstance(config, dict) or not all(v is None or isinstance(v, dict) for v in config.values()):
+        return "its top level must map section names to folders"
+    return None
 
 
 def launch_value(launch_args: tuple[str, ...], flag: str) -> str | None:
@@ -273,4 +295,5 @@ def resolve(install, wanted: list[str], run_python=None, timeout: float = FOLDER
                                 tuple(config_files(code_dir, launch)))
     reading = h3kit_reading(models_dir, config_files(code_dir, launch), wanted)
     note = f" (ComfyUI itself could not be asked: {why})"
-    return ModelFolders(reading.models_dir, reading.search, reading.source, reading.detail + note, reading.configs)
+    return ModelFolders(reading.models_dir, reading.search, reading.source, reading.detail + note, reading.configs,
+                        reading.problem)

@@ -80,7 +80,7 @@ def _rule(item: Any, problems: Problems, base: tuple, kind: str) -> VersionRule 
         return None
     ok = True
     for key in ("min_version", "max_version"):
-        if item.get(key) is not None and version_of(item[key]) is None:
+        if item.get(key) is not None and (not isinstance(item[key], str) or version_of(item[key]) is None):
             problems.add(base + (key,), f"is {item[key]!r}; allowed: a ComfyUI version in quotes, like \"0.35.0\"")
             ok = False
     backends = item.get("backends") or []
@@ -115,7 +115,7 @@ def parse_comfy_versions(section: Any, problems: Problems) -> ComfyVersions:
         problems.add(base, "must be a mapping (newest_tested, flags, known_bad)")
         return ComfyVersions()
     tested = section.get("newest_tested")
-    if tested is not None and version_of(tested) is None:
+    if tested is not None and (not isinstance(tested, str) or version_of(tested) is None):
         problems.add(base + ("newest_tested",), f"is {tested!r}; allowed: a ComfyUI version in quotes")
         tested = None
     rules = {}

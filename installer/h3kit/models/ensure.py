@@ -32,6 +32,9 @@ def doctor_findings(plan: Plan, comfyui_dir, folders: ModelFolders | None = None
         man = manifest_for(ctx, comfyui_dir)
         folders = folders or as_folders(comfyui_dir)
         out = []
+        if folders.problem:
+            out.append(_finding("model folders", "fail", folders.problem, "Fix the YAML (ComfyUI's "
+                                "extra_model_paths.yaml.example shows the form) or move it away, then run 'h3kit doctor'."))
         for f in files:
             st = file_state(f, folders, man)
             check = f"model file {f.name}"

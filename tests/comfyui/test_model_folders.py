@@ -141,3 +141,23 @@ def test_a_broken_yaml_is_named_and_status_still_answers(tmp_path, run_cli):
     assert code == 0, err
     assert "extra_model_paths.yaml is not a model-paths file ComfyUI can read" in err
     assert "Traceback" not in err
+
+
+def test_a_default_folder_that_cannot_be_made_is_one_sentence_before_any_write(tmp_path, run_cli):
+    comfy = _comfy(tmp_path)
+    (tmp_path / "a file").write_text("not a folder")
+    (comfy / "extra_model_paths.yaml").write_text(
+        f"gone_drive:\n  base_path: {tmp_path / 'a file' / 'models'}\n  is_default: true\n  vae: vae\n", encoding="utf-8")
+    usb = tmp_path / "usb"
+    usb.mkdir()
+    fp = Path(__file__).parents[1] / "fixtures" / "fingerprints" / "nvidia-rtx4090-24gb-64gb.json"
+    code, out, err = run_cli("models", "plan", "--fingerprint", str(fp), "--json")
+    for f in json.loads(out)["files"]:
+        with open(usb / f["name"], "wb") as fh:
+            fh.truncate(f["exact_bytes"] or f["bytes"])
+    before = sorted(p.relative_to(comfy) for p in comfy.rglob("*"))
+    code, out, err = run_cli("models", "fetch", "--comfyui", str(comfy), "--fingerprint", str(fp), "--from", str(usb),
+                             "--yes")
+    assert code == 2, err
+    assert f"{tmp_path / 'a file'} is not a folder" in err and "is_default" in err and "Traceback" not in err
+    assert sorted(p.relative_to(comfy) for p in comfy.rglob("*")) == before

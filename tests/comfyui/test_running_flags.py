@@ -38,6 +38,9 @@ def test_a_recorded_answer_is_parsed_and_judged():
     assert running.parse_system_stats({"system": {"argv": "not a list"}}, 1) is None
     assert running.parse_system_stats([], 1) is None
     assert running.argv_finding(None, ["--cpu"], "x")["status"] == "ok"  # not running: nothing known wrong
+    # `python main.py ...` (the apps' way) names no folder: taken as this ComfyUI; an absolute one must match
+    assert running.same_comfyui(running.Running(8188, ("main.py", "--cpu"), None), Path("/any"))
+    assert not running.same_comfyui(r, Path("/elsewhere/ComfyUI"))
 
 
 def test_probe_asks_a_server_on_loopback_and_skips_closed_ports():

@@ -28,17 +28,28 @@ def run(args, ctx: Context) -> Outcome:
     return render(args.action, models.run(options, ctx), ctx.dry_run)
 
 
-def _render_files(doc: dict) -> str:
+def _where(f: dict, comfy: Path | None) -> str:
+    """The folder a file is (or goes) in: models/<folder> inside this ComfyUI, else the full path (a shared one)."""
+    if not f.get("path"):
+        return f"models/{f.get('folder') or '?'}"
+    parent = Path(f["path"]).parent
+    if comfy is not None:
+        try:
+            return str(parent.relative_to(Path(comfy)))
+        except ValueError:
+            pass
+    return str(parent)
+
+
+def _render_files(doc: dict, comfy: Path | None = None) -> str:
     lines = []
     for f in doc["files"]:
         state = f.get("state") or f.get("method") or ""
-        size = human_bytes(f.get("exact_bytes") or f.get("bytes"))
+        size = human_bytes(f.get("exact_bytes") or f.get("bytes") or f.get("bytes_on_disk"))
         pack = (f.get("loader") or {}).get("pack") if isinstance(f.get("loader"), dict) else None
         loader = f" via {pack['name']}" if pack else ""
-        folder = f.get("folder") or Path(f.get("path", "")).parent.name
-        where = str(Path(f["path"]).parent) if f.get("shared") else f"models/{folder}"
         lead = f"{state:9} " if state else ""
-        lines.append(f"  {lead}{f['name']}  ({size}, {where}{loader})")
+        lines.append(f"  {lead}{f['name']}  ({size}, {_where(f, comfy)}{loader})")
     return "\n".join(lines)
 
 
@@ -56,15 +67,15 @@ def render(action: str, answer: models.ModelsAnswer, dry_run: bool) -> Outcome:
     if action == "status":
         folders = doc.get("model_folders") or {}
         text = (f"{comfy}: {human_bytes(doc['total_bytes'])} needed, {human_bytes(doc['missing_bytes'])} "
-                f"still to fetch (folders: {folders.get('detail', 'ComfyUI built-in')})\n" + _render_files(doc))
+                f"still to fetch (folders: {folders.get('detail', 'ComfyUI built-in')})\n" + _render_files(doc, comfy))
         return Outcome(doc, text, 0, [folders["problem"]] if folders.get("problem") else [])
     if action == "verify":
         lines = [f"  {'ok' if r.get('ok') else r['state']:9} {r['name']} ({r.get('checked_against', '')})"
                  for r in doc["files"]]
         return Outcome(doc, "verified against the catalog hash, else the hash recorded at download:\n" + "\n".join(lines))
     if dry_run:
-        return Outcome(doc, f"would fetch {human_bytes(doc['missing_bytes'])} into {comfy / 'models'}\n"
-                       + _render_files(doc))
-    text = (f"{human_bytes(doc['downloaded_bytes'])} written; all {len(doc['files'])} files verified in "
-            f"{comfy / 'models'}\n" + _render_files(doc))
+        return Outcome(doc, f"would fetch {human_bytes(doc['missing_bytes'])}, each file into the folder shown\n"
+                       + _render_files(doc, comfy))
+    text = (f"{human_bytes(doc['downloaded_bytes'])} written; all {len(doc['files'])} files in place for "
+            f"{comfy}\n" + _render_files(doc, comfy))
     return Outcome(doc, text)

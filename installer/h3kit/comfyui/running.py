@@ -59,14 +59,16 @@ def probe(ports: tuple[int, ...] = PORTS, timeout: float = PROBE_TIMEOUT) -> lis
 
 
 def same_comfyui(running: Running, code_dir: Path) -> bool:
-    """Whether `running` was started from the main.py in `code_dir` (unknown argv[0]: assumed so)."""
+    """Whether `running` was started from the main.py in `code_dir`. An argv[0] that does not say (none, or
+    relative to a working folder h3kit cannot see: `python main.py` is how the apps start it) counts as
+    this one."""
     main = running.main_py()
-    if main is None:
+    if main is None or not main.is_absolute():
         return True
     try:
         return os.path.samefile(main, Path(code_dir) / "main.py")
     except OSError:
-        return main.parent.name == Path(code_dir).name
+        return False
 
 
 def missing_flags(argv: tuple[str, ...] | list[str], planned: tuple[str, ...] | list[str]) -> list[str]:

@@ -108,6 +108,8 @@ def fetch(ctx, plan: Plan, comfyui_dir: Path, *, from_dir: Path | None = None, d
                 raise NotReady(f"No download address is known for {f.name} ({f.unverified or 'catalog has no URL'}).",
                                "Download it yourself and run 'h3kit models fetch --from DIR'.")
 
+    for target in dict.fromkeys(f.dest(folders).parent for f in todo):
+        _check_target(target, folders)
     by_target: dict[Path, int] = {}
     for f in todo:
         target = f.dest(folders).parent
@@ -196,6 +198,22 @@ def _same_disk(src: Path | None, target: Path) -> bool:
         return os.stat(src).st_dev == os.stat(nearest_existing(target)).st_dev
     except OSError:
         return False
+
+
+def _check_target(target: Path, folders: ModelFolders) -> None:
+    """BadInput, before anything is written, when a folder a file goes to cannot be made or written: a
+    configured default on a drive that is not there, or under a file."""
+    base = nearest_existing(target)
+    why = None
+    if not base.is_dir():
+        why = f"{base} is not a folder"
+    elif not os.access(base, os.W_OK | os.X_OK):
+        why = f"{base} is read-only for this user"
+    if why:
+        origin = "ComfyUI's own models folder" if not folders.shared(target) else f"its model-path configuration ({folders.detail})"
+        raise BadInput(f"The model files would go to {target}, from {origin}, but {why}.",
+                       "Fix that entry (is_default) or connect that drive, or fix the folder's permissions, "
+                       "then run the same command again.")
 
 
 def _per_disk(by_target: dict[Path, int]) -> dict[Path, int]:

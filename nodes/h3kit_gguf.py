@@ -17,6 +17,12 @@ and the renaming of `h3kit_gguf_logic`:
   `detect_te_model` finds QWEN3VL_32B, loaded as CLIPLoader type `minimax`
   does, through the pack's CLIPLoaderGGUF.load_patcher.
 
+Every file is read and checked by the pack's own reader (`h3k_gguf`, through
+`h3kit_gguf_logic`) before ComfyUI-GGUF's gguf-py sees it: a crafted or
+damaged file is one sentence in a header read, the same one the streamed
+loader gives, never gguf-py's memory blow-up or raw error; anything gguf-py
+still raises comes back as a sentence naming the file.
+
 torch, comfy and gguf are imported inside functions: the pack must import without them.
 """
 
@@ -29,8 +35,8 @@ import sys
 import warnings
 from pathlib import Path
 
-from .h3kit_gguf_logic import (LOADERS_HINT, PATCH_SPLITS, GGUFError, dit_prefix, find_mmproj, has_vision, is_h3_dit,
-                               read_gguf, split_qkv_groups, te_missing, te_names)
+from .h3kit_gguf_logic import (LOADERS_HINT, PATCH_SPLITS, GGUFError, comfy_shapes, dit_prefix, find_mmproj,
+                               has_vision, is_h3_dit, read_gguf, split_qkv_groups, te_missing, te_names, vision_problem)
 
 LOG = logging.getLogger("h3kit")
 PACK_NODE = "UnetLoaderGGUF"
@@ -113,9 +119,26 @@ def _import_from_custom_nodes() -> str:
 def read_state_dict(path, pack: GGUFPack) -> dict:
     """{tensor name: ComfyUI-GGUF GGMLTensor} (quantized ones stay quantized, memory-mapped), like the pack's
     reader but without its architecture check; shapes from `comfy.gguf.orig_shape.*` where the file has them."""
+    return _pack_call(path, _read_state_dict, path, pack)
+
+
+def _pack_call(path, fn, *args):
+    """fn(*args), with anything ComfyUI-GGUF or gguf-py raise on this file as one GGUFError naming it (the file
+    passed h3kit's checks first, so this is what they take that h3kit's reader does not)."""
+    try:
+        return fn(*args)
+    except GGUFError:
+        raise
+    except Exception as exc:
+        why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        raise GGUFError(f"ComfyUI-GGUF cannot read {Path(path).name} ({why}); check that it is a model file "
+                        "ComfyUI-GGUF loads, or re-download it.") from exc
+
+
+def _read_state_dict(path, pack: GGUFPack) -> dict:
+    reader = pack.gguf.GGUFReader(str(path))
     import torch
 
-    reader = pack.gguf.GGUFReader(str(path))
     ggml = pack.gguf.GGMLQuantizationType
     out = {}
     for tensor in reader.tensors:
@@ -158,10 +181,10 @@ def _dtype_option(value):
 
 def load_dit(path, dequant_dtype: str = "default", patch_dtype: str = "default", patch_on_device: bool = False):
     """A ModelPatcher for the GGUF DiT in `path` (H3 with or without metadata; anything else as the pack reads it)."""
+    path = Path(path)
+    header = _check(path)  # before ComfyUI, ComfyUI-GGUF or gguf-py see the file
     import comfy.sd
 
-    path = Path(path)
-    header = _check(path)
     pack = gguf_pack()
     names = header["tensors"]
     if is_h3_dit(names):
@@ -173,7 +196,7 @@ def load_dit(path, dequant_dtype: str = "default", patch_dtype: str = "default",
         LOG.info("h3kit GGUF loader: %s is a MiniMax H3 DiT (%s), %d tensors", path.name,
                  f"general.architecture {arch!r}" if arch else "no metadata, detected by its H3 keys", len(sd))
     else:
-        sd = pack.loader.gguf_sd_loader(str(path))
+        sd = _pack_call(path, pack.loader.gguf_sd_loader, str(path))
     ops = pack.ops.GGMLOps()
     ops.Linear.dequant_dtype = _dtype_option(dequant_dtype)
     ops.Linear.patch_dtype = _dtype_option(patch_dtype)
@@ -224,35 +247,45 @@ def _renamed(sd: dict, pack: GGUFPack) -> dict:
 
 
 def text_encoder_state_dict(path, mmproj: str | None = None, folder_lookup=None) -> tuple[dict, list[str]]:
-    """(ComfyUI's state dict for the Qwen3-VL-32B encoder in `path` (+ its vision tower), notes)."""
+    """(ComfyUI's state dict for the Qwen3-VL-32B encoder in `path` (+ its vision tower), notes).
+
+    Both files' headers are read and checked, and the tower's shapes matched to the encoder's, before
+    gguf-py reads either: a wrong file costs a header read, not the load of a 20 GB model."""
     path = Path(path)
     header = _check(path)
-    pack = gguf_pack()
-    sd = _renamed(read_state_dict(path, pack), pack)
+    names = comfy_shapes(header["tensors"], header["kv"])
     notes = [f"{path.name}: {len(header['tensors'])} tensors" +
              (", no KV fields" if not header["kv"] else f", architecture {header['kv'].get('general.architecture')!r}")]
-    if not has_vision(sd) or mmproj:
+    vision, vision_names = None, {}
+    if not has_vision(names) or mmproj:
         vision, how = mmproj_path(path, mmproj, folder_lookup)
         if vision is not None:
-            _check(vision)
-            vsd = _renamed(read_state_dict(vision, pack), pack)
-            sd.update({k: v for k, v in vsd.items() if k.startswith("visual.")})
+            vheader = _check(vision)
+            vision_names = {k: v for k, v in comfy_shapes(vheader["tensors"], vheader["kv"]).items()
+                            if k.startswith("visual.")}
             notes.append(f"vision tower from {how}")
         else:
             notes.append(f"no vision tower: {how}")
     else:
         notes.append("vision tower inside the file")
-    problem = te_missing(sd, path.name)
+    full = {**names, **vision_names}
+    problem = te_missing(full, path.name) or vision_problem(
+        names, full, Path(vision).name if vision is not None else path.name, path.name)
     if problem:
         raise GGUFError(problem)
+    pack = gguf_pack()
+    sd = _renamed(read_state_dict(path, pack), pack)
+    if vision is not None:
+        vsd = _renamed(read_state_dict(vision, pack), pack)
+        sd.update({k: v for k, v in vsd.items() if k.startswith("visual.")})
     return sd, notes
 
 
 def load_text_encoder(path, mmproj: str | None = None, clip_type: str = "minimax", folder_lookup=None):
     """The CLIP object for a MiniMax H3 Qwen3-VL-32B GGUF, loaded as ComfyUI-GGUF's CLIPLoaderGGUF loads one."""
+    sd, notes = text_encoder_state_dict(path, mmproj, folder_lookup)
     import comfy.sd
 
-    sd, notes = text_encoder_state_dict(path, mmproj, folder_lookup)
     LOG.info("h3kit GGUF text encoder: %s", "; ".join(notes))
     kind = getattr(comfy.sd.CLIPType, clip_type.upper(), None)
     if kind is None:

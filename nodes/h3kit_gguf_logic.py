@@ -6,9 +6,9 @@ refuses such files before it looks at the tensors. The loaders in
 `h3kit_gguf` keep ComfyUI-GGUF's dequantizing ops and patcher and add only
 what is decided here, on names, shapes and byte ranges:
 
-- `read_gguf` parses the container (magic, version, KV table, tensor table)
-  into absolute byte ranges with torch-order shapes, and refuses a file the
-  table says is longer than it is, naming the first tensor past the end;
+- `read_gguf` is the pack's one checked GGUF reader (`h3k_gguf`, shared with
+  h3kit's calibration): absolute byte ranges with torch-order shapes, or one
+  sentence for a file that is damaged, cut short or crafted;
 - `is_h3_dit` is ComfyUI's own H3 test (`video_patch_proj.weight` and
   `audio_patch_proj.weight`, comfy/model_detection.py) after the prefixes
   such files may carry;
@@ -18,128 +18,26 @@ what is decided here, on names, shapes and byte ranges:
   `te_missing` says in one sentence what ComfyUI's `detect_te_model` would
   not find (it needs `visual.deepstack_merger_list.0.norm.weight` and
   `model.layers.49.self_attn.q_proj.weight` for QWEN3VL_32B);
+- `vision_problem` says in one sentence when a vision tower (an mmproj's,
+  or the encoder's own) is not the one ComfyUI builds for that encoder
+  (`comfy_shapes`: the header's shapes as the loader hands them over), so
+  a tower for another model is refused by name instead of being taken
+  silently and failing, or not, at the first image;
 - `find_mmproj` picks the vision file beside a text encoder.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import struct
 from pathlib import Path
 
-MAGIC = b"GGUF"
-DEFAULT_ALIGNMENT = 32
-# ggml type id -> (name, elements per block, bytes per block) for the types H3's files use (ggml.h, gguf-py
-# constants.GGML_QUANT_SIZES). F32/F16/BF16 keep safetensors' dtype names, which the streamer reads itself.
-GGML_TYPES = {0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20), 6: ("Q5_0", 32, 22),
-              7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34), 10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110),
-              12: ("Q4_K", 256, 144), 13: ("Q5_K", 256, 176), 14: ("Q6_K", 256, 210), 30: ("BF16", 1, 2)}
-PLAIN_TYPES = {"F32", "F16", "BF16"}
-# KV value types: id -> struct format (8: string, 9: array)
-_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
-_MAX_ARRAY_KEPT = 256  # longer arrays (a tokenizer's vocabulary) are skipped, only their length kept
+# the loaders take these from here: one import for everything GGUF they decide on
+from .h3k_gguf import DEFAULT_ALIGNMENT, GGML_TYPES, PLAIN_TYPES, GGUFError, read_gguf  # noqa: F401
+
 DIT_PREFIXES = ("model.diffusion_model.", "diffusion_model.", "transformer.")
 H3_KEYS = ("video_patch_proj.weight", "audio_patch_proj.weight")
 QWEN3VL_32B_KEYS = ("visual.deepstack_merger_list.0.norm.weight", "model.layers.49.self_attn.q_proj.weight")
 LOADERS_HINT = "h3kit models fetch --with-loaders"
-
-
-class GGUFError(RuntimeError):
-    """A sentence for the user: what is wrong with which file, and what to do."""
-
-
-class _Reader:
-    def __init__(self, f, path, size):
-        self.f, self.path, self.size = f, path, size
-
-    def take(self, n: int) -> bytes:
-        data = self.f.read(n)
-        if len(data) < n:
-            raise GGUFError(f"{self.path} is cut short inside its GGUF header ({self.size} bytes); re-download it.")
-        return data
-
-    def unpack(self, fmt: str):
-        return struct.unpack(fmt, self.take(struct.calcsize(fmt)))[0]
-
-    def string(self) -> str:
-        n = self.unpack("<Q")
-        if n > self.size:
-            raise GGUFError(f"{self.path} has a garbled GGUF header (a {n}-byte name); re-download it.")
-        return self.take(n).decode("utf-8", errors="replace")
-
-    def value(self, vtype: int):
-        if vtype in _SCALARS:
-            return self.unpack(_SCALARS[vtype])
-        if vtype == 8:
-            return self.string()
-        if vtype == 9:
-            itype, count = self.unpack("<I"), self.unpack("<Q")
-            if itype in _SCALARS and count > _MAX_ARRAY_KEPT:  # skip without reading element by element
-                self.f.seek(struct.calcsize(_SCALARS[itype]) * count, os.SEEK_CUR)
-                return {"array_of": itype, "length": count}
-            items = [self.value(itype) for _ in range(count)]
-            return items if count <= _MAX_ARRAY_KEPT else {"array_of": itype, "length": count}
-        raise GGUFError(f"{self.path} has a KV field of unknown type {vtype}; it is not a GGUF file h3kit reads.")
-
-
-def read_gguf(path: str | os.PathLike) -> dict:
-    """{"version", "kv", "tensors": {name: {dtype, type_id, shape (torch order), start, end}}, "data_start",
-    "file_size"}; offsets absolute. `dtype` is F32/F16/BF16 or the ggml type name (Q8_0, Q4_K, ...)."""
-    path = Path(path)
-    try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            r = _Reader(f, path, size)
-            if size < 24 or r.take(4) != MAGIC:
-                raise GGUFError(f"{path.name} is not a GGUF file (no 'GGUF' magic); re-download it.")
-            version = r.unpack("<I")
-            if version not in (2, 3):
-                raise GGUFError(f"{path.name} is GGUF version {version}; h3kit reads versions 2 and 3.")
-            n_tensors, n_kv = r.unpack("<Q"), r.unpack("<Q")
-            if n_tensors > size or n_kv > size:
-                raise GGUFError(f"{path.name} has a garbled GGUF header; re-download it.")
-            kv = {}
-            for _ in range(n_kv):
-                key = r.string()
-                kv[key] = r.value(r.unpack("<I"))
-            infos = []
-            for _ in range(n_tensors):
-                name = r.string()
-                n_dims = r.unpack("<I")
-                if n_dims > 8:
-                    raise GGUFError(f"{path.name}: tensor {name} claims {n_dims} dimensions; re-download the file.")
-                ne = [r.unpack("<Q") for _ in range(n_dims)]
-                infos.append((name, ne, r.unpack("<I"), r.unpack("<Q")))
-            header_end = f.tell()
-    except OSError as exc:
-        raise GGUFError(f"cannot read {path}: {exc.strerror or exc}; check that the file exists and that "
-                        "ComfyUI may read it.") from exc
-    align = kv.get("general.alignment", DEFAULT_ALIGNMENT)
-    align = align if isinstance(align, int) and align > 0 else DEFAULT_ALIGNMENT
-    data_start = -(-header_end // align) * align
-    tensors = {}
-    for name, ne, type_id, offset in infos:
-        if type_id not in GGML_TYPES:
-            raise GGUFError(f"{path.name}: tensor {name} has ggml type {type_id}, which h3kit's loaders do not "
-                            "read; use a file of another quantization.")
-        tname, block, nbytes = GGML_TYPES[type_id]
-        count = 1
-        for d in ne:
-            count *= d
-        if count % block:
-            raise GGUFError(f"{path.name}: tensor {name} ({count} values) is not whole {tname} blocks; "
-                            "re-download the file.")
-        start = data_start + offset
-        tensors[name] = {"dtype": tname, "type_id": type_id, "shape": [int(d) for d in reversed(ne)],
-                         "start": start, "end": start + count // block * nbytes}
-    past = [(e["start"], n) for n, e in tensors.items() if e["end"] > size]
-    if past:
-        first = min(past)[1]
-        need = max(e["end"] for e in tensors.values())
-        raise GGUFError(f"{path.name} is cut short: it has {size} bytes but its tensors need {need} ({first} and "
-                        "after lie past the end); re-download the file.")
-    return {"version": version, "kv": kv, "tensors": tensors, "data_start": data_start, "file_size": size}
 
 
 # -- the DiT ----------------------------------------------------------------------------------------------
@@ -189,6 +87,7 @@ _DEEP = re.compile(r"^v\.(deepstack|deepstack_merger_list)\.(\d+)\.(.+)\.(weight
 PATCH_SPLIT = ("v.patch_embd.weight", "v.patch_embd.weight.1")  # llama.cpp: the 2 temporal slices
 # the same two slices in stable-diffusion.cpp's own names (convert_qwen3_vl_vision_name's output)
 PATCH_SPLITS = (PATCH_SPLIT, ("visual.patch_embed.proj.0.weight", "visual.patch_embed.proj.1.weight"))
+_LAYER = re.compile(r"^model\.layers\.(\d+)\.")
 _RENAMED = {"visual.patch_embed.bias": "visual.patch_embed.proj.bias"}  # stable-diffusion.cpp's name for it
 
 
@@ -273,17 +172,104 @@ def has_vision(names) -> bool:
 def te_missing(names, file_name: str) -> str | None:
     """One sentence when ComfyUI would not detect MiniMax H3's Qwen3-VL-32B encoder in these names, else None."""
     names = set(names)
-    if not any(n.startswith("model.layers.") for n in names):
-        return (f"{file_name} has no Qwen3 language model layers (model.layers.N / blk.N); it is not a Qwen3-VL "
-                "text encoder: pick MiniMax H3's text encoder file.")
+    # a layer named by anything but its number (model.layers.L0.*) is no layer ComfyUI builds: not counted
+    numbered = [int(m.group(1)) for n in names for m in [_LAYER.match(n)] if m]
+    if not numbered:
+        odd = sorted(n for n in names if n.startswith("model.layers."))
+        return (f"{file_name} has no Qwen3 language model layers numbered as ComfyUI loads them (model.layers.N / "
+                f"blk.N{'; it has ' + odd[0] if odd else ''}); it is not a Qwen3-VL text encoder: pick MiniMax H3's "
+                "text encoder file.")
     if QWEN3VL_32B_KEYS[1] not in names:
-        layers = 1 + max(int(n.split(".")[2]) for n in names if re.match(r"^model\.layers\.\d+\.", n))
+        layers = 1 + max(numbered)
         return (f"{file_name} has {layers} language-model layers where MiniMax H3's Qwen3-VL-32B encoder has 50; "
                 "pick MiniMax H3's text encoder file.")
     if QWEN3VL_32B_KEYS[0] not in names:
         return (f"{file_name} has no Qwen3-VL vision tower (no DeepStack mergers) and no matching mmproj file was "
                 "given or found beside it; put MiniMax H3's mmproj GGUF next to it (its name containing 'mmproj') "
                 "or name it in the loader's mmproj input.")
+    return None
+
+
+# -- the vision tower's shapes ---------------------------------------------------------------------------------
+
+# ComfyUI's Qwen3-VL-32B tower (comfy/text_encoders/qwen3vl.py, QWEN3VL_VISION["qwen3vl_32b"] with
+# QWEN3VL_VISION_COMMON) and the width of the language model its mergers feed (llama.py, Qwen3VL_32BConfig)
+QWEN3VL_32B_VISION = {"hidden": 1152, "intermediate": 4304, "depth": 27, "deepstack": 3, "positions": 2304,
+                      "channels": 3, "temporal": 2, "patch": 16, "merge": 2}
+QWEN3VL_32B_WIDTH = 5120
+_VBLOCK = re.compile(r"^visual\.blocks\.(\d+)\.")
+_VDEEP = re.compile(r"^visual\.deepstack_merger_list\.(\d+)\.")
+
+
+def comfy_shapes(tensors: dict, kv: dict) -> dict[str, list[int]]:
+    """{ComfyUI name: shape} of a text encoder or mmproj header, as the held loader hands the tensors to ComfyUI:
+    renamed, the two patch-embed slices stacked, split q/k/v fused, `comfy.gguf.orig_shape.*` applied."""
+    shapes = {}
+    for n, e in tensors.items():
+        orig = kv.get(f"comfy.gguf.orig_shape.{n}")
+        shapes[n] = [int(d) for d in orig] if isinstance(orig, list) else list(e["shape"])
+    names = te_names(shapes)
+    out = {names[n]: s for n, s in shapes.items()}
+    for first, second in PATCH_SPLITS:
+        if first in out:
+            one, other = out.pop(first), out.pop(second, None)
+            out["visual.patch_embed.proj.weight"] = one if other is None else one[:2] + [2] + one[2:]
+    for fused, trio in split_qkv_groups(out).items():
+        parts = [out.pop(n) for n in trio]
+        out[fused] = [sum(p[0] for p in parts)] + parts[0][1:]
+    return out
+
+
+def tower_shapes(v: dict, width: int) -> dict[str, list[int]]:
+    """{name: shape} of the vision tower ComfyUI builds for dims `v` feeding a `width`-wide language model
+    (Qwen35VisionModel's blocks and merger, Qwen3VLDeepstackMerger's)."""
+    h, i, m = v["hidden"], v["intermediate"], v["hidden"] * v["merge"] ** 2
+    out = {"visual.patch_embed.proj.weight": [h, v["channels"], v["temporal"], v["patch"], v["patch"]],
+           "visual.patch_embed.proj.bias": [h], "visual.pos_embed.weight": [v["positions"], h]}
+    for b in range(v["depth"]):
+        p = f"visual.blocks.{b}."
+        out.update({p + "norm1.weight": [h], p + "norm1.bias": [h], p + "norm2.weight": [h], p + "norm2.bias": [h],
+                    p + "attn.qkv.weight": [3 * h, h], p + "attn.qkv.bias": [3 * h], p + "attn.proj.weight": [h, h],
+                    p + "attn.proj.bias": [h], p + "mlp.linear_fc1.weight": [i, h], p + "mlp.linear_fc1.bias": [i],
+                    p + "mlp.linear_fc2.weight": [h, i], p + "mlp.linear_fc2.bias": [h]})
+    mergers = [("visual.merger.", h)] + [(f"visual.deepstack_merger_list.{d}.", m) for d in range(v["deepstack"])]
+    for p, norm in mergers:
+        out.update({p + "norm.weight": [norm], p + "norm.bias": [norm], p + "linear_fc1.weight": [m, m],
+                    p + "linear_fc1.bias": [m], p + "linear_fc2.weight": [width, m], p + "linear_fc2.bias": [width]})
+    return out
+
+
+def _count(names, pattern) -> int:
+    found = [int(m.group(1)) for n in names for m in [pattern.match(n)] if m]
+    return 1 + max(found) if found else 0
+
+
+def vision_problem(te: dict, vision: dict, vision_file: str, te_file: str) -> str | None:
+    """One sentence when the vision tensors in `vision` ({ComfyUI name: shape}, `comfy_shapes`) are not the tower
+    ComfyUI builds for the text encoder `te` feeds, else None.
+
+    For a 5120-wide language model ComfyUI builds Qwen3-VL-32B's tower at its fixed size, so the file must be
+    that tower. A narrower one is a test's tiny encoder, built by its own test node at the size of its file:
+    there the tower is sized from the file's own anchors, and every other tensor must fit them."""
+    width = (te.get("model.embed_tokens.weight") or [QWEN3VL_32B_WIDTH])[-1]
+    got = {n: s for n, s in vision.items() if n.startswith("visual.")}
+    counts = {"depth": _count(got, _VBLOCK), "deepstack": _count(got, _VDEEP)}
+    dims = dict(QWEN3VL_32B_VISION)
+    if width != QWEN3VL_32B_WIDTH:
+        dims.update(counts, hidden=(got.get("visual.pos_embed.weight") or [0, dims["hidden"]])[-1],
+                    positions=(got.get("visual.pos_embed.weight") or [dims["positions"]])[0],
+                    intermediate=(got.get("visual.blocks.0.mlp.linear_fc1.weight") or [dims["intermediate"]])[0])
+    what = "the mmproj file made for it" if vision_file != te_file else "MiniMax H3's text encoder file"
+    for key, word in (("depth", "blocks"), ("deepstack", "DeepStack mergers")):
+        if counts[key] != dims[key]:
+            return (f"{vision_file} is not the vision tower of {te_file}: it has {counts[key]} vision {word} where "
+                    f"MiniMax H3's Qwen3-VL-32B has {dims[key]}; pick {what}.")
+    want = tower_shapes(dims, width)
+    wrong = [n for n in sorted(got) if n in want and list(got[n]) != want[n]]
+    if wrong:
+        return (f"{vision_file} is not the vision tower of {te_file}: {wrong[0]} is {list(got[wrong[0]])} where "
+                f"ComfyUI builds {want[wrong[0]]} for it ({len(wrong)} of its {len(got)} vision tensors differ); "
+                f"pick {what}.")
     return None
 
 

@@ -55,7 +55,8 @@ import weakref
 
 from .h3kit_compiler import prepare as prepare_compiler
 from .h3kit_streaming_logic import (GGUF_QUANT_TYPES, StreamError, chunk_count, direct_types, is_quantized,
-                                    merge_ranges, stamp_change, stats_document, write_json_atomic)
+                                    merge_ranges, block_heads, head_change, stamp_change, stats_document,
+                                    write_json_atomic)
 from .h3kit_streaming_read import DirectRead, RingRead, UncachedRead
 
 LOG = logging.getLogger("h3kit")
@@ -126,6 +127,7 @@ class BlockStream:
         self.order = sorted(specs)
         self.resident = set(plan["resident"])
         self.ranges = {b: merge_ranges((s.start, s.end) for s in ss) for b, ss in specs.items()}
+        self.heads = block_heads(path, self.ranges)  # with the stamp, what tells a file rewritten in place
         self.chunks = {b: chunk_count(r, plan["read_size"]) for b, r in self.ranges.items()}
         self.keys = {s.key for ss in specs.values() for s in ss}
         self.direct_ok = all(s.types for ss in specs.values() for s in ss)
@@ -288,7 +290,8 @@ class BlockStream:
                 self._release(block)
 
     def _ensure(self, block: int, device) -> None:
-        problem = stamp_change(self.path, self.stamp, block)
+        problem = (stamp_change(self.path, self.stamp, block)
+                   or head_change(self.path, self.ranges, self.heads, block))
         if problem:
             raise StreamError("h3kit streamed loader: " + problem)
         for other in list(self.live):

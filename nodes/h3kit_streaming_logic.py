@@ -21,6 +21,9 @@ the safetensors header and on the node's inputs, so it is tested on its own:
 - `upcoming` is the prefetch order: the blocks after the current one, round
   the end of the model to the start of the next call (the sampler calls the
   model again for the next step);
+- `file_stamp` / `stamp_change` and `block_heads` / `head_change` tell a
+  file that changed under the model (gone, shrunk, rewritten in place)
+  before its next block is read, in one sentence naming file and block;
 - `stats_document` / `write_json_atomic` write `h3kit_streaming_stats.json`.
 """
 
@@ -215,12 +218,16 @@ def upcoming(current: int, order: list[int], skip, count: int) -> list[int]:
 
 
 def file_stamp(path: str | os.PathLike) -> tuple | None:
-    """What identifies the file's content cheaply (device, inode, size, mtime); None when it is gone."""
+    """What identifies the file's content cheaply (device, inode, size, mtime, ctime); None when it is gone.
+
+    ctime is in it because a file rewritten in place with its size and mtime put back (os.utime) still gets a
+    new ctime on POSIX: the system sets it on every write and no call can set it back. On Windows st_ctime is
+    the creation time, which a rewrite keeps; `block_heads` covers that case."""
     try:
         st = os.stat(path)
     except OSError:
         return None
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def stamp_change(path: str | os.PathLike, was: tuple, block: int) -> str | None:
@@ -234,8 +241,45 @@ def stamp_change(path: str | os.PathLike, was: tuple, block: int) -> str | None:
     if now[2] < was[2]:
         return (f"the weight file {path} shrank from {was[2]} to {now[2]} bytes while the model was streaming "
                 f"it (at block {block}); restore or re-download it and queue the prompt again.")
+    return _changed(path, block)
+
+
+def _changed(path, block: int) -> str:
     return (f"the weight file {path} changed while the model was streaming it (at block {block}); queue the "
             "prompt again to reload it.")
+
+
+# The first bytes of each block, kept from when the model was built and compared before the block is read again:
+# one small read per block against hundreds of MB, and it catches a file rewritten in place where the stamp
+# cannot (Windows, where no time changes that the rewriter cannot put back).
+HEAD_BYTES = 4096
+
+
+def block_heads(path: str | os.PathLike, ranges: dict, size: int = HEAD_BYTES) -> dict[int, bytes]:
+    """Block -> the first `size` bytes of its first byte range; {} when the file cannot be read now (the stamp
+    and the reads themselves still stand guard)."""
+    heads = {}
+    try:
+        with open(path, "rb") as f:
+            for block, spans in ranges.items():
+                if spans:
+                    start, end = spans[0]
+                    f.seek(start)
+                    heads[block] = f.read(min(size, end - start))
+    except OSError:
+        return {}
+    return heads
+
+
+def head_change(path: str | os.PathLike, ranges: dict, heads: dict, block: int) -> str | None:
+    """A sentence when the block's first bytes on disk differ from those the model was built from."""
+    was = heads.get(block)
+    if was is None:
+        return None
+    now = block_heads(path, {block: ranges[block]}, len(was)).get(block)
+    if now is None or now == was:  # unreadable now: the read that follows names the problem
+        return None
+    return _changed(path, block)
 
 
 def profile_defaults(settings: dict) -> dict:

@@ -315,3 +315,37 @@ def test_install_on_a_machine_below_the_floor_installs_then_exits_3(comfy, run_c
     assert (comfy / "custom_nodes" / "ComfyUI-h3kit" / "h3kit_profile.json").is_file()
     assert "models skipped: the plan does not fit" in " ".join(doc["details"]["notes"])
     assert not any((comfy / "models").rglob("*.part"))
+
+
+def test_a_plan_short_of_disk_names_the_disk_as_the_fix_not_memory(comfy, run_cli, tmp_path):
+    """The campaign's case: an install that stops because the files do not fit on the disk says to free that
+    disk (how much, which), not to add RAM or a GPU."""
+    doc = json.loads((Path(__file__).parents[1] / "fixtures" / "fingerprints" / "nvidia-rtx4090-24gb-64gb.json")
+                     .read_text())
+    doc["disks"] = [dict(doc["disks"][0], path="/Volumes/Small Disk", free_bytes=5_000_000_000)]
+    small = tmp_path / "small-disk.json"
+    small.write_text(json.dumps(doc))
+    code, out, err = run_cli("install", "--comfyui", str(comfy), "--fingerprint", str(small), "--yes",
+                             "--skip-calibrate", "--json")
+    assert code == 3, err
+    said = json.loads(out)
+    assert "disk is short by" in said["error"] and "in the files phase" in said["error"]
+    assert said["fix"].startswith("Free ") and "/Volumes/Small Disk" in said["fix"], said["fix"]
+    assert "RAM" not in said["fix"] and "GPU" not in said["fix"], said["fix"]
+
+
+@pytest.mark.parametrize("saved", [False, True])
+def test_install_with_a_profile_keeps_it_through_calibration(comfy, run_cli, tmp_path, saved):
+    """Calibration re-applies the pack after it measured: with install's profile (and --fingerprint FILE's
+    machine), never with the one it would pick for this machine by itself."""
+    extra = []
+    if saved:
+        extra = ["--fingerprint", str(Path(__file__).parents[1] / "fixtures" / "fingerprints" / "apple-m2max-64gb.json")]
+    code, out, err = run_cli("install", "--comfyui", str(comfy), "--profile", "apple-unified-48", "--yes",
+                             "--no-models", "--json", *extra)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["profile"] == "apple-unified-48"
+    assert doc["report"], doc.get("notes")  # the calibration ran and re-applied the pack
+    deployed = json.loads((comfy / "custom_nodes" / "ComfyUI-h3kit" / "h3kit_profile.json").read_text())
+    assert deployed["profile"] == "apple-unified-48", deployed.get("profile")

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import struct
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -196,6 +198,28 @@ def test_file_changes_are_named_with_the_block(tmp_path):
     assert "disappeared" in gone and "block 7" in gone
     f.write_bytes(bytes(200))
     assert "changed" in L.stamp_change(f, was, 0)
+
+
+def test_a_file_rewritten_in_place_with_size_and_mtime_put_back_is_seen(tmp_path):
+    f = tmp_path / "dit.safetensors"
+    f.write_bytes(bytes(range(256)) * 64)
+    ranges = {0: [(0, 4096)], 1: [(8192, 16384)]}
+    was, heads = L.file_stamp(f), L.block_heads(f, ranges)
+    assert heads[1] == (bytes(range(256)) * 16) and L.head_change(f, ranges, heads, 1) is None
+    st = os.stat(f)
+    time.sleep(0.01)  # a ctime of its own even on a coarse clock
+    with open(f, "r+b") as out:
+        out.seek(8192)
+        out.write(b"\xff" * 4096)
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    now = os.stat(f)
+    assert (now.st_size, now.st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    # POSIX: the ctime the write set cannot be put back, so the stamp alone tells
+    assert "changed while the model was streaming it (at block 1)" in L.stamp_change(f, was, 1)
+    # Windows, where no time tells: the block's first bytes do, for the block that changed only
+    assert "changed while the model was streaming it (at block 1)" in L.head_change(f, ranges, heads, 1)
+    assert L.head_change(f, ranges, heads, 0) is None
+    assert L.block_heads(tmp_path / "gone", ranges) == {}
 
 
 def test_profile_defaults_read_the_plan_and_ignore_junk():

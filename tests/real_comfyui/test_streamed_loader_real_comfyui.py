@@ -64,7 +64,7 @@ import comfy.ldm.minimax.model as h3
 spec = importlib.util.spec_from_file_location("h3kpack", os.path.join(pack_dir, "__init__.py"),
                                               submodule_search_locations=[pack_dir])
 pack = importlib.util.module_from_spec(spec); sys.modules["h3kpack"] = pack; spec.loader.exec_module(pack)
-from h3kpack import h3kit_streaming_load as hs
+from h3kpack import h3kit_streaming_load as hs, h3kit_streaming_logic as hsl
 
 def call(patcher, t):
     g = torch.Generator().manual_seed(0)
@@ -94,6 +94,16 @@ def load(path, **kw):
     # on --cpu the blocks are read in place ("direct"); "ring" takes the way a GPU or MPS device is fed
     p.model.h3kit_stream.direct_ok &= read_mode == "direct"
     return p
+
+def attempt(p, after_block_0):
+    # run with `after_block_0` hooked after the first block; the error it leads to (or None) into `out`
+    h = p.model.diffusion_model.blocks[0].register_forward_hook(after_block_0)
+    try:
+        run(p)
+        out["error"] = None
+    except Exception as exc:
+        out["error"], out["type"] = str(exc), type(exc).__name__
+    h.remove()
 
 out = {}
 stock = run(comfy.sd.load_diffusion_model(dit))
@@ -125,27 +135,42 @@ if mode == "variants":
     k_streamed, streamed8_out = outcome(streamed8)
     out["fp8"] = {"stock": k_stock, "streamed": k_streamed, "mode": holder["p"].model.h3kit_stream.mode,
                   "same": k_stock == k_streamed and (stock8 is None or same(stock8, streamed8_out))}
+elif mode == "inplace":
+    # the campaign's case: the same file rewritten in place (other weights, same size) with its mtime put back
+    import shutil
+    work = dit + ".work"
+    shutil.copy(dit, work)
+    p = load(work)
+    stream = p.model.h3kit_stream
+    was = os.stat(work)
+    def rewrite(module, args, output):
+        start, end = stream.ranges[1][0]
+        with open(work, "r+b") as f:  # every byte of block 1 flipped: other weights, same size
+            f.seek(start)
+            flipped = bytes(b ^ 0xFF for b in f.read(end - start))
+            f.seek(start)
+            f.write(flipped)
+        os.utime(work, ns=(was.st_atime_ns, was.st_mtime_ns))
+        if windows_like:  # ctime is the creation time there: only the first bytes can tell
+            stream.stamp = hs.file_stamp(work)
+    windows_like = read_mode == "windows"
+    attempt(p, rewrite)
 elif mode in ("shrink", "short_read"):
     import shutil
     work = dit + ".work"
     shutil.copy(dit, work)
     p = load(work)
     stream = p.model.h3kit_stream
-    first_block = p.model.diffusion_model.blocks[0]
     def cut(module, args, output):
         with open(work, "r+b") as f:
             f.truncate(stream.ranges[1][0][0] + 10)  # blocks 1 and after now lie past the end
         if mode == "short_read":
             stream.stamp = hs.file_stamp(work)  # past the stat check: the native read itself must come up short
-    h = first_block.register_forward_hook(cut)
-    try:
-        run(p)
-        out["error"] = None
-    except Exception as exc:
-        out["error"], out["type"] = str(exc), type(exc).__name__
-    h.remove()
+            stream.heads = {}  # and past the first-bytes check
+    attempt(p, cut)
     shutil.copy(dit, work)
     stream.stamp = hs.file_stamp(work)
+    stream.heads = hsl.block_heads(work, stream.ranges)
     out["recovered"] = same(stock, run(p))
 print(json.dumps(out))
 """
@@ -319,6 +344,14 @@ def test_file_shrinking_between_blocks_is_one_error_and_the_model_recovers(comfy
     # already read block 1 ahead (prefetch), at block 2
     assert re.search(r"block (1|2)\b", out["error"]) if mode == "short_read" else "block 1" in out["error"]
     assert out["recovered"]
+
+
+@pytest.mark.parametrize("how", ["posix", "windows"])
+def test_file_rewritten_in_place_with_size_and_mtime_put_back_is_one_error(comfy, how):
+    # posix: ctime tells; windows (the stamp re-taken after the write, as no time there shows it): the first bytes
+    out = _probe(comfy, WIDE, "inplace", "windows" if how == "windows" else "direct")
+    assert out["type"] == "StreamError", out
+    assert "changed while the model was streaming it (at block 1)" in out["error"] and ".work" in out["error"], out
 
 
 def test_interrupt_mid_sampling_then_the_same_loader_runs_again_like_stock(server):

@@ -10,7 +10,9 @@ its node modules at the top and these packages beside them:
   Python (h3kit starts it as `python <folder>`; its disk helpers are
   calibration's too);
 - `h3k_safetensors`: the one safetensors header reader, with its checks (the
-  streamed loader's and `h3kit.calibrate.arch`'s).
+  streamed loader's and `h3kit.calibrate.arch`'s);
+- `h3k_gguf`: the one GGUF header reader, with its checks (the held and the
+  streamed GGUF loaders' and `h3kit.calibrate.arch`'s).
 
 This package's search path is that folder, so `from h3kit.bundled import
 h3k_native` imports the very file deploy ships, from a checkout and from the
@@ -24,7 +26,8 @@ from h3kit.core.paths import asset_dir
 
 PACK_SOURCE = asset_dir("nodes")
 __path__ = [str(PACK_SOURCE)]  # submodules are found in nodes/, not beside this file
-PACKAGES = ("h3k_native", "h3k_calibration_runner", "h3k_safetensors")
+PACKAGES = ("h3k_native", "h3k_calibration_runner", "h3k_safetensors", "h3k_gguf")
 NATIVE_BRIDGE = PACK_SOURCE / "h3k_native"
 CALIBRATION_RUNNER = PACK_SOURCE / "h3k_calibration_runner"
 SAFETENSORS = PACK_SOURCE / "h3k_safetensors"
+GGUF = PACK_SOURCE / "h3k_gguf"

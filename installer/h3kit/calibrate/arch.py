@@ -11,7 +11,8 @@ a single weight:
   each tensor name to its dtype, shape and byte range, read and checked by
   the one header reader the streamed loader uses too (h3kit.bundled.h3k_safetensors);
 - GGUF: the tensor-info table after the key/value section (dims stored
-  innermost first, so they are reversed into torch's order).
+  innermost first, reversed into torch's order), read and checked by the
+  one GGUF reader both of the pack's GGUF loaders use (h3kit.bundled.h3k_gguf).
 
 Without the file (not downloaded yet, or no ComfyUI), the catalog's
 `architecture` is the answer and `from` says so. A file this module cannot
@@ -24,16 +25,11 @@ from __future__ import annotations
 import json
 import math
 import re
-import struct
 from pathlib import Path
 
-from h3kit.bundled import h3k_safetensors
+from h3kit.bundled import h3k_gguf, h3k_safetensors
 from h3kit.data.catalog import Catalog
 
-MAX_HEADER = h3k_safetensors.MAX_HEADER  # also the bound on one GGUF string
-GGUF_MAGIC = b"GGUF"
-# GGUF metadata value types -> struct format (8 string, 9 array are read by hand).
-GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 FLOAT_FORMATS = ("bf16", "fp16", "fp32", "f16", "f32")
 TORCH_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F8_E4M3": "float8_e4m3fn",
                 "F8_E5M2": "float8_e5m2"}
@@ -59,63 +55,14 @@ def _safetensors_shapes(path: Path) -> tuple[dict, dict]:
     return shapes, meta
 
 
-class _Reader:
-    def __init__(self, f):
-        self.f = f
-
-    def take(self, fmt: str):
-        n = struct.calcsize(fmt)
-        data = self.f.read(n)
-        if len(data) != n:
-            raise HeaderError("the GGUF header ends early")
-        return struct.unpack(fmt, data)[0]
-
-    def string(self) -> str:
-        n = self.take("<Q")
-        if n > MAX_HEADER:
-            raise HeaderError("a GGUF string is implausibly long")
-        return self.f.read(n).decode("utf-8", "replace")
-
-    def value(self, kind: int):
-        if kind in GGUF_SCALARS:
-            return self.take(GGUF_SCALARS[kind])
-        if kind == 8:
-            return self.string()
-        if kind == 9:
-            inner, count = self.take("<I"), self.take("<Q")
-            return [self.value(inner) for _ in range(count)]
-        raise HeaderError(f"unknown GGUF value type {kind}")
-
-
 def _gguf_shapes(path: Path) -> tuple[dict, dict]:
-    """({tensor name: (shape in torch order, bytes)}, metadata) from a GGUF file's tables."""
-    with open(path, "rb") as f:
-        if f.read(4) != GGUF_MAGIC:
-            raise HeaderError(f"{path} is not a GGUF file")
-        r = _Reader(f)
-        version = r.take("<I")
-        if version < 2:
-            raise HeaderError(f"{path} is GGUF version {version}; versions 2 and 3 are read")
-        n_tensors, n_kv = r.take("<Q"), r.take("<Q")
-        meta = {}
-        for _ in range(n_kv):
-            key = r.string()
-            meta[key] = r.value(r.take("<I"))
-        infos = []
-        for _ in range(n_tensors):
-            name = r.string()
-            dims = [r.take("<Q") for _ in range(r.take("<I"))]
-            _kind, offset = r.take("<I"), r.take("<Q")
-            infos.append((name, tuple(reversed(dims)), offset))
-        align = int(meta.get("general.alignment") or 32)
-        data_start = -(-f.tell() // align) * align
-    end = path.stat().st_size - data_start
-    ordered = sorted(infos, key=lambda t: t[2])
-    shapes = {}
-    for i, (name, shape, offset) in enumerate(ordered):
-        nxt = ordered[i + 1][2] if i + 1 < len(ordered) else end
-        shapes[name] = (shape, max(0, nxt - offset))
-    return shapes, meta
+    """({tensor name: (shape in torch order, bytes)}, KV fields) from a GGUF file (the shared reader's, with its
+    checks)."""
+    try:
+        doc = h3k_gguf.read_gguf(path)
+    except h3k_gguf.GGUFError as exc:
+        raise HeaderError(str(exc)) from None
+    return {n: (tuple(t["shape"]), t["end"] - t["start"]) for n, t in doc["tensors"].items()}, dict(doc["kv"])
 
 
 def read_shapes(path: Path) -> tuple[dict, dict]:

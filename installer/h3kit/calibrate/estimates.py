@@ -107,18 +107,14 @@ def measure_points(tokens: int, arch: dict, table: dict, quick: bool, blocks_bui
     plan's row count when the throughput table says a call of the built blocks there stays within
     POINT_BUDGET_S, else the largest count that does; the others are its half and quarter."""
     tm = tm or timing_module()
-    lin, pair = tm.block_flops(arch)
-    ref_lin, ref_pair = tm.block_flops({"hidden": 5376, "heads": 56, "head_dim": 128, "ffn": 14336})
-    a = table.get("block_s_per_token", 0.0) * lin / ref_lin  # the table's rates are for H3's own width
-    b = table.get("block_s_per_token2", 0.0) * pair / ref_pair
     budget = POINT_BUDGET_S["quick" if quick else "full"]
-    if blocks_built is None:  # the quick run times its points with one block (the second is its check)
-        blocks_built = 1 if quick else 2
+    if blocks_built is None:
+        blocks_built = points_blocks(quick)
     # three points a factor of four apart in both runs: two close points leave the per-block constant (and
     # the fixed cost it is folded into, times the file's depth) to the noise of each
     fractions = (2, 4)
     top = int(tokens)
-    while top > 64 and blocks_built * (a * top + b * top * top) > budget:
+    while top > 64 and call_seconds(top, arch, table, blocks_built, tm) > budget:
         top //= 2
     # the floor: --quick keeps its top point where it was with two points (its quarter may then dip into the
     # weight-read-bound rows; three points still pin the line better than two close ones)
@@ -126,6 +122,21 @@ def measure_points(tokens: int, arch: dict, table: dict, quick: bool, blocks_bui
     # and the fewest rows a call has, where a block is almost all its constant (the runner's fit.fit_anchored
     # takes the constant there: fitted through the three alone it moved 3x between two quick runs)
     return sorted({ANCHOR_POINT_ROWS, top, *(max(32, top // f) for f in fractions)})
+
+
+def points_blocks(quick: bool) -> int:
+    """How many blocks the runner times its points with: one in --quick (the second is its check), else two."""
+    return 1 if quick else 2
+
+
+def call_seconds(tokens: int, arch: dict, table: dict, blocks_built: int, tm=None) -> float:
+    """The throughput table's seconds for one model call of `blocks_built` blocks of `arch` at `tokens` rows."""
+    tm = tm or timing_module()
+    lin, pair = tm.block_flops(arch)
+    ref_lin, ref_pair = tm.block_flops({"hidden": 5376, "heads": 56, "head_dim": 128, "ffn": 14336})
+    a = table.get("block_s_per_token", 0.0) * lin / ref_lin  # the table's rates are for H3's own width
+    b = table.get("block_s_per_token2", 0.0) * pair / ref_pair
+    return blocks_built * (a * tokens + b * tokens * tokens)
 
 
 def workload(plan: Plan, catalog: Catalog) -> dict:

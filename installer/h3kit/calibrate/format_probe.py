@@ -3,7 +3,8 @@
 `format_evidence(session, install)` returns the cached `FormatProbe`
 (h3kit.data.format_evidence) for this ComfyUI, or runs the calibration
 runner's `format-probe` job in ComfyUI's own Python (about 30 s on a 2-core
-CPU, at most a minute) and caches what it wrote. The cache is one file per
+CPU; the runner stops measuring after a minute, and a Python that hangs is
+stopped after four) and caches what it wrote. The cache is one file per
 ComfyUI folder under `<cache>/format_probe/`, reused while the ComfyUI
 version, the torch build, the machine's devices (from the fingerprint) and
 whether a GGUF loader pack is installed stay the same; `fresh=True` measures
@@ -12,8 +13,10 @@ evidence: measured here > reported > unknown) and before any download;
 doctor prints its table.
 
 It never raises for an environment problem: a probe that cannot run (no
-torch in that Python, ComfyUI does not import, a timeout) returns None, and
-the finding it adds says why.
+torch in that Python, ComfyUI does not import, a timeout, a full disk)
+returns None, and the finding it adds says why. A cache file that is not a
+probe document (damaged, hand-edited, any JSON of another shape) counts as
+no probe, with one warning in the log naming it; the next probe overwrites it.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import tempfile
 import threading
 from pathlib import Path
@@ -30,15 +34,20 @@ from h3kit.calibrate.runner_client import _follow
 from h3kit.comfyui.locate import inspect
 from h3kit.core.errors import H3kitError
 from h3kit.core.files import atomic_write
+from h3kit.core.oserrors import no_space, translate
 from h3kit.core.session import Session
 from h3kit.core.subproc import run as run_process
 from h3kit.data.fingerprint import Fingerprint
-from h3kit.data.format_evidence import PARTS, FormatProbe, parse, read
+from h3kit.data.format_evidence import PARTS, BadProbe, FormatProbe, load, parse, read
 
 RUNNER = bundled.CALIBRATION_RUNNER
 FOLDER = "format_probe"
 BUDGET_S = 60  # the runner skips the formats left when its own clock passes this
-TIMEOUT_S = 240  # ComfyUI's import on a cold disk plus the budget, with room; past it the probe is no evidence
+# ComfyUI's import on a cold disk plus the budget, with room; past it the probe is no evidence. Not the
+# budget itself: the budget starts after the import (a minute and more on a spinning disk), and killing a
+# probe that was merely slow throws away the one measurement the planner trusts most and makes the next
+# command pay for it again. So the progress line promises this figure, the real upper bound, not the budget.
+TIMEOUT_S = 240
 FORMAT_ORDER = ("bf16", "fp8_scaled", "int8_convrot", "nvfp4", "nvfp4_awq", "w4a8",
                 "q8_0", "q6_k", "q5_0", "q4_k", "q3_k", "q2_k")
 PART_NAMES = {"dit": "DiT", "text_encoder": "text encoder"}
@@ -69,14 +78,17 @@ def cache_file(cache_dir: Path, comfyui: Path) -> Path:
 
 def cached(cache_dir: Path, comfyui: Path) -> FormatProbe | None:
     """The probe install or doctor last measured for this ComfyUI folder, read as it is (no re-check, no run):
-    for commands that must plan as install did without starting ComfyUI's Python (models)."""
+    for commands that must plan as install did without starting ComfyUI's Python (models). None when there
+    is none or the file is no probe (then one warning in the log names it)."""
     return read(cache_file(cache_dir, comfyui))
 
 
 def still_valid(doc: dict, *, comfyui_version: str | None, torch: str | None, devices: str | None,
                 gguf_pack: bool) -> str | None:
     """None when a cached probe document still describes this setup, else what changed (a phrase)."""
-    key = doc.get("key") or {}
+    if not isinstance(doc, dict):
+        return "the cached probe is not a probe document"
+    key = doc.get("key") if isinstance(doc.get("key"), dict) else {}
     if comfyui_version and key.get("comfyui_version") != comfyui_version:
         return f"ComfyUI {key.get('comfyui_version')} -> {comfyui_version}"
     if torch and key.get("torch") != torch:
@@ -117,26 +129,25 @@ def format_evidence(ctx: Session, install, *, fingerprint: Fingerprint | None = 
     path = cache_file(ctx.locations.cache_dir, install.path)
     devices = machine_devices(fingerprint)
     pack = has_gguf_pack(install.path)
-    cached_doc = _read_json(path)
+    # a fresh probe reads nothing: whatever the file holds, the run below replaces it
+    cached_doc, probe = (None, None) if fresh else _read_cache(ctx, path)
     changed = "asked for a fresh probe" if fresh else (
         still_valid(cached_doc, comfyui_version=info.get("comfyui_version"), torch=info.get("torch"),
-                    devices=devices, gguf_pack=pack) if cached_doc else "no probe yet")
+                    devices=devices, gguf_pack=pack) if probe is not None
+        else f"the cached probe {path} is not one h3kit wrote" if path.exists() else "no probe yet")
     if changed is None:
-        probe = read(path)
-        if probe is not None:
-            said.append(dict(finding("ok", f"Format probe from the cache ({path})."), check="formats.cache"))
-            return probe
-        changed = "the cached probe is unreadable"
+        said.append(dict(finding("ok", f"Format probe from the cache ({path})."), check="formats.cache"))
+        return probe
     if not run or ctx.dry_run:
         _finding("warn", f"No current format probe for this ComfyUI ({changed}); nothing was measured now.",
                  "Run 'h3kit doctor' or 'h3kit calibrate' to measure it (about a minute).")
         return None
     ctx.progress(f"Probing which weight formats run on this device in ComfyUI's Python ({changed}; "
-                 f"at most {BUDGET_S} s)...")
-    doc, why = _run(ctx, install, path.parent)
+                 f"about {BUDGET_S} s of measuring, at most {TIMEOUT_S // 60} min in all)...")
+    doc, why, fix = _run(ctx, install, path.parent)
     if doc is None:
         _finding("warn", f"The format probe did not run: {why}.",
-                 "The planner falls back to reported evidence; check ComfyUI's Python with 'h3kit doctor'.")
+                 fix or "The planner falls back to reported evidence; check ComfyUI's Python with 'h3kit doctor'.")
         return None
     doc["machine_devices"] = devices
     doc["comfyui_path"] = str(install.path)
@@ -148,31 +159,64 @@ def format_evidence(ctx: Session, install, *, fingerprint: Fingerprint | None = 
                  "Run 'h3kit doctor -v' and report the log.")
         return None
     except OSError as exc:
-        _finding("warn", f"The format probe ran but its cache could not be written ({exc}).",
-                 f"Check that {path.parent} is writable.")
+        full = translate(exc, str(path.parent))
+        _finding("warn", f"The format probe ran but its cache could not be written: {_sentence(full.message)}"
+                 if full else f"The format probe ran but its cache could not be written ({exc}).",
+                 full.fix if full else f"Check that {path.parent} is writable.")
     said.append(dict(finding("ok", f"Format probe measured now ({probe.seconds or 0:.0f} s), cached in {path}."),
                      check="formats.cache"))
     return probe
 
 
+def _read_cache(ctx: Session, path: Path) -> tuple[dict | None, FormatProbe | None]:
+    """The cache file as (document, probe), both None when it is missing or no probe (one warning in the
+    log names the file: read once here, so a bad file is said once)."""
+    probe = read(path, ctx.log)
+    return (_read_json(path), probe) if probe is not None else (None, None)
+
+
 def _read_json(path: Path) -> dict | None:
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        doc = load(path)
+    except (OSError, BadProbe):
         return None
     return doc if isinstance(doc, dict) else None
 
 
-def _run(ctx: Session, install, cache: Path) -> tuple[dict | None, str]:
-    """Run the runner's format-probe job; (document, "") or (None, why)."""
+def _sentence(message: str) -> str:
+    """A sentence of its own made the tail of another ("No space ..." -> "no space ...")."""
+    return message[:1].lower() + message[1:]
+
+
+def _full_disk(text: str, work: Path) -> tuple[str, str] | None:
+    """(why, fix) when the runner's output says a write failed for space (errno 28, or 122 for a quota):
+    the disk of the file it names, else of the probe's work folder (its TMPDIR and result are there, in
+    h3kit's home), so the sentence names the home as full instead of blaming ComfyUI's Python."""
+    m = re.search(r"(?:no space left on device|disk quota exceeded)(?:: '([^'\n]+)')?", text, re.IGNORECASE)
+    if m is None:
+        return None
+    named = Path(m.group(1)) if m.group(1) else None
+    err = no_space(named if named is not None and work not in named.parents else work)
+    return _sentence(err.message).rstrip("."), err.fix
+
+
+def _run(ctx: Session, install, cache: Path) -> tuple[dict | None, str, str | None]:
+    """Run the runner's format-probe job; (document, "", None) or (None, why, the fix when it is not
+    ComfyUI's Python's)."""
+    work = None
     try:
         cache.mkdir(parents=True, exist_ok=True)
         work = tempfile.TemporaryDirectory(prefix="probe-", dir=cache)
+        (Path(work.name) / "progress.jsonl").write_text("", encoding="utf-8")
     except OSError as exc:
-        return None, f"its work folder could not be made in {cache} ({exc})"
+        if work is not None:
+            work.cleanup()
+        full = translate(exc, str(cache))
+        if full is not None:
+            return None, _sentence(full.message).rstrip("."), full.fix
+        return None, f"its work folder could not be made in {cache} ({exc})", None
     with work as folder:
         out, progress = Path(folder) / "probe.json", Path(folder) / "progress.jsonl"
-        progress.write_text("", encoding="utf-8")
         argv = [str(install.python), str(RUNNER), "format-probe", "--comfyui", str(install.path), "--out", str(out),
                 "--progress", str(progress), "--budget", str(BUDGET_S)]
         env = {**os.environ, "TMPDIR": folder, "TEMP": folder, "TMP": folder}
@@ -184,12 +228,15 @@ def _run(ctx: Session, install, cache: Path) -> tuple[dict | None, str]:
         res = holder.get("result")
         doc = _read_json(out)
         if doc is None:
+            full = _full_disk((res.stderr + res.stdout) if res is not None else "", cache)
+            if full is not None:
+                return None, *full
             detail = res.detail if res is not None else "no result"
             tail = (res.stderr if res is not None else "").strip().splitlines()[-1:] or [""]
-            return None, f"{detail}{'; ' + tail[0][:300] if tail[0] else ''}"
+            return None, f"{detail}{'; ' + tail[0][:300] if tail[0] else ''}", None
         if doc.get("status") == "skipped":
-            return None, doc.get("reason") or "the runner skipped it"
-        return doc, ""
+            return None, doc.get("reason") or "the runner skipped it", None
+        return doc, "", None
 
 
 def _cell(res) -> str:

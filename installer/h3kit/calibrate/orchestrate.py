@@ -245,10 +245,13 @@ def run(ctx: Session, *, comfyui_dir: str | None = None, quick: bool = True, wit
     tm = estimates.timing_module()
     work = estimates.workload(plan, cat)
     rows = tm.sequence_tokens(cat, work["canvas"][0], work["canvas"][1], work["frames"])
-    points = estimates.measure_points(rows, arch, tm.rates_from_table(fingerprint, cat, estimates.compute_dtype(device),
-                                                                 backend=device), quick)
+    table = tm.rates_from_table(fingerprint, cat, estimates.compute_dtype(device), backend=device)
+    points = estimates.measure_points(rows, arch, table, quick)
     job = {"plan": plan.to_json(), "scaled_dit": dit, "quick": quick, "budget": plan.budget.to_json(),
-           "tile_candidates": TILE_CANDIDATES, **h3_job(cat, plan, arch, device, points)}
+           "tile_candidates": TILE_CANDIDATES, **h3_job(cat, plan, arch, device, points),
+           # what one call at each point should take, by the table: the runner's time limit follows it
+           "h3_point_seconds": [estimates.call_seconds(t, arch, table, estimates.points_blocks(quick), tm)
+                                for t in points]}
     if install is not None:  # the runner counts the rows of the prompt the installed workflow sends
         job["h3_prompt"] = workflow_prompt(install, plan, cat)
     if why_catalog and install is not None:

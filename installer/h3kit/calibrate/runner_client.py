@@ -11,6 +11,7 @@ progress bars on stderr while the runner works.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import threading
@@ -22,14 +23,42 @@ from h3kit.core.subproc import run as run_process
 
 RUNNER = bundled.CALIBRATION_RUNNER
 BRIDGE = bundled.NATIVE_BRIDGE
+# What a run takes on an idle machine besides its timed points: importing ComfyUI, building H3's blocks at
+# full width, the native kernels, the device sweep, the VAE's and text encoder's layers (a 2-core CPU spent
+# 32 s on all of ComfyUI's H3 in a quick run: tests/fixtures/report/comfy33-cpu-2core.json).
 QUICK_SECONDS = 60
 FULL_SECONDS = 300
+POINT_CAP_S = {True: 4.0, False: 15.0}  # each timed point repeats its call until stable, up to this (h3_model.time_calls)
+# The limit is for a machine busy with other work as well (install's own pip, a browser, a second run):
+# a fixed 90 s cut a quick run off there, and the report fell back to a table estimate although nothing
+# was wrong. Three times the idle estimate still ends a runner that hangs (in about four minutes for
+# --quick, twenty for a full run, whose own work is five minutes and more).
+BUSY_FACTOR = 3
+FLOOR_S = 90  # the old fixed limit: no job is cut off sooner than before
 
 
 def not_measured(reason: str) -> dict:
     """The runner's result shape when it did not start, each part saying why."""
     return {"native": {"status": "skipped", "reason": reason}, "inference": {"status": "skipped", "reason": reason},
             "device": {"status": "skipped", "reason": reason}, "tiles": []}
+
+
+def runner_limit(job: dict, quick: bool, comfyui: bool) -> tuple[int, str]:
+    """(seconds to wait for the runner, what they are based on: a clause for the message); pure.
+
+    The idle estimate is QUICK_SECONDS / FULL_SECONDS plus, when it builds H3 in a ComfyUI, each timed
+    point's repeats (up to POINT_CAP_S) with its warm-up and last call (the table's seconds per call at
+    that point, `h3_point_seconds` in the job); the limit is BUSY_FACTOR times that, rounded up to ten
+    seconds, and never under FLOOR_S."""
+    base = QUICK_SECONDS if quick else FULL_SECONDS
+    points = list(job.get("h3_points") or []) if comfyui else []
+    calls = [float(c) for c in (job.get("h3_point_seconds") or []) if isinstance(c, (int, float))]
+    idle = base + sum(POINT_CAP_S[quick] + 2 * (calls[i] if i < len(calls) else 0.0) for i in range(len(points)))
+    limit = max(FLOOR_S, math.ceil(BUSY_FACTOR * idle / 10) * 10)
+    timed = f" and {len(points)} timed points of ComfyUI's H3" if points else ""
+    basis = (f"{BUSY_FACTOR}x the {idle:.0f} s a {'quick' if quick else 'full'} run of this job takes on an idle "
+             f"machine ({base} s of setup and measuring{timed}), for a busy one")
+    return limit, basis
 
 
 def h3_job(cat, plan: Plan, arch: dict, device: str, points: list[int] | None = None) -> dict:
@@ -79,7 +108,7 @@ def run_runner(ctx: Session, python: str, bridge: Path, lib: Path | None, job: d
         argv.append("--quick")
     if comfyui:
         argv += ["--comfyui", str(comfyui)]
-    timeout = (QUICK_SECONDS if quick else FULL_SECONDS) + 30
+    timeout, basis = runner_limit(job, quick, bool(comfyui))
     env = {**os.environ, "TMPDIR": str(workdir), "TEMP": str(workdir), "TMP": str(workdir)}
     holder = {}
     worker = threading.Thread(target=lambda: holder.update(result=run_process(argv, timeout=timeout, env=env)),
@@ -89,7 +118,8 @@ def run_runner(ctx: Session, python: str, bridge: Path, lib: Path | None, job: d
     res = holder.get("result")
     if res is None or not out_file.exists():
         detail = res.detail if res is not None else "no result"
-        return {"status": "error", "reason": f"the runner did not finish ({detail}); "
+        limit = f"; the limit was {timeout} s, {basis}" if res is not None and res.status == "timeout" else ""
+        return {"status": "error", "reason": f"the runner did not finish ({detail}{limit}); "
                 f"stderr: {(res.stderr if res else '')[-600:]}"}
     doc = json.loads(out_file.read_text(encoding="utf-8"))
     doc.setdefault("stderr_tail", res.stderr[-2000:])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from h3kit.cli.context import Context, Outcome
@@ -44,8 +43,8 @@ def format_probe(path: str | None):
     from h3kit.data import format_evidence
 
     try:
-        return format_evidence.parse(json.loads(Path(path).read_text(encoding="utf-8")), Path(path))
-    except (OSError, ValueError) as exc:
+        return format_evidence.parse(format_evidence.load(Path(path)), Path(path))
+    except (OSError, ValueError) as exc:  # BadProbe is a ValueError: no JSON, or nested too deep
         raise BadInput(f"The format probe {path} cannot be read ({exc}).",
                        "Pass a file written by h3kit's format probe (schema h3kit.format_probe/1), or leave "
                        "--format-probe out.") from exc
@@ -94,7 +93,8 @@ def render(plan: Plan) -> str:
         f"peaks     GPU {gb(e.peak_gpu_bytes)} of {gb(b.gpu_bytes)}, RAM {gb(e.peak_ram_bytes)} of "
         f"{gb(b.ram_bytes)}, disk {gb(e.disk_bytes)} of {gb(b.disk_bytes)}",
         f"ComfyUI   {' '.join(s.comfyui_args) or '(no flags)'}  env {dict(s.env) or '{}'}",
-    ] + ([f"NOT READY {plan.blocked}"] if plan.blocked else []) + ["why:"] + \
+    ] + ([f"NOT READY {plan.blocked}"] if plan.blocked else []) + \
+        ([f"fix       {plan.shortfall_fix}"] if plan.shortfall_fix else []) + ["why:"] + \
         [f"  - {r}" for r in plan.rationale]
     return "\n".join(lines)
 

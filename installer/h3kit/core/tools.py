@@ -26,7 +26,7 @@ import threading
 from dataclasses import dataclass, field
 
 from h3kit.core import subproc
-from h3kit.core.errors import NotReady
+from h3kit.core.errors import BadInput, NotReady
 
 # pip subcommands that read a package index (uninstall and list would refuse --index-url).
 INDEX_COMMANDS = ("install", "download", "wheel")
@@ -37,12 +37,38 @@ class PipOptions:
     find_links: list[str] = field(default_factory=list)
     no_index: bool = False
     index_url: str | None = None  # replaces the caller's index (a mirror, or a local one)
+    links_from: str | None = None  # the variable the find-links came from, checked before pip runs
 
     @classmethod
     def from_env(cls, environ=None) -> "PipOptions":
         env = os.environ if environ is None else environ
         links = [p for p in env.get("H3KIT_PIP_FIND_LINKS", "").split(os.pathsep) if p]
-        return cls(links, env.get("H3KIT_PIP_NO_INDEX", "") not in ("", "0"), env.get("H3KIT_PIP_INDEX_URL") or None)
+        return cls(links, env.get("H3KIT_PIP_NO_INDEX", "") not in ("", "0"), env.get("H3KIT_PIP_INDEX_URL") or None,
+                   links_from="H3KIT_PIP_FIND_LINKS" if links else None)
+
+    def missing_links(self) -> list[str]:
+        """The find-links that name a local path that is not there (URLs other than file:// are not checked)."""
+        from urllib.parse import urlparse
+        from urllib.request import url2pathname
+
+        missing = []
+        for link in self.find_links:
+            url = urlparse(link)
+            if len(url.scheme) > 1 and url.scheme != "file":  # http(s) and the like; "C:" is a drive, not a scheme
+                continue
+            path = url2pathname(url.path) if url.scheme == "file" else link
+            if not os.path.exists(os.path.expanduser(path)):
+                missing.append(link)
+        return missing
+
+    def check_links(self) -> None:
+        """BadInput naming the first missing folder of the variable the links came from: pip would only warn,
+        go on without it, and then fail on what that folder held (a pin conflict, no matching version)."""
+        missing = self.missing_links() if self.links_from else []
+        if missing:
+            raise BadInput(f"{self.links_from} names the wheel folder {missing[0]}, which does not exist.",
+                           f"Point {self.links_from} at the folder that holds the wheels (several joined by "
+                           f"'{os.pathsep}'), or unset it, then run the command again.")
 
     def index_args(self, index_url: str | None) -> list[str]:
         """pip arguments for the package sources: offline beats a mirror, a mirror beats `index_url`."""
@@ -70,6 +96,12 @@ class Failure:
 OFFLINE_PIP = "or set H3KIT_PIP_FIND_LINKS to a folder of wheels and H3KIT_PIP_NO_INDEX=1"
 _FULL_FIX = ("Free some space on that disk (pip also unpacks into its temporary folder, TMPDIR), "
              "then run the command again.")
+# pip goes on without a find-links location it cannot read, then fails on what that folder held (a pin
+# conflict, no matching version): the missing folder is the cause, so it outranks those readings.
+IGNORED_LINK = Failure(("pip",), (r"location '([^']+)' is ignored: it is either a non-existing path",),
+                       "the wheel folder {0} does not exist, so pip looked for the packages without it.",
+                       "Point H3KIT_PIP_FIND_LINKS (or pip's own find-links setting) at the folder that holds "
+                       "the wheels, then run the command again.")
 FAILURES: tuple[Failure, ...] = (
     Failure(("pip", "git"), (r"(?:no space left on device|disk quota exceeded): '([^']+)'",),
             "the disk that holds {0} is full.", _FULL_FIX),
@@ -130,18 +162,28 @@ def classify(tool: str, text: str, status: str = "error", *, alternative: str | 
     if (tool, status) in STATUS_FAILURES:
         sentence, fix, offline = STATUS_FAILURES[(tool, status)]
         return sentence, _with(fix, hint if offline else None)
+    ignored = _match(IGNORED_LINK, tool, text, hint)
+    if ignored is not None:
+        return ignored
     conflict = pin_conflict(text) if tool == "pip" else None
     if conflict is not None:
         return conflict
     for row in FAILURES:
-        if tool not in row.tools:
-            continue
-        for pattern in row.patterns:
-            m = re.search(pattern, text, re.IGNORECASE)  # the patterns are lower-case; a path keeps its case
-            if m:
-                return row.sentence.format(*(m.groups() or ("",))), _with(row.fix, hint if row.offline else None)
+        said = _match(row, tool, text, hint)
+        if said is not None:
+            return said
     last = next((ln.strip() for ln in reversed(text.strip().splitlines()) if ln.strip()), "no output")
     return f"{tool} reported: {last[:200]}", f"Run the command again with -v and read the log for {tool}'s full output."
+
+
+def _match(row: Failure, tool: str, text: str, hint: str | None) -> tuple[str, str] | None:
+    if tool not in row.tools:
+        return None
+    for pattern in row.patterns:
+        m = re.search(pattern, text, re.IGNORECASE)  # the patterns are lower-case; a path keeps its case
+        if m:
+            return row.sentence.format(*(m.groups() or ("",))), _with(row.fix, hint if row.offline else None)
+    return None
 
 
 def pin_conflict(text: str) -> tuple[str, str] | None:
@@ -200,6 +242,8 @@ def run_pip(ctx, python, args: list[str], label: str, *, timeout: float, opts: P
     """`python -m pip ARGS` with the package sources of `opts` (default: from the environment); NotReady on failure."""
     opts = PipOptions.from_env() if opts is None else opts
     sources = opts.index_args(index_url) if args and args[0] in INDEX_COMMANDS else []
+    if sources:
+        opts.check_links()
     argv = [os.fspath(python), "-m", "pip", *args, *sources, "--disable-pip-version-check", "--no-input"]
     return _run(ctx, "pip", argv, label, timeout=timeout, alternative=alternative)
 

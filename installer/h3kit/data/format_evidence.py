@@ -33,6 +33,7 @@ this ComfyUI: error says why; the planner treats it as no measurement).
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -113,31 +114,60 @@ def parse(doc: dict, path: Path | None = None) -> FormatProbe:
     backend = doc.get("backend")
     if not isinstance(backend, str):
         raise BadProbe(f"{where}: backend must be a string (cuda, rocm, xpu, mps or cpu)")
+    found = doc.get("parts") or {}
+    if not isinstance(found, dict):
+        raise BadProbe(f"{where}: parts must map dit and text_encoder to their formats")
     parts = {}
-    for part, formats in (doc.get("parts") or {}).items():
+    for part, formats in found.items():
         if not isinstance(formats, dict):
             raise BadProbe(f"{where}: parts.{part} must map formats to results")
         parts[part] = {}
         for fmt, res in formats.items():
             if not isinstance(res, dict) or res.get("status") not in STATUSES:
                 raise BadProbe(f"{where}: parts.{part}.{fmt}.status must be one of {', '.join(STATUSES)}")
-            seconds = res.get("seconds")
             parts[part][fmt] = FormatResult(
-                status=res["status"], seconds=float(seconds) if isinstance(seconds, (int, float)) else None,
+                status=res["status"], seconds=_seconds(res.get("seconds")),
                 error=res.get("error") if isinstance(res.get("error"), str) else None,
                 device=res.get("device") if isinstance(res.get("device"), str) else None,
                 dtype=res.get("dtype") if isinstance(res.get("dtype"), str) else None,
                 dequantized=res.get("dequantized") if isinstance(res.get("dequantized"), bool) else None)
-    seconds = doc.get("seconds")
     return FormatProbe(comfyui_version=key["comfyui_version"], torch=key["torch"], device=key["device"],
-                       backend=backend, parts=parts,
-                       seconds=float(seconds) if isinstance(seconds, (int, float)) else None,
+                       backend=backend, parts=parts, seconds=_seconds(doc.get("seconds")),
                        created=doc.get("created") if isinstance(doc.get("created"), str) else None, path=path)
 
 
-def read(path: Path) -> FormatProbe | None:
-    """The probe saved at `path`, or None when there is none or it is not readable (a stale cache is no evidence)."""
+def _seconds(value) -> float | None:
+    """A number of seconds, or None for anything else (an integer past float's range included)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
     try:
-        return parse(json.loads(Path(path).read_text(encoding="utf-8")), Path(path))
-    except (OSError, ValueError):
+        return float(value)
+    except OverflowError:
+        return None
+
+
+def load(path: Path) -> dict:
+    """The JSON document at `path`, read as it is; OSError when the file cannot be read, BadProbe when it
+    is no JSON, or JSON nested deeper than the parser follows (RecursionError is no ValueError)."""
+    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise BadProbe(f"{path} is JSON nested too deep to be a format probe") from None
+    except ValueError as exc:
+        raise BadProbe(f"{path} is not JSON ({exc})") from None
+
+
+def read(path: Path, log: logging.Logger | None = None) -> FormatProbe | None:
+    """The probe saved at `path`, or None when there is none or it is not one h3kit wrote (a stale or damaged
+    cache is no evidence). A file that is there but unusable is one warning on `log` naming it: whoever
+    reads the log learns which file to delete, and the next probe overwrites it anyway."""
+    try:
+        return parse(load(path), Path(path))
+    except FileNotFoundError:
+        return None
+    except (OSError, BadProbe) as exc:
+        why = exc if isinstance(exc, BadProbe) else f"{path} cannot be read ({exc.strerror or exc})"
+        (log or logging.getLogger("h3kit")).warning("format probe cache: %s; planning without it "
+                                                    "('h3kit doctor --fresh-probe' measures it again)", why)
         return None

@@ -265,6 +265,7 @@ class Plan(_Doc):
     comfyui_loads: Mapping[str, str] = _no_map()  # part -> how sure it is that ComfyUI loads it
     evidence: Mapping[str, FormatEvidence] = _no_map()
     blocked: str | None = None  # what stops the chosen files from running here, or None
+    shortfall_fix: str | None = None  # for a plan that does not fit: what to do, for the resource that is short
     settings_source: Mapping[str, str] = _no_map()  # settings key -> where its value came from
     budget: MemoryBudget = field(default_factory=MemoryBudget)
     estimates: Estimates = field(default_factory=Estimates)

@@ -74,6 +74,7 @@ def fetch(ctx, plan: Plan, comfyui_dir: Path, *, from_dir: Path | None = None, d
     files = files_for_plan(plan, catalog)
     man = manifest_for(ctx, comfyui_dir)
     journal = Journal(man)
+    _unlink_stray_links(ctx, man)
     if [o for o in journal.settle(roles={ROLE}) if o["outcome"] != "partial"]:  # a crash's weights, before looking
         man.save()
     states = {f.name: file_state(f, folders, man) for f in files}
@@ -86,6 +87,8 @@ def fetch(ctx, plan: Plan, comfyui_dir: Path, *, from_dir: Path | None = None, d
             "Rename or move that file (it may be another version of the model), then run 'h3kit models fetch' again.",
             details={"conflicts": conflicts})
     todo = [f for f in files if states[f.name]["state"] != "present" and f.name not in skip_names]
+    for f in todo:
+        _refuse_in_the_way(f.dest(folders))
     results = [{"name": f.name, "path": states[f.name]["path"], "method": "present"} for f in files if f not in todo]
     if not todo:
         return {"schema": SCHEMA, "action": "fetch", "comfyui": str(comfyui_dir), "files": results,
@@ -159,6 +162,33 @@ def fetch(ctx, plan: Plan, comfyui_dir: Path, *, from_dir: Path | None = None, d
         raise missing_files_error(comfyui_dir, unreachable, results)
     return {"schema": SCHEMA, "action": "fetch", "comfyui": str(comfyui_dir), "files": results,
             "downloaded_bytes": downloaded, "total_bytes": sum(f.bytes for f in files)}
+
+
+def _unlink_stray_links(ctx, man) -> None:
+    """A link that leads nowhere where a weight was named but never confirmed: what an older h3kit left when
+    --from held links (it hard-linked the link itself and stopped before confirming). It appeared while
+    h3kit's write was in flight and holds nothing, so it goes and the weight is placed again; a link at
+    a confirmed weight's place is someone's since (see _refuse_in_the_way)."""
+    for entry in man.by_role(ROLE):
+        p = Path(entry.path)
+        if entry.kind == "file" and entry.pending and entry.fetch is not None and p.is_symlink() and not p.exists():
+            ctx.log.info("removing the dangling link %s -> %s an interrupted fetch left", p, os.readlink(p))
+            core_files.unlink(p)
+
+
+def _refuse_in_the_way(dest: Path) -> None:
+    """BadInput when something that is not a weight file holds a missing weight's place (a link that
+    leads nowhere or to a folder, a folder, a pipe): it is the user's, and a weight never lands over it."""
+    if not os.path.lexists(dest):
+        return
+    if dest.is_symlink():
+        target = os.readlink(dest)
+        why = f"a link to {target}, which " + ("is not a file" if dest.exists() else "does not exist")
+    else:
+        why = "not a file"
+    raise BadInput(f"{dest} is {why}; h3kit will not replace it with the model file.",
+                   "Move or remove it yourself (or reconnect the drive the link points to), then run the same "
+                   "command again.")
 
 
 def missing_files_error(comfyui_dir: Path, unreachable: list[tuple], results: list[dict]) -> NotReady:

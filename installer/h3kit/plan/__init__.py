@@ -43,7 +43,8 @@ from h3kit.data.fingerprint import Fingerprint
 from h3kit.data.plan_doc import (SCHEMA, CandidateSummary, ClipTime, Estimates, FormatEvidence, MemoryBudget,
                                  PhasePeak, Plan, PlanSettings, Streaming)
 from h3kit.plan.comfy_version import loadable_catalog, version_args
-from h3kit.plan.loads import blocked_sentence, evidence_doc, evidence_rationale, reported_setup_rationale
+from h3kit.plan.loads import (blocked_sentence, evidence_doc, evidence_rationale, reported_setup_rationale,
+                              shortfall_fix)
 from h3kit.plan.rationale import rationale_for, warnings_for
 from h3kit.plan.search import Candidate, plan_profile
 from h3kit.plan.streaming import decide_streaming
@@ -119,6 +120,7 @@ def make_plan(fingerprint: Fingerprint, catalog: Catalog, profiles: Mapping[str,
         comfyui_loads=MappingProxyType({w.part: w.comfyui_loads for w in (ch.dit, ch.te, ch.vae, ch.audio_vae)}),
         evidence=MappingProxyType({part: FormatEvidence(**ev) for part, ev in evidence_doc(catalog, best).items()}),
         blocked=blocked_sentence(catalog, best, lora),
+        shortfall_fix=shortfall_fix(best),
         settings_source=MappingProxyType({f.name: best.source.get(f.name, "planner") for f in fields(settings)}),
         budget=MemoryBudget(b.gpu_bytes, b.ram_bytes, b.disk_bytes, b.unified),
         estimates=Estimates(peak_gpu_bytes=e.peak_gpu, peak_ram_bytes=e.peak_ram,

@@ -83,6 +83,38 @@ def _what_would_work(c: Candidate) -> str:
     return " and ".join(fixes) or "a larger machine"
 
 
+def shortfall_fix(c: Candidate) -> str | None:
+    """What to do about a plan that does not fit, per resource short and the phase it is short in; None when it
+    fits. Decided here once: install's closing hint and 'h3kit plan' say this, never a fix for another resource."""
+    if c.est.fits or not c.est.short:
+        return None
+    b, worst = c.budget, {}
+    for what, need, have, phase in c.est.short:
+        what = "unified" if b.unified and what != "disk" else what  # one memory on a Mac: one fix, the worst
+        if what not in worst or need - have > worst[what][0] - worst[what][1]:
+            worst[what] = (need, have, phase)
+    fixes = []
+    for what, (need, have, phase) in worst.items():
+        short = need - have
+        if what == "disk":
+            where = f"the disk that holds {b.disk_path}" if b.disk_path else "the disk of ComfyUI's models folder"
+            fixes.append(f"free {gb(short)} on {where} (the model files need {gb(need)}, {gb(have)} is free), or "
+                         "put ComfyUI's models folder on a disk with that room (extra_model_paths.yaml)")
+        elif b.unified:
+            fixes.append(f"use a Mac with at least {gb(b.ram_total + short)} of unified memory (the {phase} phase "
+                         f"needs {gb(need)}, the budget is {gb(have)})")
+        elif what == "RAM":
+            fixes.append(f"add RAM, at least {gb(b.ram_total + short)} in all (the {phase} phase needs {gb(need)} "
+                         f"of RAM, the budget is {gb(have)})")
+        else:
+            fixes.append(f"use a GPU with at least {gb((b.gpu_total or 0) + short)} of memory (the {phase} phase "
+                         f"needs {gb(need)} on the card, the budget is {gb(have)})")
+    memory = any(what != "disk" for what in worst)
+    said = "; and ".join(fixes)
+    return (said[0].upper() + said[1:] + (", or override settings in config.yaml at your own risk and run "
+            "'h3kit apply'" if memory else "") + ".")
+
+
 def blocked_sentence(cat: Catalog, c: Candidate, lora: Weight | None = None) -> str | None:
     """None when every planned file loads and the plan fits; else the one sentence install stops on."""
     ch = c.choice

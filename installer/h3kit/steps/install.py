@@ -70,7 +70,7 @@ def run(options: InstallOptions, ctx: Session) -> Outcome:
             if created is None:
                 _build(ctx, notes, warnings)
                 warnings += list(plan.warnings) if plan else []
-                return _without_comfyui(options, ctx, plan, profile, notes, warnings, missing)
+                return _without_comfyui(options, ctx, (fingerprint, plan), profile, notes, warnings, missing)
         install = locate(ComfyTarget(str(created)), ctx, config, need_write=True)
     with exclusive(ctx, install, "install"):
         library = _build(ctx, notes, warnings)
@@ -125,7 +125,7 @@ def _into(options: InstallOptions, ctx: Session, config, fingerprint, plan, sett
     ctx.progress("Checking that this ComfyUI can run MiniMax H3...")
     support = h3_support.check(install, catalog.load(), comfyui_locate.run_python)
     doc["h3"] = support.to_json()
-    _after_deploy(options, ctx, plan, install, doc, notes, support)
+    _after_deploy(options, ctx, (fingerprint, plan), install, doc, notes, support)
     if not support.ready:
         # Installed and verified, but this ComfyUI cannot load H3: no weights were fetched for it.
         raise NotReady(f"h3kit is installed in {install.node_dir}, but {_lower_first(h3_support.problem(support))} "
@@ -138,8 +138,7 @@ def _into(options: InstallOptions, ctx: Session, config, fingerprint, plan, sett
         short = plan.blocked or "; ".join(plan.warnings[:2]) or "the plan does not fit"
         raise NotReady(f"h3kit is installed in {install.node_dir}, but this machine is below what the model needs "
                        f"even at the smallest settings. {short}",
-                       "Read 'h3kit plan' for the shortfall; add RAM or use a GPU with more memory, or override "
-                       "settings in config.yaml at your own risk and run 'h3kit apply'.", details=doc)
+                       plan.shortfall_fix or "Read 'h3kit plan' for the shortfall.", details=doc)
     if (refused := _refused(options, ctx, plan)):
         raise NotReady(f"h3kit is installed in {install.node_dir}; no model file was downloaded. {refused}",
                        "Run 'h3kit plan' to see why; change config.yaml and run 'h3kit install' again, or pass "
@@ -193,19 +192,21 @@ def _lower_first(text: str) -> str:
     return text[:1].lower() + text[1:] if text.startswith("This ") else text
 
 
-def _after_deploy(options: InstallOptions, ctx: Session, plan: Plan | None, install: comfyui_locate.ComfyInstall, doc: dict, notes: list[str],
-                  support: h3_support.H3Support) -> None:
+def _after_deploy(options: InstallOptions, ctx: Session, planned: tuple, install: comfyui_locate.ComfyInstall,
+                  doc: dict, notes: list[str], support: h3_support.H3Support) -> None:
+    """`planned` is install's (fingerprint, plan): calibration measures for that profile and that machine."""
+    plan = planned[1]
     if not support.ready:
         notes.append("models skipped: this ComfyUI cannot load MiniMax H3 yet, so no weights are downloaded")
-        doc["report"] = _calibrate(options, ctx, install.path, notes, doc)
+        doc["report"] = _calibrate(options, ctx, install.path, notes, doc, planned)
         return
     if plan.fits is False:
         notes.append("models skipped: the plan does not fit this machine, so no weights are downloaded")
-        doc["report"] = _calibrate(options, ctx, install.path, notes, doc)
+        doc["report"] = _calibrate(options, ctx, install.path, notes, doc, planned)
         return
     if _refused(options, ctx, plan):
         notes.append("models skipped: the plan holds files not known to load here, so no weights are downloaded")
-        doc["report"] = _calibrate(options, ctx, install.path, notes, doc)
+        doc["report"] = _calibrate(options, ctx, install.path, notes, doc, planned)
         return
     try:
         folders = model_folders(install, ctx)
@@ -217,31 +218,36 @@ def _after_deploy(options: InstallOptions, ctx: Session, plan: Plan | None, inst
         # The pack is installed and verified; the calibration needs no weights, so it still runs
         # (its report says what the machine can do), and the models error is the exit.
         notes.append(f"models not complete: {failed.message}")
-        doc["report"] = _calibrate(options, ctx, install.path, notes, doc)
+        doc["report"] = _calibrate(options, ctx, install.path, notes, doc, planned)
         failed.details = {**doc, **failed.details}
         raise
-    doc["report"] = _calibrate(options, ctx, install.path, notes, doc)
+    doc["report"] = _calibrate(options, ctx, install.path, notes, doc, planned)
 
 
 def _calibrate(options: InstallOptions, ctx: Session, comfyui_dir: Path | None, notes: list[str],
-               doc: dict | None = None) -> str | None:
+               doc: dict | None, planned: tuple) -> str | None:
     if options.skip_calibrate or ctx.dry_run:
         notes.append("calibration skipped (--skip-calibrate)" if options.skip_calibrate
                      else "calibration skipped (--dry-run)")
         return None
 
     ctx.progress("Calibrating (quick)...")
-    result = calibrate.run(ctx, comfyui_dir=comfyui_dir, quick=True, with_model=False) or {}
+    # The profile install planned and its fingerprint (--fingerprint FILE's too): calibration's re-apply must
+    # rewrite the pack with that profile, never with the one it would pick by itself, and need not probe again.
+    fingerprint, plan = planned
+    result = calibrate.run(ctx, comfyui_dir=comfyui_dir, quick=True, with_model=False, fingerprint=fingerprint,
+                           profile=plan.profile if plan else options.profile) or {}
     if doc is not None:
         doc["calibration_estimates"] = result.get("estimates")
     files = result.get("report_files") or {}
     return files.get("md") or files.get("json")
 
 
-def _without_comfyui(options: InstallOptions, ctx: Session, plan, profile, notes, warnings,
+def _without_comfyui(options: InstallOptions, ctx: Session, planned: tuple, profile, notes, warnings,
                      missing: NotReady) -> Outcome:
     """No ComfyUI: still calibrate (the report says what this machine can run), then exit 3."""
-    report = _calibrate(options, ctx, None, notes)
+    plan = planned[1]
+    report = _calibrate(options, ctx, None, notes, None, planned)
     details = {"schema": SCHEMA, "comfyui": None, "profile": profile, "verified": False, "report": report,
                "notes": notes, "warnings": warnings, "plan_fits": plan.fits if plan else None}
     raise NotReady(missing.message + (f" The calibration report is at {report}." if report else ""),

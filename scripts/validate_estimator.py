@@ -4,6 +4,7 @@
         [--only fits|nofit] [--keep DIR]                        # calibrate --quick vs the installed workflow
     python scripts/validate_estimator.py --held [--json] [--comfyui DIR] [--cases SPEC]   # the older check
     python scripts/validate_estimator.py --reports [--json]     # the planner against published reports
+    python scripts/validate_estimator.py --published [--json]   # time and memory against published runs
 
 By default (scripts/estimator_cases.py): `h3kit calibrate --quick` against the workflow the pack
 installed (its streamed loader, the same canvas, 3 steps), for a real-width random DiT that fits this
@@ -34,7 +35,10 @@ ComfyUI's H3 tokenizer) in both, so the check is the estimator's, not the
 catalog's prompt-length assumption. Prints a table (or --json) and exits 1
 when any difference is above 25%. The "Estimate vs measured" table in docs/calibrate.md
 is this script's output. `--reports` keeps the older check of the planner's
-memory figures against published user reports (docs/plan.md).
+memory figures against published user reports (docs/plan.md). `--published` (scripts/published_check.py)
+plans every run of profiles/published_runs.yaml with its setup forced and prints the estimate next to the
+published seconds per step, per clip and peak GPU memory; exit 1 when one is more than 1.5x off with no
+stated reason (docs/calibrate.md "Estimates against published runs").
 """
 
 from __future__ import annotations
@@ -71,21 +75,12 @@ print(json.dumps({"text_tokens": sum(len(b) for v in out.values() for b in v[:1]
 
 # ----------------------------------------------------------------- the older check: planner vs user reports
 def machine_fingerprint(m: dict):
-    from h3kit.data.fingerprint import Fingerprint
-    from h3kit.data.yamlio import parse_size
+    """A reported machine's Fingerprint (scripts/published_check.py; Macs: Metal's share of unified memory)."""
+    if str(ROOT / "scripts") not in sys.path:
+        sys.path.insert(0, str(ROOT / "scripts"))
+    from published_check import machine_fingerprint as fingerprint_of
 
-    return Fingerprint.from_json({
-        "schema": "h3kit.fingerprint/1",
-        "os": {"system": "linux", "release": "", "wsl": False}, "arch": "x86_64", "rosetta": False,
-        "cpu": {"model": "reported machine", "physical_cores": 8, "logical_cores": 16, "flags": ["avx2"]},
-        "memory": {"total_bytes": parse_size(m["ram"]), "available_bytes": parse_size(m["ram"]), "swap_total_bytes": 0},
-        "disks": [{"path": "/", "total_bytes": 2 * 10**12, "free_bytes": 10**12, "kind": "ssd"}],
-        "gpus": [{"vendor": "nvidia", "name": m["gpu"], "memory_total_bytes": parse_size(m["gpu_memory"]),
-                  "memory_free_bytes": None, "unified_memory": False, "driver_version": "580.82.07",
-                  "cuda_driver_version": m.get("cuda_driver"), "compute_capability": m.get("compute_capability"),
-                  "backend": m["backend"]}],
-        "compilers": [], "probes": [],
-    })
+    return fingerprint_of(m)
 
 
 def rows() -> list[dict]:
@@ -293,6 +288,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--reports", action="store_true", help="the planner against published reports instead")
+    ap.add_argument("--published", action="store_true", help="time and memory against profiles/published_runs.yaml")
     ap.add_argument("--comfyui", default=os.environ.get("H3KIT_COMFYUI_DIR"), help="a ComfyUI >= 0.31 with venv/")
     ap.add_argument("--cases", help='JSON list like [{"hidden": 1024, "blocks": 8, "canvas": [256, 256], "frames": 39}]')
     ap.add_argument("--keep", type=Path, help="work in this folder and keep it (files are reused on the next run)")
@@ -301,6 +297,11 @@ def main(argv=None) -> int:
     ap.add_argument("--only", choices=("fits", "nofit"), help="one of the two page-cache cases")
     a = ap.parse_args(argv)
     os.environ.setdefault("H3KIT_HOME", tempfile.mkdtemp(prefix="h3kit-validate-home-"))
+    if a.published:
+        sys.path.insert(0, str(ROOT / "scripts"))
+        import published_check
+
+        return published_check.main(a.json)
     if a.reports:
         table = rows()
         if a.json:

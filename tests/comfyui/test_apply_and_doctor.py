@@ -85,3 +85,29 @@ def test_doctor_without_comfyui(tmp_path, run_cli, monkeypatch):
     monkeypatch.delenv("COMFYUI_PATH", raising=False)
     code, out, err = run_cli("doctor", "--comfyui", str(tmp_path / "gone"), "--json")
     assert code == 3 and _findings(out)["comfyui.found"]["status"] == "fail"
+
+
+def test_turning_the_reference_workflow_off_removes_it_unless_it_was_edited(installed, run_cli):
+    """reference_to_video: on, apply -> the pack lists the reference workflow; off, apply -> it is gone, since it
+    names a DiT the plan no longer fetches. A copy the user edited in place stays, and so do the other workflows."""
+    from h3kit.comfyui import workflows
+    from h3kit.data.config import write_section
+
+    comfy, doc = installed
+    node = Path(doc["node_dir"])
+    name = workflows.NAMES["r2v"] + ".json"
+    ui, api = node / workflows.UI_DIR / name, node / workflows.API_DIR / name
+    config = locations().config_file
+    for edited in (False, True):
+        write_section(config, "overrides", {"reference_to_video": True})
+        code, out, err = run_cli("apply", "--comfyui", str(comfy), "--yes", "--json")
+        assert code == 0, err
+        assert ui.is_file() and api.is_file()
+        if edited:
+            ui.write_text(ui.read_text(encoding="utf-8").replace("example.png", "my_photo.png"), encoding="utf-8")
+        write_section(config, "overrides", {"reference_to_video": False})
+        code, out, err = run_cli("apply", "--comfyui", str(comfy), "--yes", "--json")
+        assert code == 0, err
+        assert not api.exists() and ui.exists() == edited
+        assert sorted(json.loads(out)["removed"]) == sorted(str(p) for p in ((api,) if edited else (ui, api)))
+        assert (node / workflows.UI_DIR / (workflows.NAMES["t2v"] + ".json")).is_file()

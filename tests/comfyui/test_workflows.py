@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -11,16 +12,22 @@ from h3kit.comfyui import workflows
 from h3kit.comfyui.graph import Graph, ui_to_api
 from h3kit.data import catalog as catalog_mod
 from h3kit.data import comfy_nodes
-from h3kit.data.plan_doc import Plan
+from h3kit.data.plan_doc import Plan, ReferenceRun
 
 PLANS = Path(__file__).parents[1] / "fixtures" / "plans"
 CAT = catalog_mod.load()
 SPECS = comfy_nodes.load()
 
 
-def _plan(name: str = "nvidia-rtx3060-12gb-32gb") -> Plan:
-    """A golden plan, read back as a saved plan.json is."""
-    return Plan.from_json(json.loads((PLANS / f"{name}.json").read_text(encoding="utf-8")))
+def _plan(name: str = "nvidia-rtx3060-12gb-32gb", reference: bool = False) -> Plan:
+    """A golden plan, read back as a saved plan.json is; `reference`: with the reference-to-video workflow set up
+    (the ref2va twin of its DiT, where one is published)."""
+    plan = Plan.from_json(json.loads((PLANS / f"{name}.json").read_text(encoding="utf-8")))
+    twin = CAT.reference_twin(CAT.weight(plan.settings.dit_weights)) if reference else None
+    if twin is None:
+        return plan
+    ref = ReferenceRun(twin.id, 4, "h3-lora-ref2v-turbo", 1.0)
+    return dataclasses.replace(plan, settings=dataclasses.replace(plan.settings, reference=ref))
 
 
 def _nodes(api: dict, class_type: str) -> list[dict]:
@@ -29,8 +36,12 @@ def _nodes(api: dict, class_type: str) -> list[dict]:
 
 @pytest.mark.parametrize("plan_name", sorted(p.stem for p in PLANS.glob("*.json")))
 def test_the_ui_file_stands_for_exactly_the_api_graph(plan_name):
-    files = workflows.pack_files(_plan(plan_name), CAT, "p")
-    for name in workflows.NAMES.values():
+    plan = _plan(plan_name, reference=True)
+    files = workflows.pack_files(plan, CAT, "p")
+    kinds = ["t2v", "i2v", "flf2v"] + (["r2v"] if plan.settings.reference else [])
+    assert sorted(files) == sorted(f"{d}/{workflows.NAMES[k]}.json" for k in kinds
+                                   for d in (workflows.UI_DIR, workflows.API_DIR))
+    for name in (workflows.NAMES[k] for k in kinds):
         ui = json.loads(files[f"{workflows.UI_DIR}/{name}.json"])
         api = json.loads(files[f"{workflows.API_DIR}/{name}.json"])
         assert ui_to_api(ui, SPECS) == api
@@ -75,6 +86,34 @@ def test_image_to_video_feeds_a_first_frame():
     (encode,) = _nodes(api, "MiniMaxH3ImageToVideo")
     (load,) = _nodes(api, "LoadImage")
     assert api[encode["inputs"]["first_frame"][0]] is load
+    assert "last_frame" not in encode["inputs"]  # as ComfyUI's own H3 image-to-video template
+
+
+def test_first_last_frame_feeds_both_frames():
+    api = json.loads(workflows.pack_files(_plan(), CAT, "p")[f"{workflows.API_DIR}/h3kit_first_last_frame_to_video.json"])
+    (encode,) = _nodes(api, "MiniMaxH3ImageToVideo")
+    first, last = (api[encode["inputs"][k][0]] for k in ("first_frame", "last_frame"))
+    assert first is not last and first["class_type"] == last["class_type"] == "LoadImage"
+    assert first["inputs"]["image"] == last["inputs"]["image"] == "example.png"  # ComfyUI ships input/example.png
+
+
+def test_the_reference_workflow_loads_the_twin_with_its_own_steps_and_lora():
+    plan = _plan(reference=True)
+    api = json.loads(workflows.pack_files(plan, CAT, "p")[f"{workflows.API_DIR}/h3kit_reference_to_video.json"])
+    (encode,) = _nodes(api, "MiniMaxH3ReferenceToVideo")
+    assert set(encode["inputs"]) == {"clip", "vae", "audio_vae", "prompt", "width", "height", "length",
+                                     "ref_image_size", "ref_images.ref_image_0"}
+    twin = CAT.weight(plan.settings.reference.dit_weights)
+    assert any(n["inputs"].get("unet_name") == twin.file.name for n in api.values())
+    assert not any(n["inputs"].get("unet_name") == CAT.weight(plan.settings.dit_weights).file.name for n in api.values())
+    (lora,) = _nodes(api, "LoraLoaderModelOnly")
+    assert lora["inputs"]["lora_name"] == CAT.weight("h3-lora-ref2v-turbo").file.name
+    assert _nodes(api, "BasicScheduler")[0]["inputs"]["steps"] == 4
+    assert _nodes(api, "SaveVideo")[0]["inputs"]["filename_prefix"] == "h3kit/h3kit_reference_to_video"
+    ui = json.loads(workflows.pack_files(plan, CAT, "p")[f"{workflows.UI_DIR}/h3kit_reference_to_video.json"])
+    (node,) = [n for n in ui["nodes"] if n["type"] == "MiniMaxH3ReferenceToVideo"]
+    assert node["widgets_values"][1:] == [plan.settings.canvas[0], plan.settings.canvas[1], plan.settings.frames, "match"]
+    assert [i["name"] for i in node["inputs"]] == ["clip", "vae", "audio_vae", "ref_images.ref_image_0"]
 
 
 def test_a_widget_without_a_value_is_refused_for_the_ui_format():
@@ -127,17 +166,21 @@ def _gguf_settings(stream=None) -> workflows.WorkflowSettings:
         text_encoder=workflows.LoadedFile("qwen3vl_32b_minimax_h3-Q4_K_M.gguf", "H3kitCLIPLoaderGGUF"),
         vae=workflows.LoadedFile("vae.safetensors", "VAELoader"), audio_vae=workflows.LoadedFile("a.safetensors", "VAELoader"),
         width=64, height=64, frames=22, steps=2, sampler="euler", scheduler="simple", shift_video=12.0,
-        shift_audio=3.0, fps=24, seed=0, guard_memory=False, stream=stream)
+        shift_audio=3.0, fps=24, seed=0, guard_memory=False, stream=stream,
+        reference=workflows.ReferenceSettings(workflows.LoadedFile("minimax_h3_ref2va_pruned-Q4_K.gguf",
+                                                                   "H3kitUnetLoaderGGUF"), 4))
 
 
 def test_h3kits_gguf_loaders_carry_every_widget_and_a_streamed_gguf_goes_to_the_streamed_loader():
     ws = _gguf_settings()
-    for kind in workflows.NAMES:
+    assert ws.kinds() == list(workflows.NAMES)
+    for kind in ws.kinds():
         g = workflows.build(kind, ws, SPECS)
         api = g.to_api()
         assert ui_to_api(g.to_ui(), SPECS) == api
         (dit,) = _nodes(api, "H3kitUnetLoaderGGUF")
-        assert dit["inputs"] == {"unet_name": ws.dit.name, **workflows.GGUF_DIT_DEFAULTS}
+        name = ws.reference.dit.name if kind == "r2v" else ws.dit.name
+        assert dit["inputs"] == {"unet_name": name, **workflows.GGUF_DIT_DEFAULTS}
         (te,) = _nodes(api, "H3kitCLIPLoaderGGUF")
         assert te["inputs"] == {"clip_name": ws.text_encoder.name, "type": "minimax", "mmproj_name": "(auto)"}
         assert not _nodes(api, "UNETLoader") and not _nodes(api, "CLIPLoader")

@@ -60,7 +60,7 @@ def test_sampling_limits_and_comfyui_needs_are_values():
     gguf = CAT.loader_packs["ComfyUI-GGUF"]
     assert gguf.git == "https://github.com/city96/ComfyUI-GGUF" and gguf.folder == "ComfyUI-GGUF" and gguf.nodes
     lora = CAT.weight("h3-lora-turbo").file
-    assert lora.folder == "loras" and lora.bytes == 779_849_816 and lora.urls[0].startswith("https://huggingface.co/")
+    assert lora.folder == "loras" and lora.bytes == 1_956_193_000 and lora.urls[0].startswith("https://huggingface.co/")
 
 
 def test_no_raw_yaml_is_left_on_a_catalog_or_a_profile():
@@ -94,10 +94,12 @@ BAD_SECTIONS = [
     ('release_tag_pattern: "v{version}"', 'release_tag_pattern: "v1"', "comfyui_h3.release_tag_pattern"),
     ('gpu_memory: [null, "9 GiB"]', 'gpu_memory: [null, "nine"]', "reported_setups[0].machine.gpu_memory"),
     ('comfyui_avoid_args: ["--fast",', 'comfyui_avoid_args: [7,', "comfyui_avoid_args"),
-    ("name: minimax_h3_turbo_v4_step600_ema.safetensors,", "nmae: minimax_h3_turbo_v4_step600_ema.safetensors,",
-     "lora[0].file.nmae"),
-    ("bytes: 779849816, sha256", 'bytes: "780 MB", sha256', "lora[0].file.bytes"),
-    ("folder: loras, loader: LoraLoaderModelOnly", "folder: [loras], loader: LoraLoaderModelOnly", "lora[0].file.folder"),
+    ("name: minimax_h3_fl2v_turbo_8step_v1.0_comfyui_bf16.safetensors,",
+     "nmae: minimax_h3_fl2v_turbo_8step_v1.0_comfyui_bf16.safetensors,", "lora[0].file.nmae"),
+    ("comfyui_bf16.safetensors, bytes: 1956193000, sha256: null, urls: [https://huggingface.co/lightx2v",
+     'comfyui_bf16.safetensors, bytes: "1.96 GB", sha256: null, urls: [https://huggingface.co/lightx2v', "lora[0].file.bytes"),
+    ("{id: h3-lora-turbo, format: bf16, size: 1956193000, file: {folder: loras,",
+     "{id: h3-lora-turbo, format: bf16, size: 1956193000, file: {folder: [loras],", "lora[0].file.folder"),
 ]
 
 

@@ -309,11 +309,11 @@ FIXTURES_PLANS = Path(__file__).parents[1] / "fixtures" / "plans"
 
 
 def _doubtful_plan() -> Plan:
-    """A reference plan whose user forced files nobody reported loading: the w4a8 DiT (no public file confirmed)
-    and the fast preset's Turbo LoRA. No plan picks such files by itself any more (tests/plan/test_plan_loads.py)."""
+    """A reference plan whose user forced files nobody reported loading: a full-model GGUF DiT and, made doubtful
+    here by hand, the fast preset's LoRA. No plan picks such files by itself (tests/plan/test_plan_loads.py)."""
     plan = json.loads((FIXTURES_PLANS / "nvidia-rtx4090-24gb-64gb.json").read_text(encoding="utf-8"))
-    plan["settings"].update(dit_weights="h3-dit-pruned-w4a8", lora="h3-lora-turbo")
-    plan["comfyui_loads"]["dit"] = "unknown"
+    plan["settings"].update(dit_weights="h3-dit-full-q8_0", lora="h3-lora-turbo")
+    plan["comfyui_loads"].update(dit="unknown", lora="unknown")
     return Plan.from_json(plan)
 
 
@@ -387,11 +387,12 @@ def test_the_fast_preset_puts_its_lora_in_the_models_plan(run_cli, h3kit_home):
     code, doc, err = _json(run_cli, "models", "plan", "--fingerprint", str(FP_4090))
     assert code == 0, err
     (entry,) = [f for f in doc["files"] if f["id"] == "h3-lora-turbo"]
-    assert entry["folder"] == "loras" and entry["name"] == "minimax_h3_turbo_v4_step600_ema.safetensors"
-    assert entry["bytes"] == entry["exact_bytes"] == 779_849_816 and entry["sha256"] is None
+    assert entry["folder"] == "loras" and entry["name"] == "minimax_h3_fl2v_turbo_8step_v1.0_comfyui_bf16.safetensors"
+    assert entry["bytes"] == entry["exact_bytes"] == 1_956_193_000 and entry["sha256"] is None
     assert entry["loader"]["node"] == "LoraLoaderModelOnly"
-    assert entry["urls"] == ["https://huggingface.co/larryvrh/MiniMax-H3-Turbo-Lora/resolve/main/"
-                             "minimax_h3_turbo_v4_step600_ema.safetensors"]
+    assert entry["urls"] == [f"https://huggingface.co/{repo}/resolve/main/{folder}"
+                             "minimax_h3_fl2v_turbo_8step_v1.0_comfyui_bf16.safetensors"
+                             for repo, folder in (("lightx2v/Minimax-h3-Turbo", ""), ("Comfy-Org/MiniMax-H3", "loras/"))]
     code, plan, _ = _json(run_cli, "plan", "--fingerprint", str(FP_4090))
     assert plan["settings"]["lora"] == "h3-lora-turbo" and doc["total_bytes"] == plan["estimates"]["disk_bytes"]
 
@@ -401,7 +402,7 @@ def test_the_fast_preset_fetches_its_lora_into_comfyuis_loras_folder(run_cli, sm
     cfg.write_text(cfg.read_text() + "overrides:\n  preset: fast\n")
     code, got, err = _json(run_cli, "models", "fetch", "--fingerprint", str(FP_4090), "--comfyui", str(comfy))
     assert code == 0, err
-    dest = comfy / "models" / "loras" / "minimax_h3_turbo_v4_step600_ema.safetensors"
+    dest = comfy / "models" / "loras" / "minimax_h3_fl2v_turbo_8step_v1.0_comfyui_bf16.safetensors"
     assert dest.read_bytes() == small["h3-lora-turbo"]
     assert str(dest) in {f["path"] for f in got["files"]}
 
@@ -470,25 +471,25 @@ def test_install_yes_on_each_reference_machine_loads_everything_or_stops_before_
 
 def test_install_yes_stops_before_any_download_when_the_plan_holds_a_file_not_known_to_load(
         run_cli, small, tmp_path, monkeypatch, h3kit_home):
-    """preset: fast names the Turbo LoRA, which nobody reported loading in ComfyUI: the plan says so, and install
-    decides from the plan before the models step -- not one file is fetched, not even the ones that load."""
+    """The user forces a DiT nobody reported loading in ComfyUI (the full-model Q8_0 GGUF): the plan says so, and
+    install decides from the plan before the models step -- not one file is fetched, not even the ones that load."""
     from h3kit.models import ensure
 
     monkeypatch.setattr(ensure, "install_loader_pack", lambda ctx, pack, d, config=None: {"name": pack.name})
     cfg = h3kit_home / "config.yaml"
-    cfg.write_text(cfg.read_text() + "overrides:\n  preset: fast\n")
+    cfg.write_text(cfg.read_text() + "overrides:\n  dit_weights: h3-dit-full-q8_0\n")
     comfy = comfy_tree.make_comfyui(tmp_path / "ComfyUI")
     theirs = {p for p in (comfy / "models").rglob("*") if p.is_file()}
     code, doc, err = _json(run_cli, "install", "--comfyui", str(comfy), "--fingerprint", str(FP_4090), "--yes",
                            "--skip-calibrate")
     assert code == 3, err
-    assert "minimax_h3_turbo_v4_step600_ema.safetensors" in doc["error"] and "no model file was downloaded" in doc["error"]
+    assert "MiniMax-H3-FL2VA-Q8_0.gguf" in doc["error"] and "no model file was downloaded" in doc["error"]
     assert "--allow-unverified" in doc["fix"]
     assert [p for p in (comfy / "models").rglob("*") if p.is_file() and p not in theirs] == []
     code, doc, err = _json(run_cli, "install", "--comfyui", str(comfy), "--fingerprint", str(FP_4090), "--yes",
                            "--skip-calibrate", "--allow-unverified")
     assert code == 0, err
-    assert (comfy / "models" / "loras" / "minimax_h3_turbo_v4_step600_ema.safetensors").is_file()
+    assert (comfy / "models" / "diffusion_models" / "MiniMax-H3-FL2VA-Q8_0.gguf").is_file()
 
 
 def test_models_plan_and_doctor_name_h3kits_gguf_loader(run_cli, tmp_path):

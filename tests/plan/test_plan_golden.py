@@ -100,9 +100,9 @@ def test_plans_make_sense():
     r4090 = _plan("nvidia-rtx4090-24gb-64gb")
     assert r4090["settings"]["preset"] == "quality" and r4090["estimates"]["minutes_per_clip"] <= 15
     assert r4090["settings"]["timing"]["source"].startswith("table: nvidia-rtx-4090 ")
-    # (the fast preset's Turbo LoRA is not known to load in ComfyUI, so the fastest preset a plan picks is balanced)
-    assert cpu16["settings"]["preset"] == "balanced" and not cpu16["estimates"]["time"]["meets_target"]
-    assert cpu16["settings"]["lora"] is None
+    # the fastest preset is ComfyUI's own turbo LoRA at 8 steps, and the CPU box misses the target even with it
+    assert cpu16["settings"]["preset"] == "fast" and not cpu16["estimates"]["time"]["meets_target"]
+    assert (cpu16["settings"]["lora"], cpu16["settings"]["steps"]) == ("h3-lora-turbo", 8)
     assert any("more than target_minutes 15" in w for w in cpu16["warnings"])
     # streaming (issue #15): where ComfyUI cannot hold the bf16 DiT and has no dynamic VRAM, h3kit's loader
     # streams it -- the stock safetensors file, best quality -- instead of a GGUF reported not to load
@@ -113,9 +113,11 @@ def test_plans_make_sense():
         assert plan["comfyui_loads"]["dit"] == "stock" and not st["held_fits"], name
         assert plan["estimates"]["peak_ram_bytes"] == st["peak_ram_bytes"], name
         assert plan["estimates"]["time"]["meets_target"], name  # slower by the streamer, still within 15 min
-    # a 64 GB Mac holds the 40 GB bf16 DiT whole (ComfyUI's own loading, no streaming time) at up to 124 frames
+    # a 64 GB Mac holds the 40 GB bf16 DiT whole (ComfyUI's own loading, no streaming time); MPS caps it at
+    # 1344x768 x 107 frames, the longest sequence known to run on a Mac (catalog sequence_caps)
     m2max = _plan("apple-m2max-64gb")
     assert not m2max["settings"]["streaming"]["enabled"] and m2max["settings"]["streaming"]["resident"]
+    assert (m2max["settings"]["max_canvas"], m2max["settings"]["max_frames"]) == ([1344, 768], 107)
     # the 16 GB machines: the text encoder alone is too big; the closest plan streams the DiT, short only at encode
     for plan in (mac16, cpu16):
         assert plan["settings"]["streaming"]["enabled"] and plan["settings"]["quantization"] == "bf16"

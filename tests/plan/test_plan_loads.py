@@ -42,16 +42,19 @@ def _config(text: str, tmp_path: Path) -> config_mod.Config:
     return config_mod.load(path)
 
 
-def _chosen(plan: dict) -> list:
+def _chosen(plan: dict, lora: bool = False) -> list:
+    """The planned files (with the preset's LoRA when `lora`: it has a load report but no format evidence)."""
     s = plan["settings"]
-    return [CAT.weight(s[k]) for k in ("dit_weights", "text_encoder_weights", "vae_weights", "audio_vae_weights")]
+    return [CAT.weight(s[k]) for k in ("dit_weights", "text_encoder_weights", "vae_weights", "audio_vae_weights")
+            + (("lora",) if lora else ()) if s.get(k)]
 
 
 @pytest.mark.parametrize("name", sorted(FPS))
 def test_every_file_that_is_not_known_to_load_is_warned_about_with_its_source(name):
     plan = make_plan(FPS[name])
-    assert set(plan["comfyui_loads"]) == {"dit", "text_encoder", "vae", "audio_vae"}
-    for w in _chosen(plan):
+    # the preset's LoRA is a planned file too, with its own load report
+    assert set(plan["comfyui_loads"]) == {"dit", "text_encoder", "vae", "audio_vae"} | ({"lora"} if plan["settings"]["lora"] else set())
+    for w in _chosen(plan, lora=True):
         assert plan["comfyui_loads"][w.part] == w.comfyui_loads
         name_ = w.file.name
         if w.comfyui_loads == "reported_broken":

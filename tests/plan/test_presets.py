@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from h3kit.data import catalog as catalog_mod
 from h3kit.data import comfy_nodes
 from h3kit.data import config as config_mod
 from h3kit.data.plan_doc import Plan
+from h3kit.data.settings import typed
 from h3kit.plan import make_plan
 
 FPS = {p.stem: json.loads(p.read_text()) for p in sorted((Path(__file__).parents[1] / "fixtures" / "fingerprints").glob("*.json"))}
@@ -51,29 +53,33 @@ def _nodes(api: dict, class_type: str) -> list:
 
 def test_the_catalog_presets_follow_the_sources():
     p = CAT.presets
-    assert [p[n].steps for n in ("fast", "balanced", "quality")] == [6, 20, 50]  # antirez/h3.c; ComfyUI template 20
+    # ComfyUI's H3 templates: 8 turbo steps with the lightx2v LoRA, else 20; antirez/h3.c's quality preset 50
+    assert [p[n].steps for n in ("fast", "balanced", "quality")] == [8, 20, 50]
     assert {x.cfg for x in p.values()} == {1.0}  # H3 fails silently with another cfg (FACTS.md)
     assert p["fast"].lora == "h3-lora-turbo" and p["balanced"].lora is None and p["quality"].lora is None
     lora = CAT.weight("h3-lora-turbo")
-    assert lora.bytes == lora.file.bytes == 779_849_816 and lora.file.sha256 is None
+    assert lora.bytes == lora.file.bytes == 1_956_193_000 and lora.file.sha256 is None
+    assert lora.file.name == "minimax_h3_fl2v_turbo_8step_v1.0_comfyui_bf16.safetensors"
     assert lora.file.folder == "loras" and lora.file.loader == "LoraLoaderModelOnly"
+    assert lora.comfyui_loads == "stock" and not lora.load_tier and lora.file.unverified is None
+    assert lora.file.urls[0].startswith("https://huggingface.co/lightx2v/Minimax-h3-Turbo/")
 
 
 @pytest.mark.parametrize("kind", ["t2v", "i2v"])
 def test_the_fast_preset_puts_the_lora_between_the_dit_loader_and_the_sampler(tmp_path, kind):
     plan = _plan(text="overrides:\n  preset: fast\n", tmp_path=tmp_path)
     s = plan["settings"]
-    assert (s["preset"], s["steps"], s["lora"], s["cfg"]) == ("fast", 6, "h3-lora-turbo", 1.0)
+    assert (s["preset"], s["steps"], s["lora"], s["cfg"]) == ("fast", 8, "h3-lora-turbo", 1.0)
     assert plan["settings_source"]["preset"].startswith("override")
     api = _api(plan, kind)
     ((lora_id, lora),) = _nodes(api, "LoraLoaderModelOnly")
     ((dit_id, _),) = _nodes(api, "UNETLoader")
     assert lora["inputs"]["model"] == [dit_id, 0]
-    assert lora["inputs"]["lora_name"] == "minimax_h3_turbo_v4_step600_ema.safetensors"
+    assert lora["inputs"]["lora_name"] == "minimax_h3_fl2v_turbo_8step_v1.0_comfyui_bf16.safetensors"
     assert lora["inputs"]["strength_model"] == 1.0
     ((_, shift),) = _nodes(api, "MiniMaxH3SigmaShift")
     assert shift["inputs"]["model"] == [lora_id, 0]
-    assert _nodes(api, "BasicScheduler")[0][1]["inputs"]["steps"] == 6
+    assert _nodes(api, "BasicScheduler")[0][1]["inputs"]["steps"] == 8
 
 
 def test_quality_has_no_lora_and_samples_fifty_steps(tmp_path):
@@ -89,7 +95,7 @@ def test_the_time_estimate_counts_the_presets_steps_and_cfg_doubles_the_calls(tm
     slow = _plan(text="overrides:\n  preset: quality\n  canvas: [864, 480]\n  frames: 73\n", tmp_path=tmp_path)
     tf, tq = fast["estimates"]["time"], slow["estimates"]["time"]
     assert tf["seconds_per_step"] == pytest.approx(tq["seconds_per_step"])
-    assert tq["sampling_s"] == pytest.approx(tf["sampling_s"] * 50 / 6)
+    assert tq["sampling_s"] == pytest.approx(tf["sampling_s"] * 50 / 8)
     cfg = _plan(text="overrides:\n  preset: quality\n  canvas: [864, 480]\n  frames: 73\n  cfg: 4.0\n", tmp_path=tmp_path)
     assert cfg["estimates"]["time"]["model_calls_per_step"] == 2
     assert cfg["estimates"]["seconds_per_step"] == pytest.approx(2 * tq["seconds_per_step"])
@@ -117,13 +123,26 @@ def test_auto_takes_the_best_preset_that_meets_target_minutes(tmp_path):
 def test_a_target_nothing_meets_opens_at_the_cheapest_option_and_says_so(tmp_path):
     plan = _plan(text="overrides:\n  target_minutes: 0.01\n", tmp_path=tmp_path)
     s = plan["settings"]
-    # the fastest preset a plan picks by itself: fast's Turbo LoRA is not known to load in ComfyUI
-    assert s["preset"] == "balanced" and s["lora"] is None
+    # the fast preset's LoRA is ComfyUI's own, known to load: auto takes it like any other preset
+    assert (s["preset"], s["lora"], s["steps"]) == ("fast", "h3-lora-turbo", 8)
     assert tuple(s["canvas"]) == CAT.canvas_ladder[-1] and s["frames"] == 22
-    assert any(r.startswith("Preset fast is not chosen by itself: its LoRA") and "set preset: fast" in r
-               for r in plan["rationale"])
+    assert not any("not chosen by itself" in r for r in plan["rationale"])
     assert not plan["estimates"]["time"]["meets_target"]
     assert any("more than target_minutes 0.01" in w for w in plan["warnings"])
+
+
+def test_auto_skips_a_preset_whose_lora_is_not_known_to_load():
+    """A catalog whose turbo LoRA nobody has seen load: auto never picks it, and says how to ask for it."""
+    turbo = CAT.weight("h3-lora-turbo")
+    doubtful = dataclasses.replace(turbo, file=dataclasses.replace(turbo.file, unverified="no report of it loading"))
+    cat = dataclasses.replace(CAT, lora=[doubtful])
+    fp = Fingerprint.from_json(FPS["nvidia-rtx3060-12gb-32gb"])
+    plan = make_plan(fp, cat, PROFILES, config=config_mod.Config(overrides=typed({"target_minutes": 0.01}))).to_json()
+    assert (plan["settings"]["preset"], plan["settings"]["lora"]) == ("balanced", None)
+    assert any(r.startswith("Preset fast is not chosen by itself: its LoRA") and "set preset: fast" in r
+               for r in plan["rationale"])
+    assert make_plan(fp, CAT, PROFILES, config=config_mod.Config(overrides=typed({"target_minutes": 0.01}))
+                     ).settings.preset == "fast"
 
 
 def test_hours_per_clip_on_a_slow_cpu_is_a_plain_warning():

@@ -83,7 +83,8 @@ def test_install_run_apply_calibrate_uninstall(h3_comfy, h3kit_home, run_cli, tm
     assert ui_to_api(ui, comfy_nodes.load()) == json.loads((node / workflows.API_DIR / ui_file.name).read_text())
 
     ran, video = _run_ui_workflow(h3_comfy, ui, tmp_path / "work")
-    assert sorted(ran["templates"].get("ComfyUI-h3kit", [])) == ["h3kit_image_to_video", "h3kit_text_to_video"]
+    assert sorted(ran["templates"].get("ComfyUI-h3kit", [])) == ["h3kit_first_last_frame_to_video",
+                                                                  "h3kit_image_to_video", "h3kit_text_to_video"]
     probe = comfy_h3.probe_mp4(PYTHON, video)
     _say("first run:", json.dumps({k: ran[k] for k in ("seconds", "peak_rss_bytes")}), json.dumps(probe))
     assert (probe["video_streams"], probe["audio_streams"]) == (1, 1)

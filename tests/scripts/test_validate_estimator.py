@@ -52,3 +52,26 @@ def test_reports_mode_keeps_the_planner_check(capsys):
     rows = json.loads(capsys.readouterr().out)
     assert rows and all(abs(r["error_pct"]) <= 20 for r in rows)
     assert v.pct(110.0, 100.0) == 10.0 and v.pct(1.0, None) is None
+
+
+def test_published_mode_gives_every_run_an_estimate_a_ratio_and_a_verdict(capsys):
+    v = _module()
+    code = v.main(["--published", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["rows"], "profiles/published_runs.yaml has runs"
+    for r in doc["rows"]:
+        assert r["estimate"] and r["published"] and r["ratio"] == r["estimate"] / r["published"], r["id"]
+        within = 1 / 1.5 <= r["ratio"] <= 1.5
+        # within 1.5x either way passes; beyond, only a run that states why may be off
+        assert r["verdict"] == ("PASS" if within else "OFF" if r["reason"] else "FAIL"), r["id"]
+        assert r["verdict"] == "PASS" or r["reason"], r["id"]
+    assert code == (1 if any(r["verdict"] == "FAIL" for r in doc["rows"]) else 0)
+    assert all(n["why"] and n["cited_as"] for n in doc["not_found"])
+
+
+def test_a_published_mac_is_planned_with_metals_share_of_unified_memory():
+    v = _module()
+    fp = v.machine_fingerprint({"backend": "mps", "gpu": "Apple M5 Max", "ram": "128 GiB", "unified_memory": True})
+    gpu = fp.primary_gpu
+    assert fp.os.system == "darwin" and gpu.vendor == "apple" and gpu.unified_memory and gpu.backend == "mps"
+    assert 0.5 * 128 * 2**30 < gpu.memory_total_bytes < 128 * 2**30  # a share, not all of RAM

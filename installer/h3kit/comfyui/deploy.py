@@ -29,6 +29,7 @@ from pathlib import Path
 
 import h3kit
 from h3kit.comfyui import manifest as mf
+from h3kit.comfyui import workflows
 from h3kit.comfyui.backups import backup_root, move_to_backup
 from h3kit.comfyui.journal import Journal, tree_folders
 from h3kit.comfyui.links import linked_folders
@@ -385,6 +386,7 @@ def apply(install: ComfyInstall, settings: dict, profile: str, state_dir: Path, 
         return doc
     path, backup = rewrite_profile(install, record, settings, profile, state_dir)
     doc["generated"], doc["kept"] = write_generated(install, record, generated or {})
+    doc["removed"] = drop_unplanned_workflows(install, record, generated) if generated else []
     launcher = write_launcher(install, record, settings, profile, state_dir, cache_dir)
     record.extra.update({"profile": profile, "launcher": launcher})
     record.save()
@@ -408,6 +410,18 @@ def write_generated(install: ComfyInstall, record: mf.Manifest, files: dict[str,
         journal.write(dest, data, "node-pack")
         written.append(str(dest))
     return written, kept
+
+
+def drop_unplanned_workflows(install: ComfyInstall, record: mf.Manifest, files: dict[str, bytes]) -> list[str]:
+    """Remove the workflows an earlier plan made and this one does not (the reference-to-video workflow after
+    reference_to_video: off): ComfyUI would list them, naming files this plan no longer fetches. Only a file
+    still as h3kit wrote it goes; one the user edited stays."""
+    wanted = {str((install.node_dir / rel).absolute()) for rel in files}
+    folders = tuple(str((install.node_dir / d).absolute()) + os.sep for d in (workflows.UI_DIR, workflows.API_DIR))
+    stale = [e for e in record.entries if e.kind == "file" and e.path.startswith(folders) and e.path not in wanted
+             and record.still_ours(e)]
+    journal = Journal(record)
+    return [e.path for e in stale if journal.remove(e.path)]
 
 
 def installed_profile(install: ComfyInstall) -> dict:

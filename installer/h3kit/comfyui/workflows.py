@@ -1,8 +1,14 @@
 """The H3 workflows h3kit ships in the node pack, generated from the plan.
 
-Two graphs, text-to-video and first-frame image-to-video, built from ComfyUI's
-own H3 nodes (the smallest graph FACTS.md lists, the shape of ComfyUI's own H3
-template): the plan's DiT, text encoder and VAE files through the loader the
+The graphs ComfyUI's own H3 templates offer, built from ComfyUI's own H3 nodes
+(the smallest graph FACTS.md lists, the shape of ComfyUI's own H3 template):
+text-to-video, image-to-video from a first frame, first/last-frame-to-video,
+and -- when the plan sets it up (settings key reference_to_video) --
+reference-to-video. The first/last-frame graph is a file of its own rather
+than a second input of the image-to-video one: ComfyUI's H3 image-to-video
+template wires the first frame only, and ComfyUI ships first/last-frame as a
+template of its own for its other video models (Wan's FLF2V), so each file
+runs as opened, with no image to unhook. Each loads the plan's DiT, text encoder and VAE files through the loader the
 catalog names (h3kit's H3kitUnetLoaderGGUF / H3kitCLIPLoaderGGUF for H3's
 GGUF files stock ComfyUI-GGUF refuses) -- the DiT through h3kit's streamed
 loader (H3kitStreamedDiTLoader, with the plan's preload/shard/prefetch; it
@@ -11,7 +17,10 @@ uses one, the plan's canvas, frames, steps and cfg as defaults (cfg 1.0: one
 model call per step through BasicGuider; any other through CFGGuider with an
 empty negative prompt), sampler and shifts from the catalog, h3kit's tiled
 decode (which applies the profile's tiles) and, when the plan unloads the
-text encoder before sampling, h3kit's memory guard between the two. The end writes an MP4 with H3's audio track through
+text encoder before sampling, h3kit's memory guard between the two. The
+reference graph loads the plan's ref2va twin of the DiT instead (same loader
+and streaming) and conditions with MiniMaxH3ReferenceToVideo (the prompt names
+the reference image as <Picture 1>), with the steps and LoRA the plan gives it. The end writes an MP4 with H3's audio track through
 ComfyUI's CreateVideo/SaveVideo (PyAV inside ComfyUI, no system ffmpeg).
 
 Each graph is written twice from one `Graph`: the UI format into
@@ -32,10 +41,25 @@ from h3kit.data.plan_doc import Plan, PlanSettings
 
 UI_DIR = "example_workflows"
 API_DIR = "workflows_api"
-NAMES = {"t2v": "h3kit_text_to_video", "i2v": "h3kit_image_to_video"}
+NAMES = {"t2v": "h3kit_text_to_video", "i2v": "h3kit_image_to_video", "flf2v": "h3kit_first_last_frame_to_video",
+         "r2v": "h3kit_reference_to_video"}
 DEFAULT_PROMPT = ("A red fox trots through fresh snow in a quiet birch forest at dawn, soft golden light, "
                   "its breath visible in the cold air; the crunch of snow underfoot and distant birdsong.")
+REFERENCE_PROMPT = ("The girl from <Picture 1> runs across a sunny green hill under a blue sky, laughing, her hair "
+                    "bouncing in the wind; birdsong and a light breeze.")
 FIRST_FRAME = "example.png"  # ComfyUI ships input/example.png; the user picks their own in the UI
+LAST_FRAME = "example.png"
+REFERENCE_IMAGE = "example.png"
+
+
+@dataclass(frozen=True)
+class ReferenceSettings:
+    """The reference-to-video graph's own part: the ref2va DiT, its steps and LoRA (plan settings.reference)."""
+
+    dit: "LoadedFile"
+    steps: int
+    lora: "LoadedFile | None" = None
+    lora_strength: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -68,6 +92,11 @@ class WorkflowSettings:
     lora: LoadedFile | None = None  # the preset's LoRA (LoraLoaderModelOnly), or none
     lora_strength: float = 1.0
     stream: dict | None = None  # {preload_bytes, shard_size_bytes, prefetch_blocks, page_cache} when the plan streams the DiT
+    reference: ReferenceSettings | None = None  # the reference-to-video graph, when the plan sets it up
+
+    def kinds(self) -> list[str]:
+        """The workflows these settings make (NAMES' keys)."""
+        return [k for k in NAMES if k != "r2v" or self.reference is not None]
 
     @classmethod
     def from_plan(cls, plan: Plan, catalog) -> "WorkflowSettings":
@@ -87,7 +116,15 @@ class WorkflowSettings:
             cfg=float(s.cfg if s.cfg is not None else sampling.cfg),
             lora=_file(catalog, s.lora) if s.lora else None,
             lora_strength=float(s.lora_strength or 1.0),
-            stream=_stream(s))
+            stream=_stream(s), reference=_reference(catalog, s))
+
+
+def _reference(catalog, settings: PlanSettings) -> ReferenceSettings | None:
+    ref = settings.reference
+    if ref is None or not ref.dit_weights:
+        return None
+    return ReferenceSettings(_file(catalog, ref.dit_weights), int(ref.steps or settings.steps or catalog.sampling.steps),
+                             _file(catalog, ref.lora) if ref.lora else None, float(ref.lora_strength or 1.0))
 
 
 def _stream(settings: PlanSettings) -> dict | None:
@@ -110,22 +147,36 @@ def _file(catalog, weight_id: str) -> LoadedFile:
 
 
 def build(kind: str, ws: WorkflowSettings, specs: dict) -> Graph:
-    """The graph for `kind` ("t2v" or "i2v")."""
+    """The graph for `kind` (a key of NAMES; "r2v" needs `ws.reference`)."""
+    if kind not in NAMES:
+        raise ValueError(f"unknown workflow kind {kind!r}")
+    ref = ws.reference if kind == "r2v" else None
+    if kind == "r2v" and ref is None:
+        raise ValueError("the reference-to-video workflow needs the plan's reference settings")
+    dit, lora, lora_strength, steps = (ref.dit, ref.lora, ref.lora_strength, ref.steps) if ref else \
+        (ws.dit, ws.lora, ws.lora_strength, ws.steps)
     g = Graph(specs)
-    model = _load_dit(g, ws.dit, ws.stream)
-    if ws.lora is not None:
-        model = g.add("LoraLoaderModelOnly", "preset LoRA", model=model.out(), lora_name=ws.lora.name,
-                      strength_model=ws.lora_strength)
+    model = _load_dit(g, dit, ws.stream)
+    if lora is not None:
+        model = g.add("LoraLoaderModelOnly", "preset LoRA", model=model.out(), lora_name=lora.name,
+                      strength_model=lora_strength)
     clip = _load_text_encoder(g, ws)
     vae = g.add("VAELoader", "video VAE", vae_name=ws.vae.name)
     audio_vae = g.add("VAELoader", "audio VAE", vae_name=ws.audio_vae.name)
-    frame = {}
-    if kind == "i2v":
-        frame = {"first_frame": g.add("LoadImage", "first frame", image=FIRST_FRAME).out(0)}
-    elif kind != "t2v":
-        raise ValueError(f"unknown workflow kind {kind!r}")
-    encode = g.add("MiniMaxH3ImageToVideo", "prompt, canvas and frames", clip=clip.out(), vae=vae.out(),
-                   prompt=DEFAULT_PROMPT, width=ws.width, height=ws.height, length=ws.frames, **frame)
+    canvas = {"width": ws.width, "height": ws.height, "length": ws.frames}
+    if ref is not None:  # refs are scaled to the canvas' area ("match"), as in ComfyUI's own reference template
+        image = g.add("LoadImage", "reference image (<Picture 1>)", image=REFERENCE_IMAGE)
+        encode = g.add("MiniMaxH3ReferenceToVideo", "prompt, references, canvas and frames", clip=clip.out(),
+                       vae=vae.out(), audio_vae=audio_vae.out(), prompt=REFERENCE_PROMPT, **canvas,
+                       ref_image_size="match", ref_images__ref_image_0=image.out(0))
+    else:
+        frames = {}
+        if kind in ("i2v", "flf2v"):
+            frames["first_frame"] = g.add("LoadImage", "first frame", image=FIRST_FRAME).out(0)
+        if kind == "flf2v":
+            frames["last_frame"] = g.add("LoadImage", "last frame", image=LAST_FRAME).out(0)
+        encode = g.add("MiniMaxH3ImageToVideo", "prompt, canvas and frames", clip=clip.out(), vae=vae.out(),
+                       prompt=DEFAULT_PROMPT, **canvas, **frames)
     positive = encode.out(0)
     if ws.guard_memory:  # the 32B text encoder leaves memory before the DiT needs it
         positive = g.add("H3kitMemoryGuard", "free the text encoder", value=positive).out(0)
@@ -138,7 +189,7 @@ def build(kind: str, ws: WorkflowSettings, specs: dict) -> Graph:
         negative = g.add("CLIPTextEncode", "negative prompt", text="", clip=clip.out())
         guider = g.add("CFGGuider", model=shifted.out(), positive=positive, negative=negative.out(), cfg=ws.cfg)
     sampler = g.add("KSamplerSelect", sampler_name=ws.sampler)
-    sigmas = g.add("BasicScheduler", model=shifted.out(), scheduler=ws.scheduler, steps=ws.steps, denoise=1.0)
+    sigmas = g.add("BasicScheduler", model=shifted.out(), scheduler=ws.scheduler, steps=steps, denoise=1.0)
     sampled = g.add("SamplerCustomAdvanced", noise=noise.out(), guider=guider.out(), sampler=sampler.out(),
                     sigmas=sigmas.out(), latent_image=encode.out(1))
     images = g.add("H3kitTiledVAEDecode", "decode video (profile tiles)", samples=sampled.out(0), vae=vae.out(),
@@ -187,7 +238,8 @@ def pack_files(plan: Plan, catalog, profile: str, specs: dict | None = None) -> 
 def files(ws: WorkflowSettings, specs: dict, profile: str) -> dict[str, bytes]:
     """Relative path inside the pack -> bytes, for both formats of every workflow."""
     out = {}
-    for kind, name in NAMES.items():
+    for kind in ws.kinds():
+        name = NAMES[kind]
         g = build(kind, ws, specs)
         ui = g.to_ui(extra={"h3kit": {"profile": profile, "workflow": kind}})
         out[f"{UI_DIR}/{name}.json"] = _json(ui)

@@ -28,7 +28,7 @@ from h3kit.data.architecture import (Architecture, Canvas, Frames, Tokens, parse
 from h3kit.data.catalog_sections import (LOAD_TIERS, ComfyH3, Limits, Model, Sampling, WeightFile, check_loads,
                                          parse_comfyui_h3, parse_limits, parse_measured, parse_model,
                                          parse_loader_packs, parse_placement, parse_reported_setups, parse_sampling,
-                                         parse_weight_file)
+                                         parse_sequence_caps, parse_weight_file)
 from h3kit.data.comfy_versions import ComfyVersions, parse_comfy_versions
 from h3kit.data.figures import DTYPE_BYTES, ComfyMemory, MemoryModel
 from h3kit.data.fingerprint import Fingerprint
@@ -79,6 +79,8 @@ class Machine:
     backend: str  # cuda | rocm | xpu | mps | directml | cpu
     compute_capability: tuple | None
     cuda_driver: tuple | None
+    comfyui_version: str | None = None  # the target ComfyUI, when known (make_plan's comfyui_version)
+    torch_version: str | None = None  # its torch, when known: some reports hold only from a torch release
 
     @classmethod
     def from_fingerprint(cls, fingerprint: Fingerprint) -> "Machine":
@@ -113,12 +115,14 @@ class Catalog:
     vae: list[Weight]
     audio_vae: list[Weight]
     lora: list[Weight] = field(default_factory=list)
+    reference_dit: list[Weight] = field(default_factory=list)  # `dit_reference:`, the ref2va twins of `dit:`
     sampling: Sampling = Sampling()
     comfyui_h3: ComfyH3 = ComfyH3()
     comfyui_versions: ComfyVersions = ComfyVersions()
     loader_packs: dict = field(default_factory=dict)  # name -> LoaderPack
     avoid_args: tuple = ()  # ComfyUI flags that harm this model
     placement: tuple = ()  # Placement, ...: where ComfyUI puts a part's weights off the machine's backend
+    sequence_caps: tuple = ()  # SequenceCap, ...: the longest H3 sequence a backend is known to run
     reported_setups: tuple = ()  # ReportedSetup, ...
     measured: tuple = ()  # MeasuredPoint, ...: what users reported (scripts/validate_estimator.py)
     sequence: speed.Sequence | None = None  # the DiT's joint sequence, for the time estimate
@@ -144,14 +148,19 @@ class Catalog:
         return self.comfyui.held_factor(weight.part, weight.format, backend)
 
     def weight(self, weight_id: str) -> Weight | None:
-        for w in self.dit + self.text_encoder + self.vae + self.audio_vae + self.lora:
+        for w in self.dit + self.text_encoder + self.vae + self.audio_vae + self.lora + self.reference_dit:
             if w.id == weight_id:
                 return w
         return None
 
+    def reference_twin(self, dit: Weight) -> Weight | None:
+        """The reference-to-video (ref2va) DiT of the same variant and format as the fl2va `dit`, or None."""
+        return next((w for w in self.reference_dit if (w.variant, w.format) == (dit.variant, dit.format)), None)
+
     def evidence(self, fmt: str, machine: Machine, part: str = "dit", probe=None) -> format_support.Evidence:
         """Does `fmt` run for `part` on `machine`: measured by `probe` (a FormatProbe) > reported here > unknown."""
-        return format_support.evidence(self.formats, self.placement, fmt, part, machine.backend, probe)
+        return format_support.evidence(self.formats, self.placement, fmt, part, machine.backend, probe,
+                                       machine.comfyui_version, machine.torch_version)
 
     def runnable(self, fmt: str, machine: Machine, part: str = "dit", probe=None) -> tuple[bool, str]:
         """Can `machine` run weights in `fmt` for `part`? (answer, the reason in words). A format measured or
@@ -249,15 +258,18 @@ def check_catalog(doc: YamlDoc) -> Catalog:
         problems.add(("comfyui_avoid_args",), f"must be a list of ComfyUI flags, not {avoid!r}")
     weights = {part: _weights(data, problems, part, part, formats) for part in ("dit", "text_encoder", "vae", "audio_vae")}
     lora = _weights(data, problems, "lora", "lora", formats) if "lora" in data else []
+    reference = _weights(data, problems, "dit_reference", "dit", formats) if "dit_reference" in data else []
     speed.check(data, problems, [w.id for w in lora])
     setups, measured = parse_reported_setups(data, problems), parse_measured(data, problems)
+    caps = parse_sequence_caps(data, problems, BACKENDS)
     problems.raise_if_any("Restore the file from h3kit's checkout, or correct the value named (see the comments at its top).")
     return Catalog(doc.path, model, architecture, canvas, canvas_ladder, frames, frames_ladder, tokens,
                    figures.memory_model(data["memory"]), figures.comfy_memory(data["comfyui"]),
                    format_support.parse_formats(formats), limits,
-                   **weights, lora=lora, sampling=sampling, comfyui_h3=comfyui_h3,
+                   **weights, lora=lora, reference_dit=reference, sampling=sampling, comfyui_h3=comfyui_h3,
                    comfyui_versions=comfyui_versions, loader_packs=packs,
                    avoid_args=tuple(avoid), placement=parse_placement(data), reported_setups=setups,
+                   sequence_caps=caps,
                    measured=measured, sequence=speed.sequence(data), work=speed.work(data), presets=speed.presets(data))
 
 

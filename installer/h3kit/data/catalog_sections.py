@@ -297,6 +297,33 @@ def parse_limits(section: dict, problems: Problems) -> Limits | None:
     return Limits(**values) if len(values) == len(LIMIT_KEYS) else None
 
 
+@dataclass(frozen=True)
+class SequenceCap:
+    """`sequence_caps:`: on `backend`, no plan runs a longer H3 sequence than `shape` (width, height, frames) gives."""
+
+    backend: str
+    shape: tuple  # (width, height, frames): the largest shape reported running there
+    failing: str  # what was seen failing, and where
+    source: str
+
+
+def parse_sequence_caps(data: dict, problems: Problems, backends: tuple) -> tuple:
+    """The `sequence_caps:` list: [{backend, shape: [W, H, FRAMES], failing, source}, ...]."""
+    out = []
+    for i, cap in enumerate(data.get("sequence_caps") or ()):
+        kp = ("sequence_caps", i)
+        shape = cap.get("shape") if isinstance(cap, dict) else None
+        if not (isinstance(cap, dict) and set(cap) == {"backend", "shape", "failing", "source"}
+                and cap["backend"] in backends and isinstance(shape, list) and len(shape) == 3
+                and all(_whole(x, 1) for x in shape) and isinstance(cap["failing"], str)
+                and isinstance(cap["source"], str)):
+            problems.add(kp, f"must be {{backend: one of {', '.join(backends)}, shape: [WIDTH, HEIGHT, FRAMES], "
+                             "failing: what fails beyond it, source}")
+            continue
+        out.append(SequenceCap(cap["backend"], tuple(shape), cap["failing"], cap["source"]))
+    return tuple(out)
+
+
 def parse_placement(data: dict) -> tuple:
     """The `placement:` rules (format_support.check has checked them)."""
     return tuple(Placement(r["part"], r["backend"], tuple(r["formats"]), r["evidence_from"], str(r["source"]))

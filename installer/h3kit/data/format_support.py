@@ -9,6 +9,14 @@ part in a fixed order -- measured on this device (the h3kit.format_probe/1
 document, data/format_evidence.py) > reported (the catalog) > unknown -- and
 returns which of them decided, so a plan's rationale can name it.
 
+A report may change with the ComfyUI (and torch) release: `runs_on.<backend>.since`
+lists later reports, each {comfyui_min, torch_min (optional), status, source}.
+`reported()` takes the last listed one the target meets; the base {status,
+source} holds for older releases and whenever the version is not known (the
+conservative side: a plan made before the ComfyUI is found, or for the one
+h3kit installs). An entry with torch_min holds only where the torch version
+is known to be that new. The probe's measurement still beats every report.
+
 The probe measures GGUF quantization types (q4_k, q6_k), the catalog lists
 files' mixes (q4_k_m); `formats.<f>.probe_as` names the types a mix is made of,
 and the mix counts as measured only when every one of them was measured.
@@ -16,8 +24,9 @@ and the mix counts as measured only when every one of them was measured.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from h3kit.data.comfy_versions import version_of
 from h3kit.data.yamlio import Problems
 
 RUN_STATUSES = ("runs", "fails", "unknown")
@@ -25,6 +34,7 @@ RUNS_ON_BACKENDS = ("cuda", "mps", "rocm", "xpu", "cpu")  # each format says all
 # The planner prefers files known to run (0) over files with no report either way (1); `fails` is never planned.
 EVIDENCE_TIERS = {"runs": 0, "unknown": 1}
 PLACEMENT_KEYS = ("part", "backend", "formats", "evidence_from", "source")
+SINCE_KEYS = ("comfyui_min", "torch_min", "status", "source")
 PARTS = ("dit", "text_encoder", "vae", "audio_vae", "lora")
 
 
@@ -47,11 +57,32 @@ class Format:
     name: str
     quality: int  # higher is better; a ranking, not a measured score
     requires: Requirements
-    runs_on: dict  # backend -> (status, source)
+    runs_on: dict  # backend -> (status, source): the base report (older or unknown ComfyUI)
     probe_as: tuple = ()  # the GGUF types a file mix is made of (empty: the format's own name)
     bits_per_weight: float | None = None  # GGUF types: ggml's block size per weight
     compute: str | None = None  # int8 | fp8 | fp4: CUDA multiplies the DiT's linears in low precision
     note: str = ""
+    since: dict = field(default_factory=dict)  # backend -> ((comfyui_min, torch_min, status, source), ...)
+
+    def reported(self, backend: str, comfyui: str | None = None, torch: str | None = None) -> tuple[str, str] | None:
+        """(status, source) reported for `backend` with this ComfyUI and torch version: the last `since` entry they
+        meet, else the base report; None when the catalog says nothing for the backend."""
+        out, later = self.runs_on.get(backend), self.since.get(backend, ())
+        have_c, have_t = version_of(comfyui), version_of(torch)
+        if out and later:  # the base report holds until a `since` entry applies: say for which releases
+            first = later[0][0]
+            when = (f"the ComfyUI version is not known, so the report for releases before {first} holds"
+                    if have_c is None else f"ComfyUI {comfyui} predates {first}" if have_c < version_of(first)
+                    else f"no later report applies to ComfyUI {comfyui} with torch {torch or 'unknown'}")
+            out = (out[0], f"{when}: {out[1]}")
+        for need_c, need_t, status, source in later:
+            if have_c is None or have_c < version_of(need_c):
+                continue
+            if need_t is not None and (have_t is None or have_t < version_of(need_t)):
+                continue
+            out = (status, f"ComfyUI {comfyui} is {need_c} or newer"
+                           + (f" with torch {torch} >= {need_t}" if need_t else "") + f": {source}")
+        return out
 
 
 def parse_formats(section: dict) -> dict:
@@ -63,8 +94,10 @@ def parse_formats(section: dict) -> dict:
                                 req.get("min_compute_capability"), tuple(req.get("compute_capability_major") or ()),
                                 req.get("min_cuda_driver"), req.get("loader_pack"))
         runs_on = {b: (r["status"], str(r["source"])) for b, r in (spec.get("runs_on") or {}).items()}
+        since = {b: tuple((e["comfyui_min"], e.get("torch_min"), e["status"], str(e["source"])) for e in r["since"])
+                 for b, r in (spec.get("runs_on") or {}).items() if r.get("since")}
         out[name] = Format(name, int(spec["quality"]), requires, runs_on, tuple(spec.get("probe_as") or ()),
-                           spec.get("bits_per_weight"), spec.get("compute"), str(spec.get("note") or ""))
+                           spec.get("bits_per_weight"), spec.get("compute"), str(spec.get("note") or ""), since)
     return out
 
 
@@ -116,15 +149,17 @@ def _measured(probe, backend: str, part: str, fmt: str, spec: Format | None):
     return None
 
 
-def evidence(formats: dict, placement: tuple, fmt: str, part: str, backend: str, probe=None) -> Evidence:
-    """The evidence for `fmt` on `part` on a machine whose backend is `backend`: measured > reported > unknown."""
+def evidence(formats: dict, placement: tuple, fmt: str, part: str, backend: str, probe=None,
+             comfyui: str | None = None, torch: str | None = None) -> Evidence:
+    """The evidence for `fmt` on `part` on a machine whose backend is `backend`, running ComfyUI `comfyui` on
+    torch `torch` (None: not known): measured > reported (for that release, Format.reported) > unknown."""
     spec = formats.get(fmt)
     measured = _measured(probe, backend, part, fmt, spec)
     where, placed_by = placed_on(placement, part, fmt, backend)
     if measured is not None:
         runs, error = measured
         return Evidence(fmt, part, "runs" if runs else "fails", "measured", probe.source, where, "" if runs else error)
-    status, source = (spec.runs_on if spec else {}).get(where) or ("unknown", "")
+    status, source = (spec.reported(where, comfyui, torch) if spec else None) or ("unknown", "")
     source = source or "the catalog lists no report for this backend"
     if placed_by:
         source = f"{source}; {part.replace('_', ' ')} weights run on {where} there: {placed_by}"
@@ -166,6 +201,36 @@ def requirements(fmt: str, spec: Format, machine) -> tuple[bool, str]:
     return True, ""
 
 
+def _check_since(since, kp: tuple, problems: Problems) -> None:
+    """runs_on.<backend>.since: a list of {comfyui_min, torch_min (optional), status, source}, oldest first."""
+    if since is None:
+        return
+    if not isinstance(since, list) or not since:
+        problems.add(kp, "must be a list of {comfyui_min, torch_min, status, source}, oldest release first")
+        return
+    last = None
+    for i, entry in enumerate(since):
+        ekp = kp + (i,)
+        if not isinstance(entry, dict):
+            problems.add(ekp, "must be a mapping {comfyui_min, torch_min, status, source}")
+            continue
+        for key in entry:
+            if key not in SINCE_KEYS:
+                problems.add(ekp + (key,), f"is not a key here; allowed: {', '.join(SINCE_KEYS)}")
+        need = version_of(entry.get("comfyui_min"))
+        if need is None:
+            problems.add(ekp + ("comfyui_min",), f"is {entry.get('comfyui_min')!r}; allowed: a ComfyUI release such as \"0.37.0\"")
+        elif last is not None and need < last:
+            problems.add(ekp + ("comfyui_min",), "is older than the entry before it; list the entries oldest first")
+        last = need or last
+        if "torch_min" in entry and version_of(entry["torch_min"]) is None:
+            problems.add(ekp + ("torch_min",), f"is {entry['torch_min']!r}; allowed: a torch release such as \"2.15\"")
+        if entry.get("status") not in RUN_STATUSES:
+            problems.add(ekp + ("status",), f"is {entry.get('status')!r}; allowed: {', '.join(RUN_STATUSES)}")
+        if not isinstance(entry.get("source"), str) or not entry["source"].strip():
+            problems.add(ekp + ("source",), "must say where this was reported, and why from this release")
+
+
 def check(data: dict, problems: Problems) -> None:
     """A problem for every runs_on / probe_as / placement entry that is not as the module docstring says."""
     formats = data.get("formats") or {}
@@ -191,6 +256,8 @@ def check(data: dict, problems: Problems) -> None:
             elif not isinstance(report.get("source"), str) or not report["source"].strip():
                 problems.add(bkp + ("source",), "must say where this was reported or measured (an issue, a PR, "
                                                 "or the format probe with its ComfyUI, torch, device and date)")
+            else:
+                _check_since(report.get("since"), bkp + ("since",), problems)
         probe_as = spec.get("probe_as")
         if probe_as is not None and not (isinstance(probe_as, list) and probe_as
                                          and all(isinstance(p, str) for p in probe_as)):

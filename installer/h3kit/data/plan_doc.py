@@ -121,6 +121,16 @@ class Streaming:
 
 
 @dataclass(frozen=True)
+class ReferenceRun(_Doc):
+    """settings.reference: the reference-to-video workflow (settings key reference_to_video), when it is set up."""
+
+    dit_weights: str | None = None  # the ref2va twin of settings.dit_weights (Catalog.reference_twin)
+    steps: int | None = None
+    lora: str | None = None  # a LoRA made for the ref2va DiT (the preset's `reference`), or None
+    lora_strength: float | None = None
+
+
+@dataclass(frozen=True)
 class PlanSettings(_Doc):
     """plan.settings: the files chosen, how they are moved, the launch flags and env, the workflow defaults."""
 
@@ -149,13 +159,15 @@ class PlanSettings(_Doc):
     preset: str | None = None
     lora: str | None = None
     lora_strength: float | None = None
+    reference: ReferenceRun | None = None  # None: no reference-to-video workflow
     target_minutes: float | None = None
     timing: Mapping[str, Any] = _no_map()  # rates (data/settings.py TIMING_*), in their source's order
 
     @classmethod
     def from_json(cls, doc: Any) -> PlanSettings:
         return _plain(cls, doc, max_canvas=_pair, canvas=_pair, comfyui_args=_strings, env=_frozen_map,
-                      timing=_frozen_map, streaming=Streaming.from_json)
+                      timing=_frozen_map, streaming=Streaming.from_json,
+                      reference=lambda v: _plain(ReferenceRun, v) if isinstance(v, Mapping) else None)
 
     def weight_ids(self) -> dict[str, str | None]:
         """part -> the catalog id of the file chosen for it."""

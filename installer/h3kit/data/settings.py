@@ -51,6 +51,8 @@ DESCRIPTIONS = {
     "cfg": "classifier-free guidance the workflows open with (1.0: one model call per step; more: two)",
     "preset": "speed preset: fast, balanced or quality (steps, cfg, LoRA, canvas), or auto (best that meets target_minutes)",
     "target_minutes": "minutes one clip may take; the planner picks canvas, frames, steps and preset to meet it",
+    "reference_to_video": "on: also set up the reference-to-video workflow (its own ref2va DiT, downloaded too); "
+                          "off (default)",
     "timing": "seconds per DiT block, token and step (a mapping; written by calibration, else from profiles/throughput.yaml)",
     "stream_dit": "stream the DiT from disk with h3kit's loader: auto (planner decides), on, off",
     "prefetch_blocks": "DiT blocks read ahead while the current one computes (1 to 8)",
@@ -145,6 +147,12 @@ def _on_off(v: Any) -> str | None:
     return f"is {v!r}; allowed: auto, on, off"
 
 
+def _yes_no(v: Any) -> str | None:
+    if isinstance(v, bool) or v in ("on", "off"):
+        return None
+    return f"is {v!r}; allowed: on, off"
+
+
 def _auto_or(inner):
     def check(v: Any) -> str | None:
         if v == AUTO:
@@ -176,6 +184,7 @@ def _checks(catalog) -> dict:
         "cfg": _is_number(1.0, 30.0),
         "preset": is_one_of((AUTO,) + PRESETS),
         "target_minutes": _is_number(0.0, 7 * 24 * 60.0, lo_open=True),
+        "reference_to_video": _yes_no,
         "timing": _timing_check,
         "stream_dit": _on_off,
         "prefetch_blocks": is_int_range(1, 8),
@@ -256,6 +265,7 @@ class Settings:
     cfg: float | None = None
     preset: str | Auto = AUTO
     target_minutes: float | None = None
+    reference_to_video: bool = False
     timing: Mapping[str, Any] | None = None
     stream_dit: str = AUTO  # auto | on | off
     prefetch_blocks: int | None = None
@@ -282,6 +292,8 @@ class Settings:
         for key in ("cfg", "target_minutes"):
             if key in out:
                 out[key] = float(out[key])
+        if "reference_to_video" in out:
+            out["reference_to_video"] = out["reference_to_video"] in (True, "on")
         if isinstance(out.get("stream_dit"), bool):
             out["stream_dit"] = "on" if out["stream_dit"] else "off"
         if "timing" in out:

@@ -9,7 +9,8 @@ time estimate (h3kit.plan.timing) does arithmetic only:
 - `work`: FLOPs outside the 50 blocks (text encoder once per clip, VAE decode
   per pixel-frame, token refiner per model call).
 - `presets`: fast / balanced / quality -- steps, cfg, LoRA and the smallest
-  canvas and frames each is worth running at.
+  canvas and frames each is worth running at, and (`reference`) the steps and
+  LoRA of the reference-to-video workflow where they differ.
 """
 
 from __future__ import annotations
@@ -40,6 +41,15 @@ class Work:
 
 
 @dataclass(frozen=True)
+class ReferenceSteps:
+    """presets.<name>.reference: what the reference-to-video workflow runs with this preset."""
+
+    steps: int
+    lora: str | None  # catalog id of a LoRA made for the ref2va DiT, or None
+    lora_strength: float = 1.0
+
+
+@dataclass(frozen=True)
 class Preset:
     name: str
     steps: int
@@ -49,6 +59,10 @@ class Preset:
     min_canvas: tuple  # (w, h): smaller canvases are not worth this preset
     min_frames: int
     why: str
+    reference: ReferenceSteps | None = None  # None: the reference workflow runs at `steps`, with no LoRA
+
+
+REFERENCE_KEYS = ("steps", "lora", "lora_strength")
 
 
 def _num(v: Any) -> bool:
@@ -105,6 +119,20 @@ def check(data: dict, problems: Problems, lora_ids: list) -> None:
             problems.add(kp + ("min_frames",), f"is {p.get('min_frames')!r}; allowed: a frame count (5 + 17n)")
         if not isinstance(p.get("why"), str):
             problems.add(kp + ("why",), "must be a sentence with the preset's source")
+        if "reference" in p:
+            _check_reference(p["reference"], kp + ("reference",), problems, lora_ids)
+
+
+def _check_reference(r: Any, kp: tuple, problems: Problems, lora_ids: list) -> None:
+    if not isinstance(r, dict) or set(r) - set(REFERENCE_KEYS):
+        problems.add(kp, f"must be a mapping of {', '.join(REFERENCE_KEYS)}, not {r!r}")
+        return
+    if not (_whole(r.get("steps")) and r["steps"] <= 200):
+        problems.add(kp + ("steps",), f"is {r.get('steps')!r}; allowed: 1 to 200")
+    if r.get("lora") is not None and r["lora"] not in lora_ids:
+        problems.add(kp + ("lora",), f"is {r['lora']!r}; allowed: null or a lora id ({', '.join(lora_ids) or 'none'})")
+    if not _num(r.get("lora_strength", 1.0)):
+        problems.add(kp + ("lora_strength",), "must be a number > 0")
 
 
 def sequence(data: dict) -> Sequence | None:
@@ -128,6 +156,9 @@ def presets(data: dict) -> dict:
     ps = data.get("presets")
     if not isinstance(ps, dict):
         return {}
+    def reference(r):
+        return ReferenceSteps(int(r["steps"]), r.get("lora"), float(r.get("lora_strength", 1.0))) if r else None
     return {name: Preset(name, int(p["steps"]), float(p["cfg"]), p.get("lora"), float(p.get("lora_strength", 1.0)),
-                         (int(p["min_canvas"][0]), int(p["min_canvas"][1])), int(p["min_frames"]), str(p["why"]))
+                         (int(p["min_canvas"][0]), int(p["min_canvas"][1])), int(p["min_frames"]), str(p["why"]),
+                         reference(p.get("reference")))
             for name, p in ps.items() if name in PRESET_ORDER}

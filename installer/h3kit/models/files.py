@@ -91,15 +91,18 @@ def _catalog(catalog=None):
 
 
 def files_for_plan(plan: Plan, catalog=None) -> list[ModelFile]:
-    """The files `plan` needs, DiT first, then text encoder, VAEs and the preset's LoRA, each from its catalog entry."""
+    """The files `plan` needs, DiT first, then text encoder, VAEs and the preset's LoRA, each from its catalog entry;
+    then, when the plan sets up the reference-to-video workflow, its ref2va DiT and its LoRA."""
     cat = _catalog(catalog)
     settings = plan.settings
+    ref = settings.reference
     ids = [settings.dit_weights, settings.text_encoder_weights, settings.vae_weights,
            settings.audio_vae_weights or (cat.audio_vae[0].id if cat.audio_vae else None),
-           settings.lora]  # the preset's LoRA (the fast preset's Turbo LoRA), when it uses one
+           settings.lora,  # the preset's LoRA (the fast preset's Turbo LoRA), when it uses one
+           ref.dit_weights if ref else None, ref.lora if ref else None]
     packs = cat.loader_packs
     out: list[ModelFile] = []
-    for wid in ids:
+    for wid in dict.fromkeys(ids):  # a file named twice is one download
         if not wid:
             continue
         w = cat.weight(wid)

@@ -32,7 +32,7 @@ the hardware needs.
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 from types import MappingProxyType
 from typing import Mapping
 
@@ -46,7 +46,8 @@ from h3kit.plan.comfy_version import loadable_catalog, version_args
 from h3kit.plan.loads import (blocked_sentence, evidence_doc, evidence_rationale, reported_setup_rationale,
                               shortfall_fix)
 from h3kit.plan.rationale import rationale_for, warnings_for
-from h3kit.plan.search import Candidate, plan_profile
+from h3kit.plan.reference import reference_run
+from h3kit.plan.search import Candidate, cap_rationale, plan_profile
 from h3kit.plan.streaming import decide_streaming
 
 __all__ = ["SCHEMA", "Plan", "make_plan"]
@@ -78,7 +79,8 @@ def make_plan(fingerprint: Fingerprint, catalog: Catalog, profiles: Mapping[str,
     (h3kit.data.format_evidence.FormatProbe, read by the caller) or None: it beats the catalog's reports;
     `comfyui_version` the version of the ComfyUI the plan is for, when known: files it is too old to load
     are left out and the flags it needs here are added (h3kit.plan.comfy_version)."""
-    machine = Machine.from_fingerprint(fingerprint)
+    # the reports of what runs where can depend on the ComfyUI release (formats.<f>.runs_on.<b>.since)
+    machine = replace(Machine.from_fingerprint(fingerprint), comfyui_version=comfyui_version)
     catalog, version_said = loadable_catalog(catalog, comfyui_version)
     wanted = profile or (config.profile if config is not None else "auto")
     if wanted != "auto" and wanted not in profiles:
@@ -97,6 +99,8 @@ def make_plan(fingerprint: Fingerprint, catalog: Catalog, profiles: Mapping[str,
     comfyui_args, args_said, version_warnings = version_args(catalog, fingerprint, machine, comfyui_version,
                                                              tuple(s.comfyui_args))
     lora = catalog.weight(defaults["lora"]) if defaults["lora"] else None
+    disk = e.disk + (lora.bytes if lora else 0)
+    reference, ref_disk, ref_why, ref_warnings = reference_run(catalog, s, ch.dit, defaults, lora, disk, b.disk_bytes)
     decided, stream_why = decide_streaming(fingerprint, machine, s, e, catalog, budget=b, dit_weight=ch.dit,
                                            choice=ch, held=best.held)
     streaming = Streaming.from_json({"resident": e.resident, "blocks": catalog.blocks, "block_bytes": e.block,
@@ -111,28 +115,31 @@ def make_plan(fingerprint: Fingerprint, catalog: Catalog, profiles: Mapping[str,
         env=MappingProxyType({k: str(v) for k, v in s.env.items()}), stream_from=s.stream_from,
         streaming=streaming, canvas=tuple(defaults["canvas"]), frames=defaults["frames"], steps=defaults["steps"],
         cfg=defaults["cfg"], preset=defaults["preset"], lora=defaults["lora"], lora_strength=defaults["lora_strength"],
-        target_minutes=defaults["target_minutes"], timing=MappingProxyType(dict(best.timing)))
+        reference=reference, target_minutes=defaults["target_minutes"], timing=MappingProxyType(dict(best.timing)))
     return Plan(
         model=catalog.model.id,
         profile=best.profile.name,
         fits=best.fits,
         settings=settings,
-        comfyui_loads=MappingProxyType({w.part: w.comfyui_loads for w in (ch.dit, ch.te, ch.vae, ch.audio_vae)}),
+        comfyui_loads=MappingProxyType({w.part: w.comfyui_loads for w in (ch.dit, ch.te, ch.vae, ch.audio_vae)
+                                        + ((lora,) if lora is not None else ())}),
         evidence=MappingProxyType({part: FormatEvidence(**ev) for part, ev in evidence_doc(catalog, best).items()}),
         blocked=blocked_sentence(catalog, best, lora),
         shortfall_fix=shortfall_fix(best),
         settings_source=MappingProxyType({f.name: best.source.get(f.name, "planner") for f in fields(settings)}),
         budget=MemoryBudget(b.gpu_bytes, b.ram_bytes, b.disk_bytes, b.unified),
         estimates=Estimates(peak_gpu_bytes=e.peak_gpu, peak_ram_bytes=e.peak_ram,
-                            disk_bytes=e.disk + (lora.bytes if lora else 0), tokens=e.tokens,
+                            disk_bytes=disk + ref_disk, tokens=e.tokens,
                             activation_bytes=e.activations,
                             phases=MappingProxyType({k: PhasePeak(**v) for k, v in e.phases.items()}),
                             minutes_per_clip=time["minutes_per_clip"], seconds_per_step=time["seconds_per_step"],
                             time=ClipTime.from_json(time)),
         candidates=tuple(CandidateSummary(p.profile.name, p.est.fits, p.choice.dit.format, tuple(p.choice.canvas),
                                           p.choice.frames, p.est.streamed) for p in plans),
-        rationale=tuple(rationale_for(catalog, best, why_profile) + best.defaults_why + stream_why
+        rationale=tuple(rationale_for(catalog, best, why_profile) + cap_rationale(catalog, best) + best.defaults_why
+                        + stream_why
                         + evidence_rationale(catalog, best) + reported_setup_rationale(catalog, best)
-                        + version_said + args_said),
-        warnings=tuple(notes + warnings_for(catalog, best, config) + best.defaults_warnings + version_warnings),
+                        + version_said + args_said + ref_why),
+        warnings=tuple(notes + warnings_for(catalog, best, config) + best.defaults_warnings + version_warnings
+                       + ref_warnings),
     )

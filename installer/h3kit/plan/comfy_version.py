@@ -22,17 +22,18 @@ def loadable_catalog(catalog: Catalog, version: str | None) -> tuple[Catalog, li
     if v is None:
         return catalog, []
     dropped, kept = [], {}
-    for part in PARTS:
+    for part in PARTS + ("reference_dit",):  # a ref2va twin too old for it is left out quietly (plan/reference.py says so)
         keep = []
         for w in getattr(catalog, part):
             need = version_of(w.file.comfyui_min)
-            if need is not None and v < need:
+            if need is None or v >= need:
+                keep.append(w)
+            elif part != "reference_dit":
                 dropped.append(f"{w.file.name or w.id} needs ComfyUI {w.file.comfyui_min} or newer and this one is "
                                f"{version}, so it is not planned (update ComfyUI to use it).")
-            else:
-                keep.append(w)
         kept[part] = keep
-    return (replace(catalog, **kept) if dropped else catalog), dropped
+    changed = any(len(kept[part]) != len(getattr(catalog, part)) for part in kept)
+    return (replace(catalog, **kept) if changed else catalog), dropped
 
 
 def _gpu_bytes(fingerprint: Fingerprint) -> int | None:

@@ -7,6 +7,7 @@ name the figures the planner used, so a reader can redo the arithmetic.
 from __future__ import annotations
 
 from h3kit.core.units import gb
+from h3kit.data import published_runs
 from h3kit.data.catalog import Catalog, Weight
 from h3kit.data.settings import AUTO
 from h3kit.plan.search import Candidate
@@ -132,6 +133,19 @@ def _profile_reasons(c: Candidate) -> list[str]:
     return out
 
 
+def _mac_native_engine(backend: str) -> list[str]:
+    """On a Mac: how the native engine compared with ComfyUI on the same Mac, figures from published_runs.yaml."""
+    pair = published_runs.load().native_comparison() if backend == "mps" else None
+    if pair is None:
+        return []
+    native, comfy = pair
+    fast, slow = native.published.seconds_per_step, comfy.published.seconds_per_step
+    return [f"On an {native.machine.gpu} the native engine antirez/h3.c ran H3 about {slow / fast:.1f}x faster than "
+            f"ComfyUI ({fast:g} vs {slow:g} s/step; normalised to equal rows its poster gives "
+            f"~{slow / native.normalised.seconds_per_step:.1f}x; {native.source.split(' (')[0]}), but h3kit plans "
+            "ComfyUI."]
+
+
 def rationale_for(cat: Catalog, c: Candidate, why_profile: str) -> list[str]:
     """One sentence per decision in `c`, with the numbers it rests on."""
     b, e, ch, s = c.budget, c.est, c.choice, c.settings
@@ -211,6 +225,7 @@ def rationale_for(cat: Catalog, c: Candidate, why_profile: str) -> list[str]:
     out += _profile_reasons(c)
     out += _loads_rationale(cat, c)
     out.append(f"Disk: {gb(e.disk)} of weight files against {gb(b.disk_bytes)} free.")
+    out += _mac_native_engine(b.backend)
     args, env = list(s.comfyui_args), dict(s.env)
     out.append(f"ComfyUI flags {args or 'none'} and env {env or 'none'} from {c.source.get('comfyui_args', 'the profile')} "
                "(version-dependent: deploy keeps only flags the installed ComfyUI accepts).")

@@ -62,6 +62,25 @@ def _ladder(cat: Catalog, settings: Settings) -> tuple[list, list]:
     return canvases, frames or [settings.min_frames]
 
 
+def sequence_cap(cat: Catalog, backend: str):
+    """(the most sequence rows a plan on `backend` may run, the catalog's SequenceCap) or (None, None)."""
+    cap = next((c for c in cat.sequence_caps if c.backend == backend), None)
+    return (timing_mod.sequence_tokens(cat, *cap.shape), cap) if cap else (None, None)
+
+
+def cap_rationale(cat: Catalog, c: "Candidate") -> list[str]:
+    """The sentence that says the plan's canvas x frames were kept under the backend's sequence cap."""
+    rows, cap = sequence_cap(cat, c.machine.backend)
+    if cap is None:
+        return []
+    (w, h), f = c.choice.canvas, c.choice.frames
+    mine = timing_mod.sequence_tokens(cat, w, h, f)
+    over = " (set by config.yaml, above it: expect that failure)" if mine > rows else ""
+    return [f"On {cap.backend} a plan's canvas x frames stay within {rows:,} sequence rows, those of "
+            f"{cap.shape[0]}x{cap.shape[1]}x{cap.shape[2]} ({cap.source}); "
+            f"{cap.failing}. This plan's {w}x{h}x{f} is {mine:,} rows{over}."]
+
+
 def tier(cat: Catalog, machine: Machine, w: Weight, probe=None) -> tuple[int, int]:
     """How sure the plan is that `w` loads and runs here: (its load tier from file.comfyui_loads, its format's
     evidence tier: known to run 0, nobody reported 1); (0, 0) is sure."""
@@ -197,6 +216,10 @@ def plan_profile(cat: Catalog, fingerprint: Fingerprint, machine: Machine, profi
     if fixed_frames:
         frames = [settings.max_frames]
     small = (canvases[-1], frames[0])
+    cap_rows = None if fixed_canvas and fixed_frames else sequence_cap(cat, machine.backend)[0]
+
+    def capped(canvas, nframes) -> bool:  # over the backend's sequence cap (catalog sequence_caps)
+        return cap_rows is not None and timing_mod.sequence_tokens(cat, canvas[0], canvas[1], nframes) > cap_rows
 
     def first_fit(dit, tes, vaes, canvas, nframes, stream):
         for te in tes:
@@ -213,10 +236,12 @@ def plan_profile(cat: Catalog, fingerprint: Fingerprint, machine: Machine, profi
         if chosen is None:
             return None
         for canvas in canvases:
-            found = first_fit(dit, tes, vaes, canvas, frames[0], stream)
+            found = None if capped(canvas, frames[0]) else first_fit(dit, tes, vaes, canvas, frames[0], stream)
             if found:
                 chosen = found
                 for nframes in reversed(frames):
+                    if capped(canvas, nframes):
+                        continue
                     bigger = first_fit(dit, tes, vaes, canvas, nframes, stream)
                     if bigger:
                         chosen = bigger

@@ -109,3 +109,14 @@ def roomy_fingerprint(run_cli, tmp_path: Path) -> str:
     path = tmp_path / "roomy-fingerprint.json"
     path.write_text(json.dumps(fp), encoding="utf-8")
     return str(path)
+
+
+def planned_test_comfyui(real: Path, run_cli, h3kit_home: Path, tmp_path: Path, config: str) -> tuple[Path, str, dict]:
+    """A test ComfyUI (a space and a non-ASCII letter in its path), `config` as config.yaml, and the plan h3kit
+    makes for this machine with room for the real model: (ComfyUI folder, fingerprint path, plan document)."""
+    comfy = make_test_comfyui(real, tmp_path / "Comfy UI ü")
+    (h3kit_home / "config.yaml").write_text(config, encoding="utf-8")
+    roomy = roomy_fingerprint(run_cli, tmp_path)
+    code, out, err = run_cli("plan", "--fingerprint", roomy, "--json")
+    assert code == 0, err
+    return comfy, roomy, json.loads(out)

@@ -99,7 +99,7 @@ def test_the_start_line_is_one_word_for_the_platforms_shell():
 def test_the_plans_warnings_are_printed_last_after_verified(comfy, tmp_path, h3kit_home):
     fingerprint = FIXTURES / "fingerprints" / "nvidia-rtx4060-8gb-16gb.json"
     # a clip target no preset meets: the plan warns how long a clip takes
-    (h3kit_home / "config.yaml").write_text("overrides:\n  target_minutes: 1\n")
+    (h3kit_home / "config.yaml").write_text("overrides:\n  target_minutes: 0.2\n")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # the order a terminal shows
     plan = subprocess.run([sys.executable, "-m", "h3kit", "plan", "--fingerprint", str(fingerprint), "--json"],
                           capture_output=True, text=True, timeout=120, env=env)

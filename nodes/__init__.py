@@ -6,10 +6,10 @@ needs neither torch nor h3kit's native library; a node that needs one says so
 when it runs.
 """
 
-from . import h3kit_calibration_node, h3kit_gguf_node, h3kit_streaming_node
+from . import h3kit_calibration_node, h3kit_gguf_node, h3kit_streaming_node, h3kit_te_stream_node
 from .h3kit_nodes import NODE_CLASS_MAPPINGS, NODE_DISPLAY_NAME_MAPPINGS
 
-_PARTS = (h3kit_calibration_node, h3kit_streaming_node, h3kit_gguf_node)
+_PARTS = (h3kit_calibration_node, h3kit_streaming_node, h3kit_gguf_node, h3kit_te_stream_node)
 for _part in _PARTS:
     NODE_CLASS_MAPPINGS = {**NODE_CLASS_MAPPINGS, **_part.NODE_CLASS_MAPPINGS}
     NODE_DISPLAY_NAME_MAPPINGS = {**NODE_DISPLAY_NAME_MAPPINGS, **_part.NODE_DISPLAY_NAME_MAPPINGS}

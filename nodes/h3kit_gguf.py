@@ -246,6 +246,13 @@ def _renamed(sd: dict, pack: GGUFPack) -> dict:
     return out
 
 
+def tower_state_dict(path) -> dict:
+    """{ComfyUI name: tensor} of the vision tower in a text encoder or mmproj GGUF (the streamed encoder's tower)."""
+    _check(path)
+    pack = gguf_pack()
+    return {k: v for k, v in _renamed(read_state_dict(path, pack), pack).items() if k.startswith("visual.")}
+
+
 def text_encoder_state_dict(path, mmproj: str | None = None, folder_lookup=None) -> tuple[dict, list[str]]:
     """(ComfyUI's state dict for the Qwen3-VL-32B encoder in `path` (+ its vision tower), notes).
 

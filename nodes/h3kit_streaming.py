@@ -76,11 +76,14 @@ class _Spec:
     """One streamed parameter: where it lives in the model and in the file."""
 
     __slots__ = ("block", "key", "module", "pname", "shape", "dtype", "file_dtype", "itemsize", "start", "end",
-                 "direct", "placeholder", "types", "qtype")
+                 "direct", "placeholder", "types", "qtype", "within")
 
-    def __init__(self, block, key, module, pname, param, entry, range_start):
+    def __init__(self, block, key, module, pname, param, entry, range_start, within=None):
         import torch
         self.block, self.key, self.module, self.pname = block, key, module, pname
+        # the name inside its block (the same layer of every block shares a buffer); a DiT key is
+        # diffusion_model.blocks.N.<within>
+        self.within = within if within is not None else key.split(".", 3)[-1]
         self.shape, self.dtype = tuple(param.shape), param.dtype
         self.file_dtype = _dtype(entry["dtype"])
         self.itemsize = torch.empty(0, dtype=self.file_dtype).element_size()
@@ -340,7 +343,7 @@ class BlockStream:
         if keep:
             return torch.empty(s.shape, dtype=s.dtype, device=device)
         # the same layer of every block shares a buffer in each of the two sets (one computes, one fills)
-        slot = (which, s.key.split(".", 3)[-1], s.shape, s.dtype, str(device))
+        slot = (which, s.within, s.shape, s.dtype, str(device))
         if slot not in self.slots:
             self.slots[slot] = torch.empty(s.shape, dtype=s.dtype, device=device)
         return self.slots[slot]

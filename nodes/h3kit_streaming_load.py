@@ -23,8 +23,9 @@ import weakref
 from pathlib import Path
 
 from .h3kit_streaming import BlockStream, _dtype, _Spec
-from .h3kit_streaming_logic import (BYPASS_READ, PAGE_CACHE_CHOICES, StreamError, file_stamp, group_blocks,
-                                    is_quantized, merge_ranges, plan_stream, read_weights, refuse_unsupported)
+from .h3kit_streaming_logic import (BYPASS_READ, StreamError, check_page_cache, file_stamp, group_blocks,
+                                    is_quantized, merge_ranges, plan_stream, range_starts, read_weights,
+                                    refuse_unsupported)
 
 LOG = logging.getLogger("h3kit")
 ATTR = "h3kit_stream"
@@ -128,9 +129,7 @@ def load_streamed(path, weight_dtype: str = "default", preload_bytes: int = 0, s
 
     `page_cache` "bypass" reads the blocks past the OS's page cache (h3kit_streaming_read.UncachedRead), in
     BYPASS_READ pieces when `shard_size_bytes` is 0."""
-    if page_cache not in PAGE_CACHE_CHOICES:
-        raise StreamError(f"h3kit streamed loader: page_cache is {page_cache!r}; choose one of "
-                          f"{', '.join(PAGE_CACHE_CHOICES)}.")
+    check_page_cache(page_cache, "h3kit streamed loader")
     import torch
     import safetensors
     import comfy.model_detection
@@ -239,11 +238,7 @@ def _strip_blocks(dm, blocks: dict, tensors: dict, path: Path):
             raise StreamError(f"block {b} of {path.name} does not match the model ComfyUI built ({lacking[0]}); "
                               "if this ComfyUI streams weights itself (dynamic VRAM), start it with "
                               "--disable-dynamic-vram to use h3kit's streamer, or use Load Diffusion Model.")
-        range_start = {}
-        for start, end in merge_ranges((tensors[n]["start"], tensors[n]["end"]) for n in names):
-            for n in names:
-                if start <= tensors[n]["start"] < end:
-                    range_start[n] = start
+        range_start = range_starts(names, tensors)
         out = []
         total = 0
         for n in names:

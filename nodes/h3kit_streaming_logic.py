@@ -148,6 +148,22 @@ def merge_ranges(spans) -> list[tuple[int, int]]:
     return [(a, b) for a, b in out]
 
 
+def check_page_cache(page_cache: str, loader: str) -> None:
+    """One sentence for a page_cache input that is neither choice (a prompt written by hand)."""
+    if page_cache not in PAGE_CACHE_CHOICES:
+        raise StreamError(f"{loader}: page_cache is {page_cache!r}; choose one of {', '.join(PAGE_CACHE_CHOICES)}.")
+
+
+def range_starts(names, tensors: dict) -> dict[str, int]:
+    """{name: start of the merged byte range it lies in}: chunk edges fall on those starts (plan_stream)."""
+    out = {}
+    for start, end in merge_ranges((tensors[n]["start"], tensors[n]["end"]) for n in names):
+        for n in names:
+            if start <= tensors[n]["start"] < end:
+                out[n] = start
+    return out
+
+
 def chunk_count(ranges, read_size: int) -> int:
     """How many chunks the streamer delivers for these ranges (it cuts each range into read_size pieces)."""
     return sum(-(-(end - start) // read_size) for start, end in ranges if end > start)

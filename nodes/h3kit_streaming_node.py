@@ -15,6 +15,14 @@ WEIGHT_DTYPES = ["default", "fp8_e4m3fn", "fp8_e4m3fn_fast", "fp8_e5m2"]  # UNET
 BYTES_MAX = 1 << 50
 
 
+def stamp_of(folder: str, name: str) -> str:
+    """A streamed loader's IS_CHANGED: a replaced or removed file is loaded (or refused) again."""
+    import folder_paths
+
+    path = folder_paths.get_full_path(folder, name)
+    return str(file_stamp(path) if path else None)
+
+
 class H3kitStreamedDiTLoader:
     """Load an H3 DiT like Load Diffusion Model, but read its transformer blocks from the file as they run."""
 
@@ -53,10 +61,7 @@ class H3kitStreamedDiTLoader:
 
     @classmethod
     def IS_CHANGED(cls, unet_name, **kwargs):
-        import folder_paths
-
-        path = folder_paths.get_full_path("diffusion_models", unet_name)
-        return str(file_stamp(path) if path else None)  # a replaced or removed file is loaded (or refused) again
+        return stamp_of("diffusion_models", unet_name)
 
     def load(self, unet_name, weight_dtype="default", preload_bytes=0, shard_size_bytes=0, prefetch_blocks=1,
              page_cache="use"):

@@ -226,10 +226,12 @@ def write_dit(python: Path, comfy: Path, name: str, dims: dict, seed: int = 0) -
 
 def graph(dit: str, stream: dict | None, steps: int, seed: int = 0, lora: str | None = None,
           canvas=(64, 64), frames: int = 22, prefix: str = "h3kit/latent", timed: str | None = None,
-          dit_loader: str = "UNETLoader", text_encoder: tuple[str, str] | None = None, kind: str = "t2v") -> dict:
+          dit_loader: str = "UNETLoader", text_encoder: tuple[str, str] | None = None, kind: str = "t2v",
+          te_stream: dict | None = None) -> dict:
     """h3kit's text-to-video (or `kind` i2v) graph (API format) with the DiT through `dit_loader` or the streamed
-    loader, the text encoder (file, loader) given or the tiny one through CLIPLoader, plus BenchSaveLatentParts
-    on the sampled latent."""
+    loader, the text encoder (file, loader) given or the tiny one through CLIPLoader -- through h3kit's streamed
+    text encoder with `te_stream` ({page_cache, prefetch_layers}, as the plan hands them on) -- plus
+    BenchSaveLatentParts on the sampled latent."""
     from h3kit.comfyui.workflows import LoadedFile, WorkflowSettings, build
     from h3kit.data import comfy_nodes
 
@@ -240,7 +242,7 @@ def graph(dit: str, stream: dict | None, steps: int, seed: int = 0, lora: str | 
         audio_vae=LoadedFile(Path(TINY["audio_vae"]).name, "VAELoader"), width=canvas[0], height=canvas[1],
         frames=frames, steps=steps, sampler="euler", scheduler="simple", shift_video=12.0, shift_audio=3.0, fps=24,
         seed=seed, guard_memory=False, lora=LoadedFile(lora, "LoraLoaderModelOnly") if lora else None,
-        lora_strength=0.8, stream=stream)
+        lora_strength=0.8, stream=stream, te_stream=te_stream)
     api = build(kind, ws, comfy_nodes.load()).to_api()
     sampled = next(k for k, n in api.items() if n["class_type"] == "SamplerCustomAdvanced")
     api["900"] = {"class_type": "BenchSaveLatentParts", "inputs": {"samples": [sampled, 0], "filename_prefix": prefix}}

@@ -93,9 +93,9 @@ def layout(blocks: int, d: dict) -> list[tuple[str, str, tuple, str, float]]:
 ITEMSIZE = {"BF16": 2, "F32": 4}
 
 
-def header_bytes(tensors, dims: dict, blocks: int) -> tuple[bytes, int]:
+def header_bytes(tensors, metadata: dict) -> tuple[bytes, int]:
     """The safetensors header (length prefix included) and the data size it describes."""
-    head = {"__metadata__": {"h3kit_random_dit": json.dumps({"blocks": blocks, **dims})}}
+    head = {"__metadata__": metadata}
     off = 0
     for name, dtype, shape, _, _ in tensors:
         size = math.prod(shape) * ITEMSIZE[dtype]
@@ -152,9 +152,20 @@ def tensor_bytes(pools: Pools, dtype: str, shape: tuple, fill: str, std: float, 
     yield memoryview(t.view(torch.uint8).numpy().tobytes())
 
 
+def _metadata(dims: dict, blocks: int) -> dict:
+    return {"h3kit_random_dit": json.dumps({"blocks": blocks, **dims})}
+
+
 def write(path: str, blocks: int, dims: dict, seed: int) -> dict:
-    tensors = layout(blocks, dims)
-    head, data = header_bytes(tensors, dims, blocks)
+    doc = write_tensors(path, layout(blocks, dims), _metadata(dims, blocks), seed,
+                        lambda name: name.split(".", 2)[1] if name.startswith("blocks.") else None)
+    return dict(doc, blocks=blocks, dims=dims)
+
+
+def write_tensors(path: str, tensors: list, metadata: dict, seed: int, group_of) -> dict:
+    """Write `tensors` (layout()'s tuples) to `path`, one piece at a time; each group (`group_of(name)`: a block,
+    a layer) is flushed and dropped from the page cache once written. block_bytes: group "0"'s bytes."""
+    head, data = header_bytes(tensors, metadata)
     pools = Pools(seed)
     partial = path + ".partial"
     block_bytes = 0
@@ -165,7 +176,7 @@ def write(path: str, blocks: int, dims: dict, seed: int) -> dict:
         start = written = len(head)
         current = None
         for name, dtype, shape, fill, std in tensors:
-            group = name.split(".", 2)[1] if name.startswith("blocks.") else None
+            group = group_of(name)
             if group != current:
                 _flush(fd, start, written)  # a block done: on disk, out of the cache
                 start, current = written, group
@@ -180,8 +191,8 @@ def write(path: str, blocks: int, dims: dict, seed: int) -> dict:
     finally:
         os.close(fd)
     os.replace(partial, path)
-    return {"path": path, "bytes": len(head) + data, "tensors": len(tensors), "blocks": blocks,
-            "block_bytes": block_bytes, "dims": dims, "seconds": round(time.perf_counter() - t0, 1)}
+    return {"path": path, "bytes": len(head) + data, "tensors": len(tensors), "block_bytes": block_bytes,
+            "seconds": round(time.perf_counter() - t0, 1)}
 
 
 def _flush(fd: int, start: int, end: int) -> None:
@@ -192,7 +203,7 @@ def _flush(fd: int, start: int, end: int) -> None:
 
 
 def planned_bytes(blocks: int, dims: dict) -> int:
-    head, data = header_bytes(layout(blocks, dims), dims, blocks)
+    head, data = header_bytes(layout(blocks, dims), _metadata(dims, blocks))
     return len(head) + data
 
 

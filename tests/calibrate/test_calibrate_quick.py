@@ -38,6 +38,9 @@ def test_quick_calibration_writes_reports_with_measured_numbers(run_cli, h3kit_h
     assert _positive(inf["peak_rss_bytes"]) and _positive(inf["bytes_streamed"])
     assert doc["decisions"] and all(d["evidence"] for d in doc["decisions"])
     assert any(_positive(d["value"]) for d in doc["decisions"])
+    # the disk probe's rate, for the streamed text encoder's read per prompt in later plans
+    (disk_read,) = [d for d in doc["decisions"] if d["setting"] == "disk_read_bytes_per_s"]
+    assert disk_read["value"] == int(doc["disk"]["read_bytes_per_s"])
     est = doc["estimates"]
     assert est["label"] == "estimate" and _positive(est["seconds_per_step"]) and _positive(est["minutes_per_clip"])
     # No ComfyUI here: the time is the throughput table's, and the document says so plainly.
@@ -59,6 +62,7 @@ def test_quick_calibration_writes_reports_with_measured_numbers(run_cli, h3kit_h
     from h3kit.data.settings import Settings
 
     assert isinstance(config.load(h3kit_home / "config.yaml").calibrated, Settings)
+    assert config.load(h3kit_home / "config.yaml").calibrated.disk_read_bytes_per_s == disk_read["value"]
     assert "calibrated:" in (h3kit_home / "config.yaml").read_text()
 
 

@@ -50,13 +50,16 @@ def test_the_streaming_stats_written_by_h3kits_own_node_are_removed_with_the_pac
     logic = pack_module("h3kit_streaming_logic")  # the node's own writer, imported as the pack's module
     doc = logic.stats_document("dit.safetensors", 4, {"bytes_read": 10, "steps": 1}, {"resident": []})
     logic.write_json_atomic(pack / logic.STATS_FILE, doc)
+    te_stats = pack / pack_module("h3kit_te_stream_logic").TE_STATS_FILE  # the streamed text encoder's
+    logic.write_json_atomic(te_stats, dict(doc, file="te.safetensors"))
     mine = pack / "notes.txt"
     mine.write_text("mine\n")
     code, out, err = run_cli("uninstall", "--comfyui", str(comfy), "--yes", "--json")
     assert code == 0, err
     result = json.loads(out)
     backed = [b["path"] for b in result["backed_up"]]
-    assert str(pack / logic.STATS_FILE) not in backed and str(pack / logic.STATS_FILE) in result["removed"]
+    for stats in (pack / logic.STATS_FILE, te_stats):
+        assert str(stats) not in backed and str(stats) in result["removed"]
     assert str(mine) in backed  # a file the user added is still theirs
 
 

@@ -188,3 +188,31 @@ def test_h3kits_gguf_loaders_carry_every_widget_and_a_streamed_gguf_goes_to_the_
     api = workflows.build("t2v", _gguf_settings(stream), SPECS).to_api()
     (dit,) = _nodes(api, "H3kitStreamedDiTLoader")
     assert dit["inputs"]["unet_name"].endswith(".gguf") and not _nodes(api, "H3kitUnetLoaderGGUF")
+
+
+def test_a_streamed_text_encoder_goes_to_the_streamed_text_encoder_loader_in_every_workflow():
+    """Where the plan streams the text encoder (settings.text_encoder_streaming), every graph loads it through
+    H3kitStreamedTextEncoderLoader with the plan's page_cache and prefetch_layers; the writer decides nothing."""
+    from h3kit.calibrate import with_model
+    from h3kit.data.fingerprint import Fingerprint
+    from h3kit.plan import make_plan
+
+    fp = Fingerprint.from_json(json.loads((PLANS.parent / "fingerprints" / "apple-m1-16gb.json").read_text()))
+    plan = make_plan(fp, CAT, catalog_mod.load_profiles(CAT))
+    ts = plan.settings.text_encoder_streaming
+    assert ts.enabled
+    files = workflows.pack_files(plan, CAT, "p")
+    for name in (workflows.NAMES[k] for k in ("t2v", "i2v", "flf2v")):
+        api = json.loads(files[f"{workflows.API_DIR}/{name}.json"])
+        assert ui_to_api(json.loads(files[f"{workflows.UI_DIR}/{name}.json"]), SPECS) == api
+        (te,) = _nodes(api, "H3kitStreamedTextEncoderLoader")
+        assert te["inputs"] == {"clip_name": CAT.weight(plan.settings.text_encoder_weights).file.name,
+                                "mmproj_name": "(auto)", "page_cache": ts.page_cache,
+                                "prefetch_layers": ts.prefetch_layers}
+        assert not _nodes(api, "H3kitCLIPLoaderGGUF") and not _nodes(api, "CLIPLoader")
+        # calibrate --with-model checks the files the graph reads before it runs it
+        assert ("text_encoders", te["inputs"]["clip_name"]) in with_model.needed_files(api)
+    held = dataclasses.replace(plan, settings=dataclasses.replace(
+        plan.settings, text_encoder_streaming=dataclasses.replace(ts, enabled=False)))
+    api = json.loads(workflows.pack_files(held, CAT, "p")[f"{workflows.API_DIR}/h3kit_text_to_video.json"])
+    assert _nodes(api, "H3kitCLIPLoaderGGUF") and not _nodes(api, "H3kitStreamedTextEncoderLoader")

@@ -587,3 +587,36 @@ def test_an_unreachable_loader_pack_does_not_stop_the_weights(small, comfy, monk
         models.ensure_models(Context(yes=True), plan, comfy, skip=False, with_loaders=True, allow_unverified=True)
     assert "ComfyUI-GGUF cannot be installed" in exc.value.message and "H3KIT_LOADER_SOURCES" in exc.value.fix
     assert all(f.dest(comfy).is_file() for f in models.files_for_plan(plan))
+
+
+@pytest.mark.parametrize("name", ["apple-m1-16gb", "cpu-only-16gb"])
+def test_the_16gb_reference_machines_install_with_the_text_encoder_streamed(run_cli, server, small, tmp_path, name,
+                                                                           monkeypatch):
+    """Issue 33: the two 16 GB reference plans fit, and `install --yes` fetches their files from the (local) mirror
+    -- ComfyUI-GGUF, which the GGUF encoder needs, from a local copy as on a machine without GitHub -- and deploys
+    workflows that load the q4_k_m text encoder through h3kit's streamed node."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("comfy_tree", FPS.parent / "comfyui" / "comfy_tree.py")
+    tree = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tree)
+    comfy = tree.make_comfyui(tmp_path / "Comfy UI")
+    pack_src = tmp_path / "ComfyUI-GGUF"
+    pack_src.mkdir()
+    (pack_src / "__init__.py").write_text("NODE_CLASS_MAPPINGS = {}\n")
+    (pack_src / "nodes.py").write_text("# ComfyUI-GGUF stand-in\n")
+    monkeypatch.setenv("H3KIT_LOADER_SOURCES", str(pack_src))
+    fp = FPS / f"{name}.json"
+    plan = _plan(fp)
+    assert plan.fits and plan.settings.text_encoder_streaming.enabled
+    te = catalog_mod.load().weight(plan.settings.text_encoder_weights)
+    assert te.format == "q4_k_m"
+    code, out, err = run_cli("install", "--yes", "--skip-calibrate", "--comfyui", str(comfy), "--fingerprint", str(fp))
+    assert code == 0, out + err
+    assert (comfy / "models" / te.file.folder / te.file.name).read_bytes() == small[te.id]
+    api = comfy / "custom_nodes" / "ComfyUI-h3kit" / "workflows_api"
+    for wf in sorted(api.glob("*.json")):
+        nodes = json.loads(wf.read_text(encoding="utf-8")).values()
+        loaders = [n for n in nodes if n["class_type"] == "H3kitStreamedTextEncoderLoader"]
+        assert [n["inputs"]["clip_name"] for n in loaders] == [te.file.name], wf.name
+        assert not [n for n in nodes if n["class_type"] in ("CLIPLoader", "H3kitCLIPLoaderGGUF")], wf.name

@@ -126,10 +126,12 @@ def test_a_loader_pack_file_is_preferred_to_a_broken_one_and_named(tmp_path):
     assert "ComfyUI-GGUF" in line and "github.com/city96/ComfyUI-GGUF" in line and "--with-loaders" in line
 
 
-def test_a_broken_file_is_never_planned_by_itself_the_plan_says_what_would_work():
+def test_a_broken_file_is_never_planned_by_itself_the_plan_says_what_would_work(tmp_path):
     """Before h3kit's loader the 4060 got the pruned Q4_K_M GGUF that stock ComfyUI-GGUF refuses; now a plan never
-    picks a file reported not to load: nothing that loads fits, and the plan says so in one sentence."""
-    plan = _plan_doc(Fingerprint.from_json(FPS["nvidia-rtx4060-8gb-16gb"]), BEFORE, PROFILES)
+    picks a file reported not to load: nothing that loads fits (with ComfyUI's dynamic VRAM kept, stream_dit: off),
+    and the plan says so in one sentence."""
+    plan = _plan_doc(Fingerprint.from_json(FPS["nvidia-rtx4060-8gb-16gb"]), BEFORE, PROFILES,
+                     config=_config("overrides:\n  stream_dit: off\n", tmp_path))
     assert not plan["fits"] and plan["comfyui_loads"]["dit"] != "reported_broken"
     assert plan["blocked"].startswith("Nothing that loads in ComfyUI fits this machine")
     assert "it would work with more RAM (at least" in plan["blocked"]
@@ -298,5 +300,5 @@ def test_plan_cli_takes_a_saved_format_probe_and_refuses_a_bad_one(run_cli, tmp_
     path.write_text('{"schema": "h3kit.something/1"}')
     code, out, err = run_cli("plan", "--fingerprint", fp, "--format-probe", str(path))
     assert code == 2 and "h3kit.format_probe/1" in err and "Traceback" not in err
-    code, out, err = run_cli("plan", "--fingerprint", str(FP_DIR / "cpu-only-16gb.json"))
+    code, out, err = run_cli("plan", "--fingerprint", str(FP_DIR / "cpu-only-8gb.json"))
     assert code == 0 and "NOT READY Nothing that loads in ComfyUI fits this machine" in out

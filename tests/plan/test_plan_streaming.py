@@ -121,13 +121,20 @@ def test_a_streamed_gguf_block_is_counted_dequantized_not_at_its_file_size():
 # -- CPU only ----------------------------------------------------------------------------------
 
 
-def test_cpu_16_gb_fits_nothing_and_the_closest_plan_streams_bf16():
-    """The text encoder alone (13.1 GB at the smallest) is beyond 16 GB less headroom, held or streamed; of the
-    plans that miss, the streamed bf16 DiT misses by least, and the warning names the encode phase."""
+def test_cpu_16_gb_fits_with_the_text_encoder_streamed_too():
+    """Held whole, the text encoder alone (13.1 GB at the smallest) is beyond 16 GB less headroom; streamed layer by
+    layer (issue #33) it fits, and so does the streamed bf16 DiT."""
     plan = _plan(_fp("cpu-only-16gb"))
     st = plan["settings"]["streaming"]
-    assert not plan["fits"] and st["enabled"] is True and st["dynamic_vram"] is False and st["fits"] is False
-    assert plan["settings"]["quantization"] == "bf16"
+    assert plan["fits"] and st["enabled"] is True and st["dynamic_vram"] is False and st["fits"] is True
+    assert plan["settings"]["quantization"] == "bf16" and plan["settings"]["text_encoder_streaming"]["enabled"]
+    assert not any("short by" in w for w in plan["warnings"])
+
+
+def test_cpu_16_gb_with_the_text_encoder_held_fits_nothing():
+    """text_encoder_stream: off brings back the old answer: the encode phase is short."""
+    plan = _plan(_fp("cpu-only-16gb"), text_encoder_stream="off")
+    assert not plan["fits"] and not plan["settings"]["text_encoder_streaming"]["enabled"]
     assert any("the encode phase needs" in w and "short by" in w for w in plan["warnings"])
 
 
@@ -172,13 +179,32 @@ def test_highvram_loads_the_whole_dit_onto_the_card_so_h3kit_streams(flag):
 
 
 def test_nvidia_with_torch_older_than_2_8_has_no_dynamic_vram():
-    st, why = _direct(_fp("nvidia-rtx4090-24gb-64gb", 32), runtime={"torch": "2.7.1+cu126", "aimdo": True},
-                      quantization="bf16")
+    st, why = _direct(_fp("nvidia-rtx4090-24gb-64gb", 64), runtime={"torch": "2.7.1+cu126", "aimdo": True},
+                      quantization="bf16", stream_dit="on")
     assert st["dynamic_vram"] is False and st["enabled"] is True and "torch 2.7 < 2.8" in " ".join(why)
     assert st["assumed"] == "the probed ComfyUI"
-    on, _ = _direct(_fp("nvidia-rtx4090-24gb-64gb", 32), runtime={"torch": "2.8.0+cu128", "aimdo": True},
+    on, _ = _direct(_fp("nvidia-rtx4090-24gb-64gb", 64), runtime={"torch": "2.8.0+cu128", "aimdo": True},
                     quantization="bf16")
     assert on["dynamic_vram"] is True and on["enabled"] is False
+
+
+def test_nvidia_whose_ram_cannot_hold_the_off_card_dit_streams_it_from_disk_without_dynamic_vram():
+    """Issue #33: with dynamic VRAM ComfyUI keeps the DiT's off-card blocks in RAM (stream_from: ram); where that
+    RAM cannot hold them nothing fits, so the plan adds --disable-dynamic-vram and h3kit's loader streams the same
+    DiT from the file."""
+    plan = _plan(_fp("nvidia-rtx4090-24gb-64gb", 32), quantization="bf16")
+    st = plan["settings"]["streaming"]
+    assert plan["fits"] and "--disable-dynamic-vram" in plan["settings"]["comfyui_args"]
+    assert st["enabled"] is True and st["dynamic_vram"] is False and plan["settings"]["quantization"] == "bf16"
+    assert any(r.startswith("With ComfyUI's dynamic VRAM nothing fits") for r in plan["rationale"])
+    # the 8 GB card with 8 GB of RAM: the pruned Q2_K DiT the closest plan held, streamed instead
+    small = _plan(_fp("nvidia-rtx4060-8gb-8gb"))
+    assert small["fits"] and small["settings"]["streaming"]["enabled"]
+    assert small["settings"]["dit_weights"] == "h3-dit-pruned-q2_k"
+    assert small["settings"]["text_encoder_streaming"]["enabled"]
+    # stream_dit: off keeps ComfyUI's dynamic VRAM, and the plan says what is short
+    off = _plan(_fp("nvidia-rtx4060-8gb-8gb"), stream_dit="off")
+    assert not off["fits"] and "--disable-dynamic-vram" not in off["settings"]["comfyui_args"]
 
 
 def test_a_probed_comfyui_without_comfy_aimdo_has_no_dynamic_vram():

@@ -227,6 +227,22 @@ def test_h3kit_clip_loader_runs_the_te_gguf_and_its_mmproj_like_safetensors(serv
     print(f"\nQ8_0 text encoder (i2v): {figures}")
 
 
+def test_streamed_text_encoder_runs_the_te_gguf_like_cliploader_on_its_values(comfy):
+    """The streamed encoder on both GGUF layouts (llama.cpp names + mmproj, ComfyUI names with the tower inside),
+    text and image prompts, against CLIPLoader on the GGUF's values in fp32: the layers are dequantized to bf16
+    (the weights they were made from), so the conditioning differs by bf16 rounding only."""
+    done = subprocess.run([str(PYTHON), str(REPO / "tests" / "support" / "comfy_h3" / "te_stream_probe.py"),
+                           str(comfy["dir"]), "ring", "h3te_deq.safetensors", "h3te.gguf", "h3te_hf.gguf"],
+                          capture_output=True, text=True, timeout=900, env=comfy["env"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    FIGURES["streamed_text_encoder_Q8_0_rel"] = {k: v.get("rel") for k, v in got.items()}
+    for name in ("h3te.gguf", "h3te_hf.gguf"):
+        assert got[name]["mode"] == "ring" and got[name]["rel"] < 0.02, (name, got[name])  # bf16: 2^-8 per weight
+        assert got[name]["after"] == {"layer_elements": 0, "buffers": 0, "streamer_open": False}
+        assert got[name]["stats"]["blocks_read"] == 50 and got[name]["stats"]["finished"]
+
+
 def test_streamed_loader_runs_a_gguf_dit_like_unetloader_on_its_values(server, comfy):
     stats = comfy["dir"] / "custom_nodes" / bench.PACK / "h3kit_streaming_stats.json"
     streamed = _latent(server, bench.graph("h3g_q8_0.gguf", STREAM, 2, seed=5, prefix="st/gguf", timed="st_gguf"),

@@ -150,6 +150,9 @@ def decide(plan: Plan, measurements: dict, estimates: dict, *, minutes_for=None,
     prefetch = decide_prefetch(plan, estimates, disk or {})
     if prefetch is not None:
         out.append(prefetch)
+    disk_read = decide_disk_read(plan, disk or {})
+    if disk_read is not None:
+        out.append(disk_read)
     cache = decide_page_cache(plan, streaming)
     if cache is not None:
         out.append(cache)
@@ -265,6 +268,22 @@ def decide_timing(plan: Plan, estimates: dict) -> dict | None:
                     f"measured in ComfyUI's Python: {timing['block_s_per_token']:.3g} s per block per token, "
                     f"{timing['block_s_per_token2']:.3g} s per token^2, {timing['step_fixed_s']:.3g} s fixed per call; "
                     f"{t.get('seconds_per_step') or 0:.3g} s per step at {t.get('tokens')} tokens")
+
+
+def decide_disk_read(plan: Plan, disk: dict) -> dict | None:
+    """The disk probe's cold sequential read goes to `calibrated:` (disk_read_bytes_per_s): the streamed text
+    encoder reads its whole file once per prompt, and the plan times that read at this rate, not the catalog's
+    assumption for the disk's kind."""
+    if disk.get("status") != "measured":
+        return None
+    rate = int(disk.get("read_bytes_per_s") or (disk.get("gb_per_s") or 0) * 1e9)
+    if rate <= 0:
+        return None
+    ts = plan.settings.text_encoder_streaming  # the rate the plan timed the read at, when it was a measured one
+    previous = ts.disk_bytes_per_s if "measured" in (ts.rate_source or "") else None
+    return decision("disk_read_bytes_per_s", rate, previous,
+                    f"the disk probe read {rate / 1e9:.2f} GB/s from {disk.get('path') or 'the models disk'} with its "
+                    "pages dropped from the page cache; the streamed text encoder's read per prompt is timed at it")
 
 
 def streaming_enabled(plan: Plan) -> bool:

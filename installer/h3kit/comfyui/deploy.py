@@ -49,7 +49,7 @@ STAGING_MARK = ".h3kit-staging"
 STAGING_TEXT = b"h3kit staging folder: safe to delete\n"
 DISABLED_SUFFIX = ".disabled"  # ComfyUI-Manager's "disable": the pack folder renamed, ComfyUI skips it
 EXPECTED_NODES = ("H3kitProfileInfo", "H3kitTiledVAEDecode", "H3kitMemoryGuard", "H3kitCalibrationReport", "H3kitStreamedDiTLoader",
-                  "H3kitUnetLoaderGGUF", "H3kitCLIPLoaderGGUF")
+                  "H3kitUnetLoaderGGUF", "H3kitCLIPLoaderGGUF", "H3kitStreamedTextEncoderLoader")
 VERIFY_TIMEOUT = 120.0
 SKIP_NAMES = {"__pycache__", ".pytest_cache", "tests"}
 SELFTEST_PROGRAMS = "h3k-selftest-*"  # beside the libraries; written executable

@@ -12,7 +12,9 @@ runs as opened, with no image to unhook. Each loads the plan's DiT, text encoder
 catalog names (h3kit's H3kitUnetLoaderGGUF / H3kitCLIPLoaderGGUF for H3's
 GGUF files stock ComfyUI-GGUF refuses) -- the DiT through h3kit's streamed
 loader (H3kitStreamedDiTLoader, with the plan's preload/shard/prefetch; it
-reads safetensors and GGUF) exactly when the plan streams it -- then the preset's LoRA (LoraLoaderModelOnly) when it
+reads safetensors and GGUF) exactly when the plan streams it, and the text encoder through
+H3kitStreamedTextEncoderLoader (with the plan's page_cache and prefetch_layers) exactly when
+settings.text_encoder_streaming says so -- then the preset's LoRA (LoraLoaderModelOnly) when it
 uses one, the plan's canvas, frames, steps and cfg as defaults (cfg 1.0: one
 model call per step through BasicGuider; any other through CFGGuider with an
 empty negative prompt), sampler and shifts from the catalog, h3kit's tiled
@@ -92,6 +94,7 @@ class WorkflowSettings:
     lora: LoadedFile | None = None  # the preset's LoRA (LoraLoaderModelOnly), or none
     lora_strength: float = 1.0
     stream: dict | None = None  # {preload_bytes, shard_size_bytes, prefetch_blocks, page_cache} when the plan streams the DiT
+    te_stream: dict | None = None  # {page_cache, prefetch_layers} when the plan streams the text encoder
     reference: ReferenceSettings | None = None  # the reference-to-video graph, when the plan sets it up
 
     def kinds(self) -> list[str]:
@@ -116,7 +119,7 @@ class WorkflowSettings:
             cfg=float(s.cfg if s.cfg is not None else sampling.cfg),
             lora=_file(catalog, s.lora) if s.lora else None,
             lora_strength=float(s.lora_strength or 1.0),
-            stream=_stream(s), reference=_reference(catalog, s))
+            stream=_stream(s), te_stream=_te_stream(s), reference=_reference(catalog, s))
 
 
 def _reference(catalog, settings: PlanSettings) -> ReferenceSettings | None:
@@ -136,6 +139,14 @@ def _stream(settings: PlanSettings) -> dict | None:
     cache = st.streamed.page_cache if st.streamed is not None else None
     return {"preload_bytes": int(preload or 0), "shard_size_bytes": int(settings.shard_size_bytes or 0),
             "prefetch_blocks": int(st.prefetch_blocks or 1), "page_cache": cache or "use"}
+
+
+def _te_stream(settings: PlanSettings) -> dict | None:
+    """The streamed text encoder's widget values when the plan streams it (settings.text_encoder_streaming)."""
+    ts = settings.text_encoder_streaming
+    if not ts.enabled:
+        return None
+    return {"page_cache": ts.page_cache or "use", "prefetch_layers": int(ts.prefetch_layers or 1)}
 
 
 def _file(catalog, weight_id: str) -> LoadedFile:
@@ -222,6 +233,9 @@ def _load_dit(g: Graph, f: LoadedFile, stream: dict | None = None):
 
 def _load_text_encoder(g: Graph, ws: WorkflowSettings):
     f = ws.text_encoder
+    if ws.te_stream is not None:  # the planner streams only files the node reads (GGUF, plain float safetensors)
+        return g.add("H3kitStreamedTextEncoderLoader", "text encoder (streamed from disk)", clip_name=f.name,
+                     **GGUF_TE_DEFAULTS, **ws.te_stream)
     if f.loader == "H3kitCLIPLoaderGGUF":  # Qwen3-VL-32B GGUF + its mmproj, renamed for ComfyUI's detection
         return g.add("H3kitCLIPLoaderGGUF", "text encoder (GGUF)", clip_name=f.name, type=ws.text_encoder_type,
                      **GGUF_TE_DEFAULTS)

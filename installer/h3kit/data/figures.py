@@ -31,6 +31,26 @@ class MemoryModel:
     decoded_video_bytes_per_pixel_frame: int
     comfyui_process_ram: int
     gpu_resident_overhead: int
+    text_encoder_stream: "TextEncoderStream | None" = None  # memory.text_encoder_stream (None: not in the catalog)
+
+
+@dataclass(frozen=True)
+class TextEncoderStream:
+    """memory.text_encoder_stream: what h3kit's streamed text encoder (H3kitStreamedTextEncoderLoader) holds while
+    it encodes, in bytes, and the read rates a plan assumes before calibration measured the disk."""
+
+    layers: int  # language-model layers read one at a time
+    layer_held: int  # one layer once read, in the compute dtype
+    ring_layer_sets: int  # layer sets held where the file comes through the ring (GGUF; any file off a CPU)
+    in_place_layer_sets: int  # plain safetensors read in place on a CPU
+    prefetch_layers: int  # the node's default read-ahead
+    vision_tower: int  # loaded only while an image is encoded
+    max_time_share: float  # of target_minutes, the most one read of the file per prompt may take
+    disk_read: tuple = ()  # ((disk kind, bytes per second), ...): assumed until calibration measures the disk
+
+    def read_rate(self, kind: str) -> int:
+        table = dict(self.disk_read)
+        return int(table.get(kind) or table.get("unknown") or min(table.values()))
 
 
 @dataclass(frozen=True)
@@ -60,8 +80,47 @@ class ComfyMemory:
         return max(1.0, DTYPE_BYTES[self.dtype_on(backend)] / file_bytes)
 
 
+TE_STREAM_SIZES = ("layer_held", "vision_tower")
+TE_STREAM_COUNTS = ("layers", "ring_layer_sets", "in_place_layer_sets", "prefetch_layers")
+
+
 def memory_model(section: dict) -> MemoryModel:
-    return MemoryModel(**{k: parse_size(section[k]) for k in MEMORY_SIZES + MEMORY_RATES})
+    return MemoryModel(**{k: parse_size(section[k]) for k in MEMORY_SIZES + MEMORY_RATES},
+                       text_encoder_stream=_te_stream(section.get("text_encoder_stream")))
+
+
+def _te_stream(doc) -> TextEncoderStream | None:
+    if not isinstance(doc, dict):
+        return None
+    rates = tuple((k, parse_size(v)) for k, v in (doc.get("disk_read_per_s") or {}).items())
+    return TextEncoderStream(**{k: parse_size(doc[k]) for k in TE_STREAM_SIZES},
+                             **{k: int(doc[k]) for k in TE_STREAM_COUNTS},
+                             max_time_share=float(doc["max_time_share"]), disk_read=rates)
+
+
+def _check_te_stream(doc, problems: Problems) -> None:
+    where = ("memory", "text_encoder_stream")
+    if doc is None:
+        return
+    if not isinstance(doc, dict):
+        problems.add(where, "must be a mapping")
+        return
+    known = set(TE_STREAM_SIZES + TE_STREAM_COUNTS) | {"max_time_share", "disk_read_per_s", "source", "assumption"}
+    for k in doc:
+        if k not in known:
+            problems.add(where + (k,), f"is not a known key; allowed: {', '.join(sorted(known))}")
+    for k in TE_STREAM_SIZES:
+        if parse_size(doc.get(k)) is None:
+            problems.add(where + (k,), "must be a size like \"0.5 GB\"")
+    for k in TE_STREAM_COUNTS:
+        if not _whole(doc.get(k)):
+            problems.add(where + (k,), "must be a whole number above 0")
+    share = doc.get("max_time_share")
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
+        problems.add(where + ("max_time_share",), "must be a number above 0 and at most 1")
+    rates = doc.get("disk_read_per_s")
+    if not isinstance(rates, dict) or not rates or any(not parse_size(v) for v in rates.values()):
+        problems.add(where + ("disk_read_per_s",), "must map disk kinds (ssd, hdd, unknown) to sizes read per second")
 
 
 def comfy_memory(section: dict) -> ComfyMemory:
@@ -84,6 +143,7 @@ def check(data: dict, problems: Problems) -> None:
     for k in MEMORY_RATES:
         if parse_size(data["memory"].get(k)) is None:
             problems.add(("memory", k), "must be a whole number of bytes")
+    _check_te_stream(data["memory"].get("text_encoder_stream"), problems)
     reserve = data["comfyui"].get("reserve")
     if not isinstance(reserve, dict):
         problems.add(("comfyui", "reserve"), f"must be a mapping of sizes ({', '.join(RESERVE_KEYS)})")

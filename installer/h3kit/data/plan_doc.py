@@ -121,6 +121,25 @@ class Streaming:
 
 
 @dataclass(frozen=True)
+class TextEncoderStreaming(_Doc):
+    """settings.text_encoder_streaming: whether h3kit's streamed text encoder runs the text encoder (plan/te_stream.py);
+    the workflow writer reads it and decides nothing."""
+
+    enabled: bool = False
+    why: str = ""
+    held_encode_ram_bytes: int | None = None  # the encode phase with ComfyUI's own load of the same file
+    node: str | None = None  # with enabled: the loader node and its inputs
+    prefetch_layers: int | None = None
+    page_cache: str | None = None  # "use" | "bypass"
+    read_bytes: int | None = None  # read once per prompt
+    disk_bytes_per_s: int | None = None
+    read_s: float | None = None
+    rate_source: str | None = None
+    encode_ram_bytes: int | None = None
+    encode_gpu_bytes: int | None = None
+
+
+@dataclass(frozen=True)
 class ReferenceRun(_Doc):
     """settings.reference: the reference-to-video workflow (settings key reference_to_video), when it is set up."""
 
@@ -151,6 +170,7 @@ class PlanSettings(_Doc):
     env: Mapping[str, str] = _no_map()
     stream_from: str | None = None  # ram | disk
     streaming: Streaming = field(default_factory=Streaming)
+    text_encoder_streaming: TextEncoderStreaming = field(default_factory=TextEncoderStreaming)
     # what the generated workflows open with (plan/defaults.py)
     canvas: tuple[int, int] | None = None
     frames: int | None = None
@@ -167,6 +187,7 @@ class PlanSettings(_Doc):
     def from_json(cls, doc: Any) -> PlanSettings:
         return _plain(cls, doc, max_canvas=_pair, canvas=_pair, comfyui_args=_strings, env=_frozen_map,
                       timing=_frozen_map, streaming=Streaming.from_json,
+                      text_encoder_streaming=lambda v: _plain(TextEncoderStreaming, v),
                       reference=lambda v: _plain(ReferenceRun, v) if isinstance(v, Mapping) else None)
 
     def weight_ids(self) -> dict[str, str | None]:

@@ -56,7 +56,11 @@ DESCRIPTIONS = {
     "timing": "seconds per DiT block, token and step (a mapping; written by calibration, else from profiles/throughput.yaml)",
     "stream_dit": "stream the DiT from disk with h3kit's loader: auto (planner decides), on, off",
     "prefetch_blocks": "DiT blocks read ahead while the current one computes (1 to 8)",
-    "page_cache": "how h3kit's loader reads streamed blocks: auto (by what the page cache can keep next to the run), "
+    "text_encoder_stream": "run the text encoder through h3kit's streamed loader (layer by layer from the file): auto "
+                           "(when the stock load does not fit, or streaming lets a better format fit the time target), "
+                           "on, off",
+    "page_cache": "how h3kit's loaders read streamed blocks and text encoder layers: auto (by what the page cache can "
+                  "keep next to the run), "
                   "use (through the OS's page cache) or bypass (past it)",
     "min_frames": "frame count a format must fit to be chosen (5 + 17n)",
     "formats": "DiT formats this profile may choose from",
@@ -65,9 +69,11 @@ DESCRIPTIONS = {
     "comfyui_args": "ComfyUI launch flags (version-dependent; deploy keeps the accepted ones)",
     "env": "environment variables for ComfyUI",
     "os_ram_headroom": "RAM left to the operating system and other programs",
+    "disk_read_bytes_per_s": "the models disk's sequential read rate, bytes (or a size like \"1.5 GB\") per second "
+                             "(written by calibration's disk probe; times the streamed text encoder's read per prompt)",
 }
 KEYS = tuple(DESCRIPTIONS)
-SIZE_KEYS = ("shard_size_bytes", "preload_bytes", "os_ram_headroom")
+SIZE_KEYS = ("shard_size_bytes", "preload_bytes", "os_ram_headroom", "disk_read_bytes_per_s")
 PRESETS = ("fast", "balanced", "quality")
 # The `timing` mapping (docs/plan.md, "How long a clip takes"): required rates, optional ones, and the devices it may name.
 TIMING_REQUIRED = ("block_s_per_token", "block_s_per_token2", "step_fixed_s")
@@ -188,6 +194,7 @@ def _checks(catalog) -> dict:
         "timing": _timing_check,
         "stream_dit": _on_off,
         "prefetch_blocks": is_int_range(1, 8),
+        "text_encoder_stream": _on_off,
         "page_cache": is_one_of([AUTO, "use", "bypass"]),
         "min_frames": lambda v: _frames_check(catalog, v),
         "formats": lambda v: is_str_list(v) or next((f"contains {f!r}; allowed: {', '.join(dit_formats)}"
@@ -197,6 +204,8 @@ def _checks(catalog) -> dict:
         "comfyui_args": is_str_list,
         "env": is_env_map,
         "os_ram_headroom": is_size,
+        "disk_read_bytes_per_s": lambda v: is_size(v) or (None if parse_size(v) > 0 else
+                                                            "is 0; allowed: a rate above 0, e.g. 1.5 GB"),
     }
 
 
@@ -237,7 +246,7 @@ def typed(settings: dict | None) -> Settings:
 
 # The keys whose check accepts "auto": unset, they are auto (the planner decides).
 AUTO_KEYS = ("dit_weights", "quantization", "text_encoder_weights", "vae_weights", "shard_size_bytes",
-             "preload_bytes", "preset", "stream_dit", "page_cache")
+             "preload_bytes", "preset", "stream_dit", "page_cache", "text_encoder_stream")
 Auto = Literal["auto"]
 
 
@@ -269,6 +278,7 @@ class Settings:
     timing: Mapping[str, Any] | None = None
     stream_dit: str = AUTO  # auto | on | off
     prefetch_blocks: int | None = None
+    text_encoder_stream: str = AUTO  # auto | on | off
     page_cache: str = AUTO  # auto | use | bypass
     min_frames: int | None = None
     formats: tuple[str, ...] | None = None
@@ -277,6 +287,7 @@ class Settings:
     comfyui_args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     os_ram_headroom: int | None = None
+    disk_read_bytes_per_s: int | None = None  # measured by calibration; else the catalog's rate by disk kind
     given: frozenset[str] = frozenset()
 
     @classmethod
@@ -294,8 +305,9 @@ class Settings:
                 out[key] = float(out[key])
         if "reference_to_video" in out:
             out["reference_to_video"] = out["reference_to_video"] in (True, "on")
-        if isinstance(out.get("stream_dit"), bool):
-            out["stream_dit"] = "on" if out["stream_dit"] else "off"
+        for key in ("stream_dit", "text_encoder_stream"):
+            if isinstance(out.get(key), bool):  # YAML reads a bare on/off as a bool
+                out[key] = "on" if out[key] else "off"
         if "timing" in out:
             out["timing"] = MappingProxyType({k: (_seconds(x) if k in TIMING_REQUIRED + TIMING_OPTIONAL else x)
                                               for k, x in out["timing"].items()})

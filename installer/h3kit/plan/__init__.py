@@ -41,7 +41,7 @@ from h3kit.data import catalog as catalog_mod
 from h3kit.data.catalog import Catalog, Machine, Profile
 from h3kit.data.fingerprint import Fingerprint
 from h3kit.data.plan_doc import (SCHEMA, CandidateSummary, ClipTime, Estimates, FormatEvidence, MemoryBudget,
-                                 PhasePeak, Plan, PlanSettings, Streaming)
+                                 PhasePeak, Plan, PlanSettings, Streaming, TextEncoderStreaming)
 from h3kit.plan.comfy_version import loadable_catalog, version_args
 from h3kit.plan.loads import (blocked_sentence, evidence_doc, evidence_rationale, reported_setup_rationale,
                               shortfall_fix)
@@ -49,6 +49,7 @@ from h3kit.plan.rationale import rationale_for, warnings_for
 from h3kit.plan.reference import reference_run
 from h3kit.plan.search import Candidate, cap_rationale, plan_profile
 from h3kit.plan.streaming import decide_streaming
+from h3kit.plan.te_stream import decide as decide_te_stream
 
 __all__ = ["SCHEMA", "Plan", "make_plan"]
 
@@ -106,6 +107,7 @@ def make_plan(fingerprint: Fingerprint, catalog: Catalog, profiles: Mapping[str,
     streaming = Streaming.from_json({"resident": e.resident, "blocks": catalog.blocks, "block_bytes": e.block,
                                      "resident_blocks": catalog.blocks if e.resident else e.preload // e.block,
                                      "shard_blocks": e.shard_blocks, **decided})
+    te_decided, te_why = decide_te_stream(catalog, best)
     settings = PlanSettings(
         dit_weights=ch.dit.id, quantization=ch.dit.format, text_encoder_weights=ch.te.id, vae_weights=ch.vae.id,
         audio_vae_weights=ch.audio_vae.id, shard_size_bytes=e.shard, preload_bytes=e.preload,
@@ -113,7 +115,8 @@ def make_plan(fingerprint: Fingerprint, catalog: Catalog, profiles: Mapping[str,
         vae_temporal_tile=s.vae_temporal_tile, max_canvas=tuple(ch.canvas), max_frames=ch.frames,
         comfyui_args=comfyui_args, comfyui_args_version_dependent=True,
         env=MappingProxyType({k: str(v) for k, v in s.env.items()}), stream_from=s.stream_from,
-        streaming=streaming, canvas=tuple(defaults["canvas"]), frames=defaults["frames"], steps=defaults["steps"],
+        streaming=streaming, text_encoder_streaming=TextEncoderStreaming(**te_decided),
+        canvas=tuple(defaults["canvas"]), frames=defaults["frames"], steps=defaults["steps"],
         cfg=defaults["cfg"], preset=defaults["preset"], lora=defaults["lora"], lora_strength=defaults["lora_strength"],
         reference=reference, target_minutes=defaults["target_minutes"], timing=MappingProxyType(dict(best.timing)))
     return Plan(
@@ -137,7 +140,7 @@ def make_plan(fingerprint: Fingerprint, catalog: Catalog, profiles: Mapping[str,
         candidates=tuple(CandidateSummary(p.profile.name, p.est.fits, p.choice.dit.format, tuple(p.choice.canvas),
                                           p.choice.frames, p.est.streamed) for p in plans),
         rationale=tuple(rationale_for(catalog, best, why_profile) + cap_rationale(catalog, best) + best.defaults_why
-                        + stream_why
+                        + best.notes + stream_why + te_why
                         + evidence_rationale(catalog, best) + reported_setup_rationale(catalog, best)
                         + version_said + args_said + ref_why),
         warnings=tuple(notes + warnings_for(catalog, best, config) + best.defaults_warnings + version_warnings

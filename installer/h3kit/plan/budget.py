@@ -3,7 +3,8 @@
 Phases (peaks are the max over them):
   encode  text encoder weights + its activations; runs once per prompt and is
           dropped before sampling. On a discrete GPU what does not fit spills
-          to RAM.
+          to RAM. With `Choice.te_streamed` h3kit's streamed text encoder
+          holds a few layers instead of the file (plan/te_stream.py).
   sample  DiT + activations, which grow with tokens = (w/32)*(h/32)*latent_frames.
   decode  video + audio VAE and one decode tile.
 
@@ -41,6 +42,7 @@ from h3kit.data.architecture import tokens_for
 from h3kit.data.catalog import Catalog, Weight
 from h3kit.data.fingerprint import Disk, Fingerprint
 from h3kit.data.settings import AUTO, Settings
+from h3kit.plan import te_stream
 
 GIB = 2**30
 
@@ -129,6 +131,7 @@ class Choice:
     audio_vae: Weight
     canvas: tuple  # (width, height)
     frames: int
+    te_streamed: bool = False  # h3kit's streamed text encoder runs `te` (else ComfyUI loads it whole)
 
 
 @dataclass
@@ -158,15 +161,9 @@ class Estimate:
 
 def _encode_phase(cat: Catalog, budget: Budget, choice: Choice, process: int) -> tuple:
     """Text encoder, once per prompt: (gpu bytes | None, ram bytes)."""
-    te_act = cat.memory.text_encoder_activation
-    te_need = choice.te.bytes + te_act
-    if budget.gpu_bytes is None:
-        return None, process + te_need
-    if budget.unified:
-        return te_need, process + te_need
-    # ComfyUI keeps weights under its cap; the rest of the encoder waits in RAM.
-    on_gpu = min(te_need, budget.weights_cap + te_act, budget.gpu_bytes)
-    return on_gpu, process + (te_need - on_gpu)
+    if choice.te_streamed:
+        return te_stream.encode_phase(cat, budget, choice.te, process)
+    return te_stream.held_encode_phase(cat, budget, choice.te, process)
 
 
 def _shard_blocks(settings: Settings, block: int) -> int:

@@ -81,9 +81,11 @@ def _loads_rationale(cat: Catalog, c: Candidate) -> list[str]:
     for part, label, w, key in _chosen_files(c):
         name = w.file.name or w.id
         what = f"{label} {w.variant + ' ' if w.variant else ''}{w.format} ({name})"
+        streamed_te = part == "te" and c.choice.te_streamed
         if w.comfyui_loads == "with_h3kit_loader":
             pack = w.file.loader_pack
-            out.append(f"{what} loads through h3kit's own node {w.file.loader} (it reuses {pack}'s "
+            node = "H3kitStreamedTextEncoderLoader" if streamed_te else w.file.loader
+            out.append(f"{what} loads through h3kit's own node {node} (it reuses {pack}'s "
                        f"dequantizing ops; the stock node fails: {w.file.comfyui_compat}); shown by "
                        f"{w.file.comfyui_loads_source}. 'h3kit models fetch --with-loaders' installs {pack}.")
         elif w.comfyui_loads == "with_loader_pack":
@@ -207,7 +209,8 @@ def rationale_for(cat: Catalog, c: Candidate, why_profile: str) -> list[str]:
         if s.stream_from == "disk" and b.disk_kind == "hdd":
             out.append("The model disk is a spinning disk: streaming from it starves the GPU; move models to an SSD.")
     enc = e.phases["encode"]
-    out.append(f"Text encoder {ch.te.format}: {gb(ch.te.bytes)}, runs once per prompt and is dropped before sampling "
+    streamed = ", streamed layer by layer from the file by h3kit's loader," if ch.te_streamed else ""
+    out.append(f"Text encoder {ch.te.format}: {gb(ch.te.bytes)}{streamed} runs once per prompt and is dropped before sampling "
                f"(peak {'' if enc['gpu_bytes'] is None else 'GPU ' + gb(enc['gpu_bytes']) + ', '}RAM {gb(enc['ram_bytes'])}).")
     out.append(f"Video VAE {ch.vae.format} {gb(ch.vae.bytes)} + audio VAE {gb(ch.audio_vae.bytes)}; decode tiles "
                f"{s.vae_tile_size} px, overlap {s.vae_tile_overlap} (h3kit Tiled VAE Decode sets them on the H3 "

@@ -25,7 +25,7 @@ from h3kit.data.catalog import LOAD_TIERS, Catalog, Machine, Profile, Weight
 from h3kit.data.fingerprint import Fingerprint
 from h3kit.data.settings import AUTO, Settings
 from h3kit.data.speed import PRESET_ORDER
-from h3kit.plan import streaming
+from h3kit.plan import streaming, te_stream
 from h3kit.plan import timing as timing_mod
 from h3kit.plan.budget import Budget, Choice, Estimate, memory_estimate, make_budget
 from h3kit.plan.defaults import workflow_defaults
@@ -136,6 +136,7 @@ class Candidate:
     defaults_warnings: list = field(default_factory=list)
     evidence_tiers: dict = field(default_factory=dict)  # weight id -> its format's evidence tier here
     unloadable: list = field(default_factory=list)  # parts with no file that loads and runs here (then it cannot fit)
+    notes: list = field(default_factory=list)  # rationale sentences about what the search itself changed
 
     @property
     def fits(self) -> bool:
@@ -174,10 +175,15 @@ def _timing(cat: Catalog, fingerprint: Fingerprint, machine: Machine, profile: P
 
 
 def _finish(c: Candidate, cat: Catalog, fingerprint: Fingerprint) -> Candidate:
-    """The workflow defaults and their time for `c` (streaming slows every model call), which its rank needs."""
+    """The workflow defaults and their time for `c` (streaming slows every model call, and a streamed text encoder
+    reads its file once per prompt), which its rank needs."""
     c.timing = _timing(cat, fingerprint, c.machine, c.profile, c.settings, c.choice.dit)
+    rates = c.timing
+    if c.choice.te_streamed:
+        read = te_stream.read_time(cat, c.budget, c.choice.te, c.settings.disk_read_bytes_per_s)
+        rates = {**c.timing, "text_encode_s": float(c.timing.get("text_encode_s") or 0.0) + read.seconds}
     c.defaults, c.time, c.defaults_why, c.defaults_warnings = workflow_defaults(
-        cat, c.settings, c.source, c.choice.canvas, c.choice.frames, c.timing,
+        cat, c.settings, c.source, c.choice.canvas, c.choice.frames, rates,
         pass_overhead=streaming.pass_overhead(cat, c.est, c.budget))
     return c
 
@@ -186,11 +192,20 @@ def _shortfall(est: Estimate) -> int:
     return sum(need - have for _, need, have, _ in est.short)
 
 
+# ComfyUI's flag that turns its dynamic VRAM off (comfy/cli_args.py), so h3kit's streamed loader can feed the GPU
+DYNAMIC_VRAM_OFF = "--disable-dynamic-vram"
+
+
 def plan_profile(cat: Catalog, fingerprint: Fingerprint, machine: Machine, profile: Profile, config,
-                 probe=None) -> Candidate:
+                 probe=None, *, extra_args: tuple = (), dit: str | None = None) -> Candidate:
     """The best plan `profile` gives this machine under `config` and the format probe's `probe` (see the module
-    docstring for the order)."""
+    docstring for the order); `extra_args`: ComfyUI flags the planner adds to the profile's; `dit`: the DiT file
+    the planner pins."""
     settings, source, written = merge_settings(profile, config)
+    if extra_args:
+        settings = settings.but(comfyui_args=tuple(settings.comfyui_args) + tuple(extra_args))
+    if dit is not None:
+        settings = settings.but(dit_weights=dit)
     budget = make_budget(cat, fingerprint, settings, getattr(config, "comfyui_path", None),
                          cpu=profile.match.get("backend") == ["cpu"])
     pol = streaming.policy(fingerprint, machine, settings, budget)
@@ -222,9 +237,9 @@ def plan_profile(cat: Catalog, fingerprint: Fingerprint, machine: Machine, profi
         return cap_rows is not None and timing_mod.sequence_tokens(cat, canvas[0], canvas[1], nframes) > cap_rows
 
     def first_fit(dit, tes, vaes, canvas, nframes, stream):
-        for te in tes:
+        for te, te_streamed in te_stream.options(cat, settings, budget, tes):
             for vae in vaes:
-                ch = Choice(dit, te, vae, audio, canvas, nframes)
+                ch = Choice(dit, te, vae, audio, canvas, nframes, te_streamed)
                 est = memory_estimate(cat, budget, settings if stream is not None else hs, ch, stream)
                 if est.fits:
                     return ch, est
@@ -256,7 +271,10 @@ def plan_profile(cat: Catalog, fingerprint: Fingerprint, machine: Machine, profi
         for dit in dits:
             held = grow(dit, tes, vaes, None)
             if streaming.may_stream(pol, dit):
-                probe = held[1] if held else memory_estimate(cat, budget, hs, Choice(dit, tes[0], vaes[0], audio, *small))
+                probe = held[1] if held else min(
+                    (memory_estimate(cat, budget, hs, Choice(dit, te, vaes[0], audio, *small, te_streamed))
+                     for te, te_streamed in te_stream.options(cat, settings, budget, tes)),
+                    key=lambda e: e.phases["encode"]["ram_bytes"])  # the text encoder way that leaves the DiT most
                 if streaming.wants_stream(pol, probe, budget):
                     held = None  # ComfyUI's own loading falls short here (or stream_dit is on)
                     if (streamed := grow(dit, tes, vaes, pol["depth"])):
@@ -294,9 +312,12 @@ def plan_profile(cat: Catalog, fingerprint: Fingerprint, machine: Machine, profi
                   if not any(within(w, top) for w in ws)]
     dits, tes, vaes = ([w for w in ws if within(w, top)] or ws for ws in (dits, tes, vaes))
     te, vae = min(tes, key=lambda w: w.bytes), min(vaes, key=lambda w: w.bytes)
+    # the text encoder the encode phase needs least for: streamed where the rule allows it
+    te_ways = te_stream.options(cat, settings, budget, tes)
+    te, te_streamed = min(te_ways, key=lambda o: (not o[1], o[0].bytes)) if any(o[1] for o in te_ways) else (te, False)
     tries = []
     for dit in sorted(dits, key=lambda w: w.bytes)[:1] + [w for w in dits if streaming.may_stream(pol, w)]:
-        ch = Choice(dit, te, vae, audio, *small)
+        ch = Choice(dit, te, vae, audio, *small, te_streamed)
         held = memory_estimate(cat, budget, hs, ch)
         if streaming.may_stream(pol, dit) and streaming.wants_stream(pol, held, budget):
             tries.append(candidate(ch, memory_estimate(cat, budget, settings, ch, pol["depth"]), held, False))
@@ -305,4 +326,18 @@ def plan_profile(cat: Catalog, fingerprint: Fingerprint, machine: Machine, profi
     tries.sort(key=Candidate.rank, reverse=True)  # at equal shortfall, the better plan
     best = min(tries, key=lambda c: _shortfall(c.est))
     best.unloadable = unloadable
+    if discrete and pol["dynamic_vram"] is True and not extra_args and settings.stream_dit != "off" and \
+            any(what == "RAM" and phase in ("sample", "decode") for what, _, _, phase in best.est.short):
+        # ComfyUI's dynamic VRAM keeps the DiT's off-card blocks in RAM through the decode; with it off, h3kit's
+        # streamed loader reads the same file from the disk instead (plan/streaming.py decides the rest). The DiT
+        # stays the one the closest plan holds: less memory never buys a heavier file.
+        other = plan_profile(cat, fingerprint, machine, profile, config, probe, extra_args=(DYNAMIC_VRAM_OFF,),
+                             dit=best.choice.dit.id)
+        if other.fits:
+            what, need, have, phase = max(best.est.short, key=lambda x: x[1] - x[2])
+            other.notes.append(
+                f"With ComfyUI's dynamic VRAM nothing fits: it keeps the DiT's off-card blocks in RAM "
+                f"(stream_from: {hs.stream_from}), {need / 1e9:.1f} GB at the {phase} peak against {have / 1e9:.1f} GB; "
+                f"the plan adds {DYNAMIC_VRAM_OFF} so h3kit's streamed loader feeds the GPU from the file on disk.")
+            return other
     return best

@@ -39,11 +39,11 @@ def _count(sd, pattern):
 
 # ------------------------------------------------------------------ text encoder
 def _te_dims(sd):
-    if "visual.deepstack_merger_list.0.norm.weight" not in sd or "model.layers.49.self_attn.q_proj.weight" not in sd:
+    if "visual.deepstack_merger_list.0.norm.weight" not in sd or "model.layers.0.self_attn.q_proj.weight" not in sd:
         return None
     hidden = sd["model.embed_tokens.weight"].shape[1]
-    if hidden == 5120:
-        return None  # real size: stock path
+    if hidden == 5120 and _count(sd, r"model\.layers\.(\d+)\.") == 50:
+        return None  # real size: stock path (a real-width file with fewer layers is built at its depth)
     lm = {
         "hidden_size": hidden,
         "intermediate_size": sd["model.layers.0.mlp.gate_proj.weight"].shape[0],
@@ -77,6 +77,9 @@ def _load_te(state_dicts=[], embedding_directory=None, clip_type=comfy.sd.CLIPTy
                              model_options=model_options, disable_dynamic=disable_dynamic)
     lm, vision, common = dims
     _LOG.warning("tiny_h3_testnode: building tiny Qwen3-VL text encoder %s vision %s", lm, vision)
+    detect = "model.layers.49.self_attn.q_proj.weight"  # what ComfyUI's detect_te_model looks for
+    if detect not in state_dicts[0]:  # a shallower file: the key stands in for the depth it lacks (unused)
+        state_dicts = [dict(state_dicts[0], **{detect: state_dicts[0]["model.layers.0.self_attn.q_proj.weight"]})]
     model_options = dict(model_options)
     # SDClipModel merges model_options["<model_name>_model_config"] into the config dict
     model_options["qwen3vl_32b_model_config"] = {**model_options.get("qwen3vl_32b_model_config", {}), **lm}

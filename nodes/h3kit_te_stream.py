@@ -83,18 +83,18 @@ def _row_module(path: str, entry: dict, dtype, dequantize, stamp):
                                   "prompt again.")
             ids = input.flatten().tolist()
             wanted = sorted(set(ids))
-            rows = torch.stack([self._row(r) for r in wanted]) if wanted else torch.empty(0, entry["shape"][1],
-                                                                                          dtype=dtype)
+            with open(path, "rb") as f:  # one open per prompt, rows in file order
+                rows = [self._row(f, r) for r in wanted]
+            table = torch.stack(rows) if rows else torch.empty(0, entry["shape"][1], dtype=dtype)
             where = {r: i for i, r in enumerate(wanted)}
             index = torch.tensor([where[r] for r in ids], dtype=torch.long).reshape(input.shape)
-            out = torch.nn.functional.embedding(index, rows)
+            out = torch.nn.functional.embedding(index, table)
             return out.to(device=input.device, dtype=out_dtype if out_dtype is not None else dtype)
 
-        def _row(self, row: int):
+        def _row(self, f, row: int):
             start, end = row_span(entry, row)
-            with open(path, "rb") as f:
-                f.seek(start)
-                raw = bytearray(f.read(end - start))
+            f.seek(start)
+            raw = bytearray(f.read(end - start))
             if len(raw) != end - start:
                 raise StreamError(f"{Path(path).name} is cut short (the embedding table ends past the end of the "
                                   "file); re-download it.")

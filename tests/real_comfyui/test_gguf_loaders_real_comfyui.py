@@ -243,6 +243,19 @@ def test_streamed_text_encoder_runs_the_te_gguf_like_cliploader_on_its_values(co
         assert got[name]["stats"]["blocks_read"] == 50 and got[name]["stats"]["finished"]
 
 
+def test_streamed_text_encoder_reads_quantized_embedding_rows_as_the_whole_table_dequantized(comfy, tmp_path):
+    """The q4_k_m/q2_k_m encoders the 16 GB plans stream hold a quantized token table: each prompt row is read on
+    its own (whole ggml blocks) and equals that row of the table dequantized whole by ComfyUI-GGUF."""
+    done = subprocess.run([str(PYTHON), str(REPO / "tests" / "support" / "comfy_h3" / "te_rows_probe.py"),
+                           str(comfy["dir"]), str(tmp_path)], capture_output=True, text=True, timeout=600,
+                          env=comfy["env"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(got) == {"Q8_0", "Q4_K", "Q6_K"}
+    for qtype, r in got.items():
+        assert r["equal"] and r["finite"], (qtype, r)
+
+
 def test_streamed_loader_runs_a_gguf_dit_like_unetloader_on_its_values(server, comfy):
     stats = comfy["dir"] / "custom_nodes" / bench.PACK / "h3kit_streaming_stats.json"
     streamed = _latent(server, bench.graph("h3g_q8_0.gguf", STREAM, 2, seed=5, prefix="st/gguf", timed="st_gguf"),

@@ -126,25 +126,25 @@ class RssTrace:
         self._thread.join(1)
 
 
-def _anon(pid: int, fallback: int) -> int:
+def _status_bytes(pid: int, field: str) -> int | None:
+    """A size field of Linux's /proc/PID/status (RssAnon, VmHWM) in bytes, or None elsewhere."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return fallback
-
-
-def high_water_mark(pid: int) -> int | None:
-    """The process's peak RSS as the kernel counts it (Linux VmHWM), or None elsewhere."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
     except OSError:
         return None
     return None
+
+
+def _anon(pid: int, fallback: int) -> int:
+    got = _status_bytes(pid, "RssAnon")
+    return fallback if got is None else got
+
+
+def high_water_mark(pid: int) -> int | None:
+    """The process's peak RSS as the kernel counts it (Linux VmHWM), or None elsewhere."""
+    return _status_bytes(pid, "VmHWM")
 
 
 def prepare(a, bench) -> tuple[Path, Path, dict]:

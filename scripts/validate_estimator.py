@@ -198,7 +198,7 @@ def estimate(comfy: Path, python: Path, dit_file: Path, case: dict, n_text: int,
     held = {"text_encoder": (comfy / "models/text_encoders/h3tiny_qwen3vl_te_bf16.safetensors").stat().st_size,
             "vae": 2 * (comfy / "models/vae/h3tiny_taeh3_fp16.safetensors").stat().st_size
             + (comfy / "models/vae/h3tiny_audio_vae_fp32.safetensors").stat().st_size}
-    m = est_mod.memory_estimate(h3, arch, plan, cat, {}, t["tokens"], "cpu", held_parts=held)
+    m = est_mod.clip_memory(h3, arch, plan, cat, fingerprint(), work, t["tokens"], "cpu", held_parts=held)
     return {"seconds_per_step": t["seconds_per_step"], "peak_rss_bytes": m["peak_rss_bytes"], "tokens": t["tokens"],
             "memory_parts": m["parts"], "fit": h3["fit"], "points": h3.get("points"), "timed_at": points,
             "runner_seconds": round(runner_s, 1),

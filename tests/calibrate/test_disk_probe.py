@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from h3kit.calibrate import disk
-from h3kit.plan.streaming import prefetch_for
+from h3kit.plan.prefetch import prefetch_for
 
 MB = 1 << 20
 

@@ -10,7 +10,8 @@ import pytest
 from h3kit.calibrate.decisions import prefetch_figures
 from h3kit.data.fingerprint import Fingerprint
 from h3kit.data.plan_doc import Plan
-from h3kit.plan import page_cache, streaming
+from h3kit.plan import page_cache, prefetch, streaming
+from h3kit.plan.budget import cache_share
 
 GB = 10**9
 
@@ -56,8 +57,10 @@ def _catalog(disk=0.84, cached=0.26):
     return SimpleNamespace(blocks=50, throughput=SimpleNamespace(stream_overhead=disk, stream_cached_overhead=cached))
 
 
-def _est(peak_ram, resident=2, block=int(0.8 * GB)):
-    return SimpleNamespace(streamed=True, resident_blocks=resident, block=block, peak_ram=peak_ram)
+def _est(peak_ram, resident=2, block=int(0.8 * GB), budget=None):
+    """A streamed estimate whose page-cache share the memory model worked out against `budget` (cache_share)."""
+    return SimpleNamespace(streamed=True, resident_blocks=resident, block=block, peak_ram=peak_ram,
+                           cache=cache_share(_catalog(), budget, resident, block, peak_ram))
 
 
 def _budget(ram_total, headroom=4 * GB):
@@ -66,16 +69,16 @@ def _budget(ram_total, headroom=4 * GB):
 
 def test_the_planner_counts_the_disk_figure_when_the_file_does_not_fit():
     cat = _catalog()
-    est = _est(6 * GB)  # 48 blocks x 0.8 GB = 38.4 GB streamed
-    assert streaming.pass_overhead(cat, est, _budget(24 * GB)) == pytest.approx(0.84 * 48 / 50)
-    assert streaming.pass_overhead(cat, est) == pytest.approx(0.84 * 48 / 50)  # no budget: from the disk
+    # 48 blocks x 0.8 GB = 38.4 GB streamed
+    assert streaming.pass_overhead(cat, _est(6 * GB, budget=_budget(24 * GB))) == pytest.approx(0.84 * 48 / 50)
+    assert streaming.pass_overhead(cat, _est(6 * GB)) == pytest.approx(0.84 * 48 / 50)  # no budget: from the disk
 
 
 def test_the_planner_counts_the_cached_figure_when_the_file_fits():
     cat = _catalog()
-    est = _est(10 * GB)  # 38.4 GB streamed; 64 GB - 10 GB - 4 GB = 50 GB of room
-    assert streaming.pass_overhead(cat, est, _budget(64 * GB)) == pytest.approx(0.26 * 48 / 50)
-    assert streaming.pass_overhead(cat, SimpleNamespace(streamed=False), _budget(64 * GB)) == 0.0
+    est = _est(10 * GB, budget=_budget(64 * GB))  # 38.4 GB streamed; 64 GB - 10 GB - 4 GB = 50 GB of room
+    assert streaming.pass_overhead(cat, est) == pytest.approx(0.26 * 48 / 50)
+    assert streaming.pass_overhead(cat, SimpleNamespace(streamed=False, cache=None)) == 0.0
 
 
 def _plan(blocks=30, resident=0):
@@ -141,10 +144,10 @@ def test_the_block_compute_counts_the_fits_per_block_constant():
 def test_a_file_read_past_the_cache_counts_the_widening_in_the_compute_the_disk_reads_beside():
     # page_cache bypass: the C thread reads ahead the whole time; the model computes (0.5 s) and widens (0.2 s)
     # each block as it arrives, so with the disk faster than that (0.6 s a block read) nothing else is waited for
-    fast = streaming.prefetch_for(0.8 * GB / 0.6, int(0.8 * GB), 0.5 + 0.2)
+    fast = prefetch.prefetch_for(0.8 * GB / 0.6, int(0.8 * GB), 0.5 + 0.2)
     assert page_cache.bypassed_overhead(fast, 0.5, 0.2) == pytest.approx(0.2 / 0.5, abs=2e-3)
     # a disk slower than compute + widening: the step is the disk's, (read / compute) - 1 over the compute
-    slow = streaming.prefetch_for(0.8 * GB / 1.4, int(0.8 * GB), 0.7, blocks=30)
+    slow = prefetch.prefetch_for(0.8 * GB / 1.4, int(0.8 * GB), 0.7, blocks=30)
     over = page_cache.bypassed_overhead(slow, 0.5, 0.2)
     assert over == pytest.approx(1.4 / 0.5 - 1, rel=0.05)
     assert page_cache.bypassed_overhead(slow, 0.0, 0.2) == 0.0
@@ -154,7 +157,7 @@ def test_calibration_of_a_file_that_does_not_fit_counts_the_loaders_bypass():
     out = prefetch_figures(_plan(), _estimates(5 * GB, 30, int(0.81 * GB)), DISK, cpu=True, fingerprint=FP)
     assert out["read_path"] == "bypass"
     widen = int(0.81 * GB) / 4e9
-    res = streaming.prefetch_for(0.9e9, int(0.81 * GB), 0.5 + widen)
+    res = prefetch.prefetch_for(0.9e9, int(0.81 * GB), 0.5 + widen)
     assert out["pass_overhead_disk"] == page_cache.bypassed_overhead(res, 0.5, widen)
     fits = prefetch_figures(_plan(), _estimates(6 * GB, 4, int(0.77 * GB)), DISK, cpu=True, fingerprint=FP)
     assert "read_path" not in fits

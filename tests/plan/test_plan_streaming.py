@@ -19,9 +19,10 @@ from h3kit.data import catalog as catalog_mod
 from h3kit.data.catalog import Machine
 from h3kit.data.config import Config
 from h3kit.plan import make_plan
-from h3kit.plan import streaming
+from h3kit.plan import dynamic_vram as dynamic_vram_mod, prefetch, streaming
+from h3kit.plan.dynamic_vram import dynamic_vram
+from h3kit.plan.prefetch import call_wait_s, prefetch_for
 from h3kit.plan.search import plan_profile
-from h3kit.plan.streaming import call_wait_s, decide_streaming, dynamic_vram, prefetch_for
 
 FP_DIR = Path(__file__).parents[1] / "fixtures" / "fingerprints"
 CAT = catalog_mod.load()
@@ -51,14 +52,14 @@ def _stream(fp: dict, **overrides) -> dict:
 
 
 def _direct(fp: dict, runtime=None, **overrides) -> tuple[dict, list[str]]:
-    """decide_streaming on the plan's chosen candidate, with a probed `runtime`."""
+    """The plan's profile planned with a probed `runtime` (its streaming policy uses that ComfyUI's versions):
+    (settings.streaming as the plan writes it, the streaming rationale)."""
     plan = _plan(fp, **overrides)
     fp = Fingerprint.from_json(fp)
     machine = Machine.from_fingerprint(fp)
     config = Config(overrides=overrides) if overrides else None
-    c = plan_profile(CAT, fp, machine, PROFILES[plan["profile"]], config)
-    return decide_streaming(fp, machine, c.settings, c.est, CAT, budget=c.budget, dit_weight=c.choice.dit,
-                            runtime=runtime, choice=c.choice, held=c.held)
+    c = plan_profile(CAT, fp, machine, PROFILES[plan["profile"]], config, runtime=runtime)
+    return streaming.to_doc(c.stream, CAT).to_json(), streaming.rationale(CAT, c)
 
 
 # -- Apple MPS: unified memory, no dynamic VRAM ---------------------------------------------
@@ -225,7 +226,7 @@ def test_amd_on_h3kits_rocm_7_2_wheels_has_no_dynamic_vram():
 
 
 def test_amd_with_rocm_7_14_leaves_streaming_to_comfyui():
-    st, why = _direct(_fp("amd-rx7900xtx-24gb-64gb", 32), runtime={"torch": "2.14.1+rocm7.14", "hip": "7.14.0"},
+    st, why = _direct(_fp("amd-rx7900xtx-24gb-64gb"), runtime={"torch": "2.14.1+rocm7.14", "hip": "7.14.0"},
                       quantization="bf16")
     assert st["dynamic_vram"] is True and st["enabled"] is False
     assert "dynamic VRAM already streams" in why[0]
@@ -304,9 +305,9 @@ def test_dynamic_vram_follows_comfyui_main_py(backend, args, torch, hip, expecte
 
 
 def test_the_assumed_versions_come_from_the_wheel_table():
-    nvidia = streaming.assumed_runtime(Fingerprint.from_json(_fp("nvidia-rtx4090-24gb-64gb")))
+    nvidia = dynamic_vram_mod.assumed_runtime(Fingerprint.from_json(_fp("nvidia-rtx4090-24gb-64gb")))
     assert nvidia["torch"] == (2, 14, 1) and nvidia["hip"] is None
-    amd = streaming.assumed_runtime(Fingerprint.from_json(_fp("amd-rx7900xtx-24gb-64gb")))
+    amd = dynamic_vram_mod.assumed_runtime(Fingerprint.from_json(_fp("amd-rx7900xtx-24gb-64gb")))
     assert amd["hip"] == (7, 2)
 
 
@@ -465,13 +466,13 @@ def test_without_dynamic_vram_stream_from_disk_does_not_hide_the_dit_from_ram():
 
 
 def test_the_measured_overhead_is_waiting_plus_the_cpu_copy_over_the_streamed_share():
-    from h3kit.plan.streaming import measured_pass_overhead
+    from h3kit.plan.prefetch import measured_pass_overhead
 
-    hidden = streaming.prefetch_for(4e9, 400_000_000, 0.2)  # reads 0.1 s a block: hidden behind 0.2 s of compute
+    hidden = prefetch.prefetch_for(4e9, 400_000_000, 0.2)  # reads 0.1 s a block: hidden behind 0.2 s of compute
     assert hidden["io_wait_fraction"] == 0 and measured_pass_overhead(hidden) == 0
     assert measured_pass_overhead(hidden, copy_s_per_block=0.03) == pytest.approx(0.15)
     assert measured_pass_overhead(hidden, 0.5, copy_s_per_block=0.03) == pytest.approx(0.075)
-    slow = streaming.prefetch_for(1e9, 400_000_000, 0.2)  # 0.4 s a block: the disk is the limit, half the time waits
+    slow = prefetch.prefetch_for(1e9, 400_000_000, 0.2)  # 0.4 s a block: the disk is the limit, half the time waits
     assert slow["io_wait_fraction"] == pytest.approx(0.5, abs=0.01)
     assert measured_pass_overhead(slow) == pytest.approx(1.0, abs=0.03)
 

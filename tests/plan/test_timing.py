@@ -107,7 +107,8 @@ def _faster(t: dict, k: float) -> dict:
 def test_more_throughput_never_gives_a_longer_estimate():
     rng = random.Random(7)
     for fp in _machines():
-        t = timing.rates_from_table(Fingerprint.from_json(fp), CAT, timing.compute_dtype(Fingerprint.from_json(fp)))
+        machine = Fingerprint.from_json(fp)
+        t = timing.rates_from_table(machine, CAT, CAT.comfyui.dtype_on(machine.backend))
         for _ in range(5):
             canvas = rng.choice(CAT.canvas_ladder)
             frames, steps, cfg = rng.choice(CAT.frames_ladder), rng.randint(1, 60), rng.choice([1.0, 1.0, 4.0])

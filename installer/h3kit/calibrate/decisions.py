@@ -292,7 +292,7 @@ def streaming_enabled(plan: Plan) -> bool:
 
 def prefetch_figures(plan: Plan, estimates: dict, disk: dict, cpu: bool = False, fingerprint: Fingerprint | None = None,
                      block_fixed_s: float = 0.0) -> dict | None:
-    """plan.streaming.prefetch_for at the measured disk rate and the measured compute per block, or None.
+    """plan.prefetch.prefetch_for at the measured disk rate and the measured compute per block, or None.
 
     Also "pass_overhead", what streaming adds to a model call as measured, by the planner's formula
     (plan.page_cache.stream_overhead): "page_cache" (cache_share: the streamed blocks of the file, read from
@@ -306,7 +306,7 @@ def prefetch_figures(plan: Plan, estimates: dict, disk: dict, cpu: bool = False,
     if not streaming_enabled(plan) or disk.get("status") != "measured" or not disk.get("gb_per_s"):
         return None
     from h3kit.plan import page_cache
-    from h3kit.plan.streaming import measured_pass_overhead, prefetch_for
+    from h3kit.plan.prefetch import measured_pass_overhead, prefetch_for
 
     st = plan.settings.streaming
     timing, t = estimates.get("timing") or {}, estimates.get("time") or {}

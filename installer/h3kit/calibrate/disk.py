@@ -15,7 +15,7 @@ widened from bf16 in place (`direct_read_rate`). That copy happens while
 the model waits, so it is part of what streaming costs a CPU step.
 
 `streaming_block` turns the measured rate and a block's compute time into the
-calibration document's `streaming` block (h3kit.plan.streaming.prefetch_for
+calibration document's `streaming` block (h3kit.plan.prefetch.prefetch_for
 does the arithmetic, so the plan and calibration agree).
 """
 
@@ -239,7 +239,7 @@ def streaming_block(disk: dict, block_bytes: int, compute_s_per_block: float | N
     measured seconds one DiT block computes: {enabled, disk_bytes_per_s, cache_dropped, compute_s_per_block,
     read_s_per_block, io_wait_fraction, prefetch_blocks, disk_bound, resident_blocks}; None when either
     figure is missing (nothing to decide from)."""
-    from h3kit.plan.streaming import prefetch_for
+    from h3kit.plan.prefetch import prefetch_for
 
     rate = disk.get("read_bytes_per_s") or (disk.get("gb_per_s") or 0) * 1e9
     if disk.get("status") != "measured" or not rate or not block_bytes or compute_s_per_block is None:

@@ -35,12 +35,13 @@ from h3kit.calibrate.native_estimate import (  # noqa: F401  (the appendix's nam
     scaled_dit_config,
     streamed_per_step,
 )
-from h3kit.data.architecture import tokens_for
 from h3kit.data.catalog import Catalog
+from h3kit.data.figures import DTYPE_BYTES
 from h3kit.data.fingerprint import Fingerprint
 from h3kit.data.plan_doc import Plan
-
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}
+from h3kit.data.settings import AUTO, Settings
+from h3kit.plan import timing
+from h3kit.plan.budget import Choice, Measured, held_bytes, make_budget, memory_estimate
 TIMING_RATES = ("block_s_per_token", "block_s_per_token2", "step_fixed_s", "step_fixed_s_per_token")
 TABLE_NOTE = ("a table estimate: no ComfyUI ran H3 here, so the rates are the throughput table's for this "
               "device (pass --comfyui PATH to measure ComfyUI's own H3 transformer)")
@@ -48,14 +49,7 @@ TABLE_NOTE = ("a table estimate: no ComfyUI ran H3 here, so the rates are the th
 
 def timing_module():
     """plan.timing (H2's): the one time formula the plan and calibration share."""
-    from h3kit.plan import timing
-
     return timing
-
-
-def compute_dtype(device: str) -> str:
-    """The dtype ComfyUI runs H3 in there: fp32 on a CPU (FINDINGS 3.1: `--cpu` loads the DiT as fp32), else bf16."""
-    return "float32" if device == "cpu" else "bfloat16"
 
 
 def measured(h3_model: dict | None) -> bool:
@@ -70,7 +64,7 @@ def calibrated_timing(h3_model: dict, table: dict, day: str) -> tuple[dict, list
     Returns (timing, names of the rates taken from the table)."""
     fit = h3_model["fit"]
     device = h3_model.get("device") or table.get("device") or "cpu"
-    dtype = h3_model.get("dtype") or compute_dtype(device)
+    dtype = h3_model.get("dtype") or table.get("dtype")  # the table's is the catalog's compute dtype there
     out = {"source": f"calibrated {day} in ComfyUI's Python ({device}, {dtype})", "device": device, "dtype": dtype}
     for key in TIMING_RATES:
         if isinstance(fit.get(key), (int, float)):
@@ -173,91 +167,121 @@ def _formula_arch(arch: dict) -> dict:
     return {**arch, "blocks": arch.get("blocks_total") or arch.get("blocks")}
 
 
-def _held_part(weight, device: str, te: bool) -> int:
-    """Bytes ComfyUI keeps of a text encoder or VAE file: fp16 for a float text encoder, fp32 for a VAE on a CPU."""
-    if weight is None:
-        return 0
-    if weight.format.lower() not in FLOAT_FORMATS:
-        return weight.bytes
-    stored = 4 if weight.format.lower() in ("fp32", "f32") else 2
-    held = 2 if te else (4 if device == "cpu" else 2)
-    return int(weight.bytes * held / stored)
-
-
-def memory_estimate(h3_model: dict | None, arch: dict, plan: Plan, cat, fingerprint: Fingerprint, tokens: int,
-                    device: str, weights: dict | None = None, held_parts: dict | None = None,
-                    rule_tokens: int | None = None) -> dict:
-    """E.memory: peak RSS (and device memory on a GPU) of the real workflow at `tokens`, with its formula.
-
-    peak RSS = baseline + DiT weights as ComfyUI holds them (all blocks in the compute dtype, the rest)
-    + text encoder + VAEs as held + max(activations at `tokens`, the load-time copy of a file being cast).
-    `weights` ({dit, text_encoder, vae, audio_vae}: catalog Weights) defaults to the plan's files;
-    `held_parts` ({text_encoder, vae}: bytes) replaces what the catalog says ComfyUI holds of those."""
-    s = plan.settings
+def _measured(h3_model: dict | None, arch: dict, dit, fmt: str | None, dbytes: int, tokens: int, streamed: bool,
+              held_parts: dict | None) -> Measured:
+    """What calibration hands the plan's memory model: the runner's baseline, activations per row at `tokens`
+    and bytes per built block, and the DiT's held bytes from the file's header (the catalog's figures stand
+    where nothing was measured or read)."""
     mem = (h3_model or {}).get("memory") or {}
-    dtype = (h3_model or {}).get("dtype") or compute_dtype(device)
-    dbytes = DTYPE_BYTES.get(dtype, 4)
-    weights = weights or {k: cat.weight(w or "") for k, w in s.weight_ids().items()}
-    dit = weights.get("dit")
-    fmt = dit.format if dit is not None else s.quantization
-    held = held_weight_bytes(arch, fmt, dbytes)
-    blocks = arch.get("blocks_total") or cat.blocks
-    per_block = held["per_block"]
-    if mem.get("weights_bytes_per_block") and (fmt or "").lower() in FLOAT_FORMATS and arch.get("from") != "catalog":
-        per_block = int(mem["weights_bytes_per_block"])  # what torch really allocated per built block
-    dit_held = int((per_block or 0) * blocks + (held["other"] or 0))
-    streaming = s.streaming
-    streamed = bool(streaming.enabled)
-    if streamed:  # h3kit's loader: resident blocks and the computing one cast, a ring of file-dtype reads
-        # (none on a CPU reading through the page cache: blocks are read in place there, the read-ahead waits
-        # in the cache; past it, page_cache bypass, the ring holds the blocks read ahead and one 64 MiB chunk)
-        ahead = int(streaming.prefetch_blocks or 1) * int(streaming.block_bytes or 0)
-        bypass = streaming.streamed is not None and streaming.streamed.page_cache == "bypass"
-        ring = (ahead + BYPASS_CHUNK_BYTES if bypass else 0) if device == "cpu" else \
-            (int(streaming.prefetch_blocks or 1) + 1) * int(streaming.block_bytes or 0)
-        dit_held = int((per_block or 0) * (int(streaming.resident_blocks or 0) + 1) + ring
-                       + (held["other"] or 0))
-    te_held = _held_part(weights.get("text_encoder"), device, te=True)
-    vae_held = _held_part(weights.get("vae"), device, te=False) + _held_part(weights.get("audio_vae"), device, te=False)
-    if held_parts:
-        te_held, vae_held = int(held_parts.get("text_encoder", te_held)), int(held_parts.get("vae", vae_held))
-    if mem.get("activation_bytes_per_token"):  # measured per row of the packed sequence the runner ran
-        activations = int(mem["activation_bytes_per_token"] * tokens)
-    else:  # the catalog's figure was fitted per token of its `tokens:` rule, so it is counted that way
-        activations = int(cat.memory.activation_bytes_per_token * (rule_tokens or tokens))
-    file_bytes = arch.get("file_bytes") or (dit.bytes if dit is not None else 0)
-    cast = (not streamed and (fmt or "").lower() in FLOAT_FORMATS and file_bytes
-            and abs(dit_held - file_bytes) > 0.05 * file_bytes)
-    transient = int(file_bytes) if cast else 0
-    baseline = int(mem.get("baseline_rss_bytes") or cat.memory.comfyui_process_ram)
-    on_gpu = device != "cpu" and bool(plan.budget.gpu_bytes)
-    plan_est = plan.estimates
-    if on_gpu:  # the DiT's GPU share is the plan's arithmetic; RAM keeps what is not resident plus the offloaded parts
-        resident = streaming.resident_blocks or 0
-        ram_dit = max(0, blocks - resident) * (per_block or 0) + (held["other"] or 0)
-        peak_rss = baseline + ram_dit + te_held + vae_held
-        gpu = plan_est.peak_gpu_bytes
-        if gpu and mem.get("activation_bytes_per_token"):
-            gpu = int(gpu - (plan_est.activation_bytes or 0) + activations)
-    else:
-        peak_rss = baseline + dit_held + te_held + vae_held + max(activations, transient)
-        gpu = None
+    float_file = (fmt or "").lower() in FLOAT_FORMATS
+    per_block = dit_held = None
+    if arch.get("from") != "catalog":  # the file's own header: its parameter split
+        held = held_weight_bytes(arch, fmt, dbytes)
+        blocks = arch.get("blocks_total") or 0
+        per_block = held["per_block"]
+        if mem.get("weights_bytes_per_block") and float_file:
+            per_block = int(mem["weights_bytes_per_block"])  # what torch really allocated per built block
+        if per_block is not None:
+            dit_held = int(per_block * blocks + (held["other"] or 0))
+        if streamed and not float_file:  # h3kit's loader dequantizes a GGUF block: the catalog's factor says how
+            per_block = None
+    return Measured(
+        process_bytes=int(mem["baseline_rss_bytes"]) if mem.get("baseline_rss_bytes") else None,
+        activation_bytes=int(mem["activation_bytes_per_token"] * tokens) if mem.get("activation_bytes_per_token")
+        else None,
+        dit_held_bytes=dit_held, block_held_bytes=per_block,
+        text_encoder_held_bytes=(held_parts or {}).get("text_encoder"), vae_held_bytes=(held_parts or {}).get("vae"))
+
+
+def _memory_settings(plan: Plan, fingerprint: Fingerprint) -> Settings:
+    """The settings the plan's memory model needs, read back from the plan: its deployed shard, preload (the
+    streamed loader's when it streams), VAE tiles, flags and page_cache, and the RAM headroom its budget kept."""
+    s, st = plan.settings, plan.settings.streaming
+    run = st.streamed if st.enabled else None
+    preload = run.preload_bytes if run is not None and run.preload_bytes is not None else s.preload_bytes
+    headroom = max(0, int(fingerprint.ram_total_bytes or 0) - int(plan.budget.ram_bytes or 0))
+    return Settings(shard_size_bytes=s.shard_size_bytes if s.shard_size_bytes else AUTO,
+                    preload_bytes=AUTO if preload is None else int(preload), max_shard_blocks=1,
+                    vae_tile_size=int(s.vae_tile_size or 0), vae_tile_overlap=int(s.vae_tile_overlap or 0),
+                    vae_temporal_tile=int(s.vae_temporal_tile or 0), stream_from=s.stream_from,
+                    comfyui_args=tuple(s.comfyui_args or ()), os_ram_headroom=headroom,
+                    page_cache=(run.page_cache if run is not None and run.page_cache else AUTO))
+
+
+def _choice(plan: Plan, cat, weights: dict, work: dict) -> tuple[Choice, set]:
+    """The Choice the model sizes (the plan's files where `weights` names none) and the parts `weights` leaves
+    out (None there: not on this machine), which hold nothing."""
+    planned = {k: cat.weight(w or "") for k, w in plan.settings.weight_ids().items()}
+    keys = ("dit", "text_encoder", "vae", "audio_vae")
+    given = {k: weights[k] if k in weights else planned.get(k) for k in keys}
+    missing = {k for k in keys if given[k] is None}
+    parts = {k: given[k] or planned.get(k) or _part_of(cat, k) for k in keys}
+    te_streamed = bool(plan.settings.text_encoder_streaming.enabled) and "text_encoder" not in missing
+    return Choice(parts["dit"], parts["text_encoder"], parts["vae"], parts["audio_vae"], tuple(work["canvas"]),
+                  int(work["frames"]), te_streamed), missing
+
+
+def _part_of(cat, key: str):
+    return {"dit": cat.dit, "text_encoder": cat.text_encoder, "vae": cat.vae, "audio_vae": cat.audio_vae}[key][0]
+
+
+def clip_memory(h3_model: dict | None, arch: dict, plan: Plan, cat, fingerprint: Fingerprint, work: dict,
+                tokens: int, device: str, weights: dict | None = None, held_parts: dict | None = None) -> dict:
+    """E.memory: the plan's memory model (plan/budget.py memory_estimate) at the workload `work`, fed what was
+    measured here -- ComfyUI's baseline, the activations per row at the sequence's `tokens`, the bytes per block
+    torch allocated, the DiT's parameter split from its header -- with the plan's deployed settings.
+    `weights` ({dit, text_encoder, vae, audio_vae}: catalog Weights, None for a part not there) replaces the
+    plan's files; `held_parts` ({text_encoder, vae}: bytes) what ComfyUI holds of those."""
+    s = plan.settings
+    choice, missing = _choice(plan, cat, weights or {}, work)
+    streamed = bool(s.streaming.enabled)
+    settings = _memory_settings(plan, fingerprint)
+    budget = make_budget(cat, fingerprint, settings, cpu=device == "cpu" or plan.budget.gpu_bytes is None)
+    held = dict(held_parts or {})
+    if "text_encoder" in missing:
+        held.setdefault("text_encoder", 0)
+    if missing & {"vae", "audio_vae"}:
+        held.setdefault("vae", sum(held_bytes(cat, getattr(choice, attr), budget.backend)
+                                   for key, attr in (("vae", "vae"), ("audio_vae", "audio_vae")) if key not in missing))
+    dtype = (h3_model or {}).get("dtype") or cat.comfyui.dtype_on(device)
+    measured = _measured(h3_model, arch, choice.dit, choice.dit.format, DTYPE_BYTES.get(dtype, 4), tokens, streamed,
+                         held)
+    est = memory_estimate(cat, budget, settings, choice, int(s.streaming.prefetch_blocks or 1) if streamed else None,
+                          measured)
     return {
-        "peak_rss_bytes": int(peak_rss), "peak_gpu_bytes": gpu,
+        "peak_rss_bytes": int(est.peak_ram), "peak_gpu_bytes": est.peak_gpu,
         "gpu_total_bytes": max((g.memory_total_bytes or 0 for g in fingerprint.gpus), default=None) or None,
         "ram_total_bytes": fingerprint.memory.total_bytes,
-        "parts": {"baseline_rss_bytes": baseline, "dit_weights_bytes": dit_held, "text_encoder_bytes": te_held,
-                  "vae_bytes": vae_held, "activation_bytes": activations, "load_copy_bytes": transient},
-        "formula": ("baseline + DiT weights held (" + (f"{blocks} blocks x {per_block} B + {held['other']} B"
-                    if per_block is not None else "unknown") + ") + text encoder + VAEs held + "
-                    "max(activations at the tokens, the file read while it is cast to the compute dtype)"
-                    + ("; activations and bytes per block measured in ComfyUI's Python" if mem else
-                       "; bytes per token from the catalog (nothing measured)")),
+        "parts": {"baseline_rss_bytes": int(measured.process_bytes or cat.memory.comfyui_process_ram),
+                  "dit_weights_bytes": _dit_bytes(est), "text_encoder_bytes": _held_te(cat, budget, choice, measured),
+                  "vae_bytes": _held_vaes(cat, budget, choice, measured), "activation_bytes": est.activations,
+                  "ring_bytes": est.ring},
+        "phases": est.phases,
+        "formula": ("the plan's memory model (docs/plan.md, 'Memory'): the largest of its encode, sample and decode "
+                    "phases, " + ("h3kit's loader holding its resident blocks, the computing one and its ring"
+                                  if streamed else "ComfyUI holding the DiT its own way")
+                    + ("; baseline, activations and bytes per block measured in ComfyUI's Python"
+                       if (h3_model or {}).get("memory") else "; the catalog's figures (nothing measured)")),
     }
 
 
-def _rule_tokens(cat, work: dict) -> int:
-    return tokens_for(cat.tokens, work["canvas"][0], work["canvas"][1], work["frames"])
+def _dit_bytes(est) -> int:
+    """What the DiT holds at the sampling peak: all of it held, else resident + computing blocks and the ring."""
+    if not est.streamed:
+        return int(est.dit_held)
+    return int((est.resident_blocks + 1) * est.block_held + est.ring)
+
+
+def _held_te(cat, budget, choice: Choice, measured: Measured) -> int:
+    if measured.text_encoder_held_bytes is not None:
+        return int(measured.text_encoder_held_bytes)
+    return int(held_bytes(cat, choice.te, budget.backend))
+
+
+def _held_vaes(cat, budget, choice: Choice, measured: Measured) -> int:
+    if measured.vae_held_bytes is not None:
+        return int(measured.vae_held_bytes)
+    return int(held_bytes(cat, choice.vae, budget.backend) + held_bytes(cat, choice.audio_vae, budget.backend))
 
 
 def _ladder_below(ladder, current, key):
@@ -290,8 +314,7 @@ def alternatives(arch: dict, timing: dict, work: dict, h3_model, plan: Plan, cat
     out = []
     for label, why, alt in options:
         t = clip_time(arch, timing, alt, cat, tm)
-        m = memory_estimate(h3_model, arch, plan, cat, fingerprint, t["tokens"], device,
-                            rule_tokens=_rule_tokens(cat, alt))
+        m = clip_memory(h3_model, arch, plan, cat, fingerprint, alt, t["tokens"], device)
         out.append({"label": label, "why": why, "preset": alt.get("preset"), "canvas": alt["canvas"],
                     "frames": alt["frames"], "steps": alt["steps"], "quantization": alt.get("quantization"),
                     "minutes_per_clip": t["minutes_per_clip"], "peak_gpu_bytes": m["peak_gpu_bytes"],
@@ -320,8 +343,8 @@ def _quantization_alternative(arch, timing, work, h3_model, plan, cat, fingerpri
                                               if "block_params" in arch else {}))
     t = clip_time(alt_arch, timing, {**work, "quantization": pick.format}, cat, tm)
     weights = {"dit": pick, **{k: cat.weight(w or "") for k, w in s.weight_ids().items() if k != "dit"}}
-    m = memory_estimate(None if pick.format.lower() not in FLOAT_FORMATS else h3_model, alt_arch, plan, cat,
-                        fingerprint, t["tokens"], device, weights, rule_tokens=_rule_tokens(cat, work))
+    m = clip_memory(None if pick.format.lower() not in FLOAT_FORMATS else h3_model, alt_arch, plan, cat,
+                    fingerprint, work, t["tokens"], device, weights)
     return [{"label": pick.format, "why": f"a smaller DiT file ({pick.bytes / 1e9:.1f} GB instead of "
              f"{current.bytes / 1e9:.1f} GB): less memory, a little lower quality", "preset": work.get("preset"),
              "canvas": work["canvas"], "frames": work["frames"], "steps": work["steps"], "quantization": pick.format,
@@ -340,7 +363,7 @@ def clip_estimate(cat, plan: Plan, fingerprint: Fingerprint, h3_model: dict | No
     figures), replacing the plan's assumed share; None keeps the plan's. `weights` ({dit, text_encoder, vae,
     audio_vae}: catalog Weights, their bytes those of the files really there) replaces the plan's files."""
     tm = tm or timing_module()
-    table = tm.rates_from_table(fingerprint, cat, compute_dtype(device),
+    table = tm.rates_from_table(fingerprint, cat, cat.comfyui.dtype_on(device),
                                 weight_format=plan.settings.quantization)
     if measured(h3_model):
         timing, from_table = calibrated_timing(h3_model, table, day)
@@ -360,8 +383,8 @@ def clip_estimate(cat, plan: Plan, fingerprint: Fingerprint, h3_model: dict | No
     t["pass_overhead_from"] = None if not streams else \
         "measured: the disk's read speed and the CPU's in-place read (calibrate)" if pass_overhead is not None else \
         "the plan (profiles/throughput.yaml `streaming`)"
-    m = memory_estimate(h3_model if kind == "measured" else None, arch, plan, cat, fingerprint, t["tokens"], device,
-                        weights, rule_tokens=_rule_tokens(cat, work))
+    m = clip_memory(h3_model if kind == "measured" else None, arch, plan, cat, fingerprint, work, t["tokens"], device,
+                    weights)
     return {
         "label": "estimate",
         "kind": kind,

@@ -245,7 +245,7 @@ def run(ctx: Session, *, comfyui_dir: str | None = None, quick: bool = True, wit
     tm = estimates.timing_module()
     work = estimates.workload(plan, cat)
     rows = tm.sequence_tokens(cat, work["canvas"][0], work["canvas"][1], work["frames"])
-    table = tm.rates_from_table(fingerprint, cat, estimates.compute_dtype(device), backend=device)
+    table = tm.rates_from_table(fingerprint, cat, cat.comfyui.dtype_on(device), backend=device)
     points = estimates.measure_points(rows, arch, table, quick)
     job = {"plan": plan.to_json(), "scaled_dit": dit, "quick": quick, "budget": plan.budget.to_json(),
            "tile_candidates": TILE_CANDIDATES, **h3_job(cat, plan, arch, device, points),

@@ -134,7 +134,7 @@ def profile_findings(install: ComfyInstall, plan: Plan | None) -> list[dict]:
 
 # -- dynamic VRAM ------------------------------------------------------------------------
 # Whether ComfyUI's own weight streaming (comfy-aimdo) runs in this ComfyUI, by ComfyUI's rule
-# (h3kit.plan.streaming.dynamic_vram, the one the planner uses): the torch build and version come
+# (h3kit.plan.dynamic_vram.dynamic_vram, the one the planner uses): the torch build and version come
 # from the inspect probe, the import from h3_support's module probe, the flags from the launcher.
 
 AIMDO_MODULES = ("comfy_aimdo.control", "comfy_aimdo._version")  # _version carries the release number
@@ -164,7 +164,7 @@ def parse_aimdo_report(text: str) -> dict:
 
 def dynamic_vram_status(info: dict, aimdo: dict, args: list, tree: bool | None, comfyui_version: str | None) -> dict:
     """Pure: {"active": bool | None, "line", "reason", "torch", "aimdo_version", "flags", "comfyui_version"}."""
-    from h3kit.plan.streaming import DYNAMIC_VRAM_OFF_FLAGS, DYNAMIC_VRAM_FORCE_FLAG, dynamic_vram, version_tuple
+    from h3kit.plan.dynamic_vram import DYNAMIC_VRAM_OFF_FLAGS, DYNAMIC_VRAM_FORCE_FLAG, dynamic_vram, version_tuple
 
     torch = info.get("torch")
     build = info.get("torch_build")

@@ -17,7 +17,10 @@ from h3kit.data.yamlio import Problems, parse_size
 MEMORY_SIZES = ("activation_fixed", "text_encoder_activation", "comfyui_process_ram", "gpu_resident_overhead")
 MEMORY_RATES = ("activation_bytes_per_token", "vae_decode_bytes_per_voxel", "decoded_video_bytes_per_pixel_frame")
 RESERVE_KEYS = ("default", "windows", "large_card_from", "large_card_extra")
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+# Bytes per element of the torch dtypes h3kit counts with: the one table (the planner, calibration, the catalog).
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}
+# What ComfyUI may compute H3 in (the catalog's comfyui.compute_dtype values).
+COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
 
 
 @dataclass(frozen=True)
@@ -157,9 +160,9 @@ def check(data: dict, problems: Problems) -> None:
     if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
         problems.add(("comfyui", "weights_share"), f"is {share!r}; allowed: a fraction above 0 and at most 1")
     dtypes = data["comfyui"].get("compute_dtype")
-    if not isinstance(dtypes, dict) or "default" not in dtypes or any(v not in DTYPE_BYTES for v in dtypes.values()):
+    if not isinstance(dtypes, dict) or "default" not in dtypes or any(v not in COMPUTE_DTYPES for v in dtypes.values()):
         problems.add(("comfyui", "compute_dtype"), f"is {dtypes!r}; allowed: {{default: DTYPE, cpu: DTYPE, ...}} with "
-                                                   f"DTYPE one of {', '.join(DTYPE_BYTES)}")
+                                                   f"DTYPE one of {', '.join(COMPUTE_DTYPES)}")
     casts = data["comfyui"].get("cast_formats")
     if not isinstance(casts, dict) or not all(_whole(v) for v in casts.values()):
         problems.add(("comfyui", "cast_formats"), f"is {casts!r}; allowed: {{FORMAT: bytes per weight in the file}}")

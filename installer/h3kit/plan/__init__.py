@@ -41,14 +41,14 @@ from h3kit.data import catalog as catalog_mod
 from h3kit.data.catalog import Catalog, Machine, Profile
 from h3kit.data.fingerprint import Fingerprint
 from h3kit.data.plan_doc import (SCHEMA, CandidateSummary, ClipTime, Estimates, FormatEvidence, MemoryBudget,
-                                 PhasePeak, Plan, PlanSettings, Streaming, TextEncoderStreaming)
+                                 PhasePeak, Plan, PlanSettings, TextEncoderStreaming)
 from h3kit.plan.comfy_version import loadable_catalog, version_args
 from h3kit.plan.loads import (blocked_sentence, evidence_doc, evidence_rationale, reported_setup_rationale,
                               shortfall_fix)
 from h3kit.plan.rationale import rationale_for, warnings_for
 from h3kit.plan.reference import reference_run
 from h3kit.plan.search import Candidate, cap_rationale, plan_profile
-from h3kit.plan.streaming import decide_streaming
+from h3kit.plan import streaming
 from h3kit.plan.te_stream import decide as decide_te_stream
 
 __all__ = ["SCHEMA", "Plan", "make_plan"]
@@ -95,30 +95,15 @@ def make_plan(fingerprint: Fingerprint, catalog: Catalog, profiles: Mapping[str,
         why_profile = (f"Profile {best.profile.name} matches this {machine.backend} machine"
                        + (f" and gives the best plan of {len(plans)} matching ({', '.join(others)} also matched)."
                           if others else "."))
-    ch, e, s, b = best.choice, best.est, best.settings, best.budget
-    defaults, time = best.defaults, best.time
     comfyui_args, args_said, version_warnings = version_args(catalog, fingerprint, machine, comfyui_version,
-                                                             tuple(s.comfyui_args))
-    lora = catalog.weight(defaults["lora"]) if defaults["lora"] else None
-    disk = e.disk + (lora.bytes if lora else 0)
-    reference, ref_disk, ref_why, ref_warnings = reference_run(catalog, s, ch.dit, defaults, lora, disk, b.disk_bytes)
-    decided, stream_why = decide_streaming(fingerprint, machine, s, e, catalog, budget=b, dit_weight=ch.dit,
-                                           choice=ch, held=best.held)
-    streaming = Streaming.from_json({"resident": e.resident, "blocks": catalog.blocks, "block_bytes": e.block,
-                                     "resident_blocks": catalog.blocks if e.resident else e.preload // e.block,
-                                     "shard_blocks": e.shard_blocks, **decided})
+                                                             tuple(best.settings.comfyui_args))
+    lora = catalog.weight(best.defaults["lora"]) if best.defaults["lora"] else None
+    disk = best.est.disk + (lora.bytes if lora else 0)
+    reference, ref_disk, ref_why, ref_warnings = reference_run(catalog, best.settings, best.choice.dit, best.defaults,
+                                                               lora, disk, best.budget.disk_bytes)
     te_decided, te_why = decide_te_stream(catalog, best)
-    settings = PlanSettings(
-        dit_weights=ch.dit.id, quantization=ch.dit.format, text_encoder_weights=ch.te.id, vae_weights=ch.vae.id,
-        audio_vae_weights=ch.audio_vae.id, shard_size_bytes=e.shard, preload_bytes=e.preload,
-        vae_tile_size=s.vae_tile_size, vae_tile_overlap=s.vae_tile_overlap,
-        vae_temporal_tile=s.vae_temporal_tile, max_canvas=tuple(ch.canvas), max_frames=ch.frames,
-        comfyui_args=comfyui_args, comfyui_args_version_dependent=True,
-        env=MappingProxyType({k: str(v) for k, v in s.env.items()}), stream_from=s.stream_from,
-        streaming=streaming, text_encoder_streaming=TextEncoderStreaming(**te_decided),
-        canvas=tuple(defaults["canvas"]), frames=defaults["frames"], steps=defaults["steps"],
-        cfg=defaults["cfg"], preset=defaults["preset"], lora=defaults["lora"], lora_strength=defaults["lora_strength"],
-        reference=reference, target_minutes=defaults["target_minutes"], timing=MappingProxyType(dict(best.timing)))
+    settings = _plan_settings(catalog, best, comfyui_args, reference, TextEncoderStreaming(**te_decided))
+    ch = best.choice
     return Plan(
         model=catalog.model.id,
         profile=best.profile.name,
@@ -130,19 +115,40 @@ def make_plan(fingerprint: Fingerprint, catalog: Catalog, profiles: Mapping[str,
         blocked=blocked_sentence(catalog, best, lora),
         shortfall_fix=shortfall_fix(best),
         settings_source=MappingProxyType({f.name: best.source.get(f.name, "planner") for f in fields(settings)}),
-        budget=MemoryBudget(b.gpu_bytes, b.ram_bytes, b.disk_bytes, b.unified),
-        estimates=Estimates(peak_gpu_bytes=e.peak_gpu, peak_ram_bytes=e.peak_ram,
-                            disk_bytes=disk + ref_disk, tokens=e.tokens,
-                            activation_bytes=e.activations,
-                            phases=MappingProxyType({k: PhasePeak(**v) for k, v in e.phases.items()}),
-                            minutes_per_clip=time["minutes_per_clip"], seconds_per_step=time["seconds_per_step"],
-                            time=ClipTime.from_json(time)),
+        budget=MemoryBudget(best.budget.gpu_bytes, best.budget.ram_bytes, best.budget.disk_bytes, best.budget.unified),
+        estimates=_estimates(best, disk + ref_disk),
         candidates=tuple(CandidateSummary(p.profile.name, p.est.fits, p.choice.dit.format, tuple(p.choice.canvas),
                                           p.choice.frames, p.est.streamed) for p in plans),
         rationale=tuple(rationale_for(catalog, best, why_profile) + cap_rationale(catalog, best) + best.defaults_why
-                        + best.notes + stream_why + te_why
+                        + best.notes + streaming.rationale(catalog, best) + te_why
                         + evidence_rationale(catalog, best) + reported_setup_rationale(catalog, best)
                         + version_said + args_said + ref_why),
         warnings=tuple(notes + warnings_for(catalog, best, config) + best.defaults_warnings + version_warnings
                        + ref_warnings),
     )
+
+
+def _plan_settings(catalog: Catalog, best: Candidate, comfyui_args: tuple, reference,
+                   te_streaming: TextEncoderStreaming) -> PlanSettings:
+    """The settings the plan hands on: the chosen files and canvas, the streaming decision, the workflow defaults."""
+    ch, e, s, defaults = best.choice, best.est, best.settings, best.defaults
+    return PlanSettings(
+        dit_weights=ch.dit.id, quantization=ch.dit.format, text_encoder_weights=ch.te.id, vae_weights=ch.vae.id,
+        audio_vae_weights=ch.audio_vae.id, shard_size_bytes=e.shard, preload_bytes=e.preload,
+        vae_tile_size=s.vae_tile_size, vae_tile_overlap=s.vae_tile_overlap,
+        vae_temporal_tile=s.vae_temporal_tile, max_canvas=tuple(ch.canvas), max_frames=ch.frames,
+        comfyui_args=comfyui_args, comfyui_args_version_dependent=True,
+        env=MappingProxyType({k: str(v) for k, v in s.env.items()}), stream_from=s.stream_from,
+        streaming=streaming.to_doc(best.stream, catalog), text_encoder_streaming=te_streaming,
+        canvas=tuple(defaults["canvas"]), frames=defaults["frames"], steps=defaults["steps"],
+        cfg=defaults["cfg"], preset=defaults["preset"], lora=defaults["lora"], lora_strength=defaults["lora_strength"],
+        reference=reference, target_minutes=defaults["target_minutes"], timing=MappingProxyType(dict(best.timing)))
+
+
+def _estimates(best: Candidate, disk_bytes: int) -> Estimates:
+    e, time = best.est, best.time
+    return Estimates(peak_gpu_bytes=e.peak_gpu, peak_ram_bytes=e.peak_ram, disk_bytes=disk_bytes, tokens=e.tokens,
+                     activation_bytes=e.activations,
+                     phases=MappingProxyType({k: PhasePeak(**v) for k, v in e.phases.items()}),
+                     minutes_per_clip=time["minutes_per_clip"], seconds_per_step=time["seconds_per_step"],
+                     time=ClipTime.from_json(time))

@@ -19,10 +19,12 @@ How the DiT is held is one of two runs (`memory_estimate(..., stream=)`):
           into a ring of prefetch + 1 blocks (file dtype); resident blocks and
           the computing one are in the compute dtype, and the resident ones
           stay beside every phase (the next prompt's encoding too). On a CPU
-          there is no ring: each block is read straight into the computing
-          block's buffers, and the blocks read ahead wait in the OS's page
-          cache, which gives way under pressure (slower reads, never an
-          out-of-memory), so they are not counted.
+          the loader's reader decides (plan/loader_facts.py): reading a plain
+          float file in place through the page cache there is no ring -- each
+          block is read straight into the computing block's buffers and the
+          blocks read ahead wait in the OS's page cache, which gives way under
+          pressure, so they are not counted; past the page cache (page_cache:
+          bypass, decided here once) and for GGUF files the ring is held.
 ComfyUI casts 16-bit float files to the dtype it computes in (float32 on a
 CPU: a bf16 DiT takes twice its file size there); the catalog's comfyui
 section says which backend, formats and parts, so the factor is data.
@@ -35,14 +37,14 @@ ints, canvases as tuples), so nothing here parses.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import PurePath, PurePosixPath, PureWindowsPath
 
 from h3kit.data.architecture import tokens_for
 from h3kit.data.catalog import Catalog, Weight
 from h3kit.data.fingerprint import Disk, Fingerprint
 from h3kit.data.settings import AUTO, Settings
-from h3kit.plan import te_stream
+from h3kit.plan import loader_facts, page_cache, te_stream
 
 GIB = 2**30
 
@@ -134,6 +136,19 @@ class Choice:
     te_streamed: bool = False  # h3kit's streamed text encoder runs `te` (else ComfyUI loads it whole)
 
 
+@dataclass(frozen=True)
+class Measured:
+    """What calibration measured in ComfyUI's Python on this machine; each figure set replaces the catalog's
+    arithmetic for it in `memory_estimate` (None: the catalog's)."""
+
+    process_bytes: int | None = None  # ComfyUI's resident set before the model (baseline RSS)
+    activation_bytes: int | None = None  # the sampling activations at the run's sequence
+    dit_held_bytes: int | None = None  # the whole DiT as ComfyUI holds it (blocks in the compute dtype, the rest)
+    block_held_bytes: int | None = None  # one block in the compute dtype
+    text_encoder_held_bytes: int | None = None
+    vae_held_bytes: int | None = None  # video + audio VAE as held
+
+
 @dataclass
 class Estimate:
     peak_gpu: int | None
@@ -153,17 +168,51 @@ class Estimate:
     ring: int = 0  # with `streamed`: the read-ahead buffers (prefetch + 1 blocks, file dtype)
     dit_held: int = 0  # bytes the whole DiT takes once loaded (the file cast to the compute dtype)
     block_held: int = 0  # one block once loaded
+    page_cache: str | None = None  # with `streamed`: the loader's page_cache input, "use" or "bypass"
+    cache: page_cache.CacheShare | None = None  # with `streamed`: what the page cache keeps of the streamed blocks
 
     @property
     def fits(self) -> bool:
         return not self.short
 
 
-def _encode_phase(cat: Catalog, budget: Budget, choice: Choice, process: int) -> tuple:
+@dataclass(frozen=True)
+class _Needs:
+    """The figures every phase is built from, once per estimate."""
+
+    process: int
+    tokens: int
+    act: int
+    dit: int  # file bytes
+    block: int  # one block's file bytes
+    dit_held: int
+    per_block: int  # a block computing (or resident): dequantized GGUF, or cast as ComfyUI casts
+    shard_blocks: int
+    shard: int
+    vae_need: int
+    video: int
+    encode: tuple  # (gpu | None, ram)
+
+
+@dataclass
+class _Run:
+    """One way of holding the DiT, phase by phase: {phase: (gpu | None, ram)} and how the blocks are held."""
+
+    phases: dict
+    preload: int = 0
+    resident: bool = False
+    buffers: int = 0
+    resident_blocks: int = 0
+    ring: int = 0
+
+
+def _encode_phase(cat: Catalog, budget: Budget, choice: Choice, process: int, measured: Measured) -> tuple:
     """Text encoder, once per prompt: (gpu bytes | None, ram bytes)."""
     if choice.te_streamed:
         return te_stream.encode_phase(cat, budget, choice.te, process)
-    return te_stream.held_encode_phase(cat, budget, choice.te, process)
+    te = choice.te if measured.text_encoder_held_bytes is None else replace(choice.te,
+                                                                          bytes=measured.text_encoder_held_bytes)
+    return te_stream.held_encode_phase(cat, budget, te, process)
 
 
 def _shard_blocks(settings: Settings, block: int) -> int:
@@ -204,99 +253,159 @@ def _streamed_resident(cat: Catalog, budget: Budget, settings: Settings, block: 
     return max(0, min(cat.blocks - 1, room // per_block))
 
 
-def memory_estimate(cat: Catalog, budget: Budget, settings: Settings, choice: Choice, stream: int | None = None) -> Estimate:
-    """Per-phase GPU and RAM needs of `choice` under `settings`, and what is short of `budget`.
+def _needs(cat: Catalog, budget: Budget, settings: Settings, choice: Choice, streamed: bool,
+           measured: Measured) -> _Needs:
+    mem = cat.memory
+    process = mem.comfyui_process_ram if measured.process_bytes is None else measured.process_bytes
+    tokens = tokens_for(cat.tokens, *choice.canvas, choice.frames)
+    act = tokens * mem.activation_bytes_per_token + mem.activation_fixed if measured.activation_bytes is None \
+        else measured.activation_bytes
+    dit, block = choice.dit.bytes, cat.block_bytes(choice.dit)
+    dit_held = held_bytes(cat, choice.dit, budget.backend) if measured.dit_held_bytes is None \
+        else measured.dit_held_bytes
+    factor = cat.streamed_block_factor(choice.dit, budget.backend) if streamed else \
+        cat.comfyui.held_factor("dit", choice.dit.format, budget.backend)
+    per_block = int(block * factor) if measured.block_held_bytes is None else measured.block_held_bytes
+    shard_blocks = _shard_blocks(settings, block)
+    tile = settings.vae_tile_size + 2 * settings.vae_tile_overlap
+    tile_ws = tile * tile * settings.vae_temporal_tile * mem.vae_decode_bytes_per_voxel
+    vaes = held_bytes(cat, choice.vae, budget.backend) + held_bytes(cat, choice.audio_vae, budget.backend) \
+        if measured.vae_held_bytes is None else measured.vae_held_bytes
+    video = choice.canvas[0] * choice.canvas[1] * choice.frames * mem.decoded_video_bytes_per_pixel_frame
+    return _Needs(process, tokens, act, dit, block, dit_held, per_block, shard_blocks, shard_blocks * block,
+                  vaes + tile_ws, video, _encode_phase(cat, budget, choice, process, measured))
+
+
+def _held_run(cat: Catalog, budget: Budget, settings: Settings, n: _Needs) -> _Run:
+    """ComfyUI's own loading: whole in RAM on a CPU and in the one pool on Apple (no dynamic VRAM on either, and
+    still loaded while the VAE decodes); on a discrete card what its weights share holds, the rest in RAM or
+    memory-mapped from the file (stream_from: disk), two shard buffers in flight."""
+    if budget.gpu_bytes is None:
+        return _Run({"encode": n.encode, "sample": (None, n.process + n.dit_held + n.act),
+                     "decode": (None, n.process + n.dit_held + n.vae_need + n.video)})
+    if budget.unified:
+        sample, decode = n.dit_held + n.act, n.dit_held + n.vae_need
+        return _Run({"encode": n.encode, "sample": (sample, n.process + sample),
+                     "decode": (decode, n.process + decode + n.video)}, preload=n.dit, resident=True)
+    preload = _preload(cat, budget, settings, n.dit, n.block, n.act, n.shard)
+    resident = preload >= n.dit
+    buffers = 0 if resident else 2 * n.shard
+    in_ram = settings.stream_from != "disk"
+    return _Run({"encode": n.encode, "sample": (preload + buffers + n.act, n.process + (n.dit - preload) * in_ram),
+                 "decode": (n.vae_need, n.process + n.dit * in_ram + n.video)},
+                preload=preload, resident=resident, buffers=buffers)
+
+
+def _with_resident(run: _Run, blocks: int, n: _Needs, gpu: bool) -> _Run:
+    """`run` with `blocks` resident blocks beside every phase (on the GPU too in Apple's one pool)."""
+    extra = blocks * n.per_block
+    run.phases = {p: (None if g is None else g + extra * gpu, r + extra) for p, (g, r) in run.phases.items()}
+    run.resident_blocks, run.preload = blocks, blocks * n.block
+    return run
+
+
+def _cpu_streamed(cat: Catalog, budget: Budget, settings: Settings, choice: Choice, n: _Needs, depth: int,
+                  bypass: bool) -> _Run:
+    """h3kit's loader on a CPU: its reader (loader_facts.cpu_reader) decides whether a ring of reads is held;
+    reading in place, the blocks read ahead wait in the OS's page cache, which gives way under pressure."""
+    sets, has_ring = loader_facts.READER_MEMORY[loader_facts.cpu_reader(choice.dit.format, bypass)]
+    ring = (depth + 1) * n.block if has_ring else 0
+    run = _Run({"encode": n.encode, "sample": (None, n.process + n.act + ring + sets * n.per_block),
+                "decode": (None, n.process + n.vae_need + n.video)}, ring=ring)
+    peak = max(r for _, r in run.phases.values())
+    return _with_resident(run, _streamed_resident(cat, budget, settings, n.block, n.per_block, peak, None), n, False)
+
+
+def _streamed_run(cat: Catalog, budget: Budget, settings: Settings, n: _Needs, depth: int) -> _Run:
+    """h3kit's loader off a CPU: blocks read from the file into a ring of depth + 1 buffers (file dtype) in RAM,
+    resident blocks and the computing one in the compute dtype."""
+    ring = (depth + 1) * n.block
+    if budget.unified:
+        sample = n.act + n.per_block
+        run = _Run({"encode": n.encode, "sample": (sample, n.process + sample + ring),
+                    "decode": (n.vae_need, n.process + n.vae_need + n.video)}, ring=ring)
+        gpu_peak = max(run.phases["encode"][0], sample + cat.comfyui.inference_minimum, n.vae_need)
+        ram_peak = max(r for _, r in run.phases.values())
+        return _with_resident(run, _streamed_resident(cat, budget, settings, n.block, n.per_block, ram_peak,
+                                                      gpu_peak), n, True)
+    preload = _preload(cat, budget, settings, n.dit, n.block, n.act, n.shard)
+    resident_blocks = min(cat.blocks - 1, preload // n.block)
+    return _Run({"encode": n.encode, "sample": (preload + 2 * n.shard + n.act, n.process + ring),
+                 "decode": (n.vae_need, n.process + n.video)}, preload=resident_blocks * n.block,
+                buffers=2 * n.shard, resident_blocks=resident_blocks, ring=ring)
+
+
+def cache_share(cat: Catalog, budget: Budget | None, resident_blocks: int, block: int,
+                sampling_ram: int) -> page_cache.CacheShare:
+    """plan.page_cache.cache_share for a streamed run: the blocks not kept resident against the budget's RAM, the
+    run's peak while it samples (the steps that re-read the blocks) and the profile's OS headroom. Without
+    `budget` every streamed block counts as read from the disk."""
+    streamed = (cat.blocks - resident_blocks) * int(block or 0)
+    if budget is None:
+        return page_cache.cache_share(streamed, 0, 0, 0)
+    return page_cache.cache_share(streamed, budget.ram_total, sampling_ram, budget.headroom)
+
+
+def _streamed(cat: Catalog, budget: Budget, settings: Settings, choice: Choice, n: _Needs,
+              depth: int) -> tuple[_Run, bool, page_cache.CacheShare]:
+    """The streamed run and its page_cache decision, made once: the settings' use / bypass, else bypass exactly
+    when the page cache cannot keep the streamed blocks beside the run (page_cache.loader_choice). On a CPU
+    bypassing it brings the ring into the process; with less room the decision only holds more firmly."""
+    def judged(run: _Run) -> tuple[bool, page_cache.CacheShare]:
+        share = cache_share(cat, budget, run.resident_blocks, n.block, run.phases["sample"][1])
+        return page_cache.loader_choice(share, settings.page_cache)[0], share
+
+    if budget.gpu_bytes is not None:
+        run = _streamed_run(cat, budget, settings, n, depth)
+        return (run, *judged(run))
+    run = _cpu_streamed(cat, budget, settings, choice, n, depth, settings.page_cache == "bypass")
+    bypass, share = judged(run)
+    if bypass and not run.ring:
+        run = _cpu_streamed(cat, budget, settings, choice, n, depth, True)
+        share = judged(run)[1]
+    return run, bypass, share
+
+
+def memory_estimate(cat: Catalog, budget: Budget, settings: Settings, choice: Choice, stream: int | None = None,
+                    measured: Measured | None = None) -> Estimate:
+    """Per-phase GPU and RAM needs of `choice` under `settings`, and what is short of `budget`: the one memory
+    model, used by the planner and by calibration (which passes what it measured as `measured`).
 
     `stream` None: ComfyUI loads the DiT its own way (whole in RAM on a CPU and in unified memory on
     Apple, cast to the compute dtype; on a discrete card what its weights share holds, the rest in RAM
     or memory-mapped). `stream` = read-ahead depth: h3kit's streamed loader runs it, reading blocks
-    from the file into a ring of depth + 1 buffers (file dtype) and keeping resident blocks and the
-    computing one in the compute dtype."""
-    mem = cat.memory
-    process = mem.comfyui_process_ram
-    inference_min = cat.comfyui.inference_minimum
-    tokens = tokens_for(cat.tokens, *choice.canvas, choice.frames)
-    act = tokens * mem.activation_bytes_per_token + mem.activation_fixed
-    dit, block = choice.dit.bytes, cat.block_bytes(choice.dit)
-    dit_held, cast = held_bytes(cat, choice.dit, budget.backend), cat.comfyui.held_factor("dit", choice.dit.format,
-                                                                                          budget.backend)
-    # a computing (or resident) block of h3kit's loader: dequantized GGUF, or cast as ComfyUI casts
-    per_block = int(block * (cat.streamed_block_factor(choice.dit, budget.backend) if stream is not None else cast))
-    from_disk = settings.stream_from == "disk" or stream is not None
-    gpu = budget.gpu_bytes
-    enc_gpu, enc_ram = _encode_phase(cat, budget, choice, process)
-    # the CPU reads in place (nodes/h3kit_streaming.py, "direct"): its read-ahead is page cache, not RSS
-    ring = (stream + 1) * block if stream is not None and gpu is not None else 0
-
-    shard_blocks = _shard_blocks(settings, block)
-    shard = shard_blocks * block
-    tile = settings.vae_tile_size + 2 * settings.vae_tile_overlap
-    tile_ws = tile * tile * settings.vae_temporal_tile * mem.vae_decode_bytes_per_voxel
-    video = choice.canvas[0] * choice.canvas[1] * choice.frames * mem.decoded_video_bytes_per_pixel_frame
-    vae_need = held_bytes(cat, choice.vae, budget.backend) + held_bytes(cat, choice.audio_vae, budget.backend) + tile_ws
-    resident_blocks = 0
-    if gpu is None:
-        preload, resident, buffers = 0, False, 0
-        if stream is None:  # held whole, and still there while the VAE decodes
-            smp_gpu, smp_ram = None, process + dit_held + act
-            dec_gpu, dec_ram = None, process + dit_held + vae_need + video
-        else:
-            smp_gpu, smp_ram = None, process + act + ring + per_block
-            dec_gpu, dec_ram = None, process + vae_need + video
-            resident_blocks = _streamed_resident(cat, budget, settings, block, per_block,
-                                                 max(enc_ram, smp_ram, dec_ram), None)
-            enc_ram, smp_ram, dec_ram = (x + resident_blocks * per_block for x in (enc_ram, smp_ram, dec_ram))
-            preload = resident_blocks * block
-    elif budget.unified:
-        buffers = 0
-        if stream is None:  # ComfyUI has no dynamic VRAM on Apple: the DiT is loaded whole into the one pool
-            preload, resident = dit, True  # and stays loaded beside the VAE (free_memory unloads only for room)
-            smp_gpu = dit_held + act
-            smp_ram = process + smp_gpu
-            dec_gpu = dit_held + vae_need
-            dec_ram = process + dec_gpu + video
-        else:
-            resident = False
-            smp_gpu = act + per_block
-            smp_ram = process + smp_gpu + ring
-            dec_gpu, dec_ram = vae_need, process + vae_need + video
-            resident_blocks = _streamed_resident(
-                cat, budget, settings, block, per_block, max(enc_ram, smp_ram, dec_ram),
-                max(enc_gpu, smp_gpu + inference_min, dec_gpu))
-            extra = resident_blocks * per_block
-            enc_gpu, smp_gpu, dec_gpu = enc_gpu + extra, smp_gpu + extra, dec_gpu + extra
-            enc_ram, smp_ram, dec_ram = enc_ram + extra, smp_ram + extra, dec_ram + extra
-            preload = resident_blocks * block
+    from the file into a ring of depth + 1 buffers (file dtype; on a CPU only where its reader holds one)
+    and keeping resident blocks and the computing one in the compute dtype."""
+    n = _needs(cat, budget, settings, choice, stream is not None, measured or Measured())
+    bypass, share = None, None
+    if stream is None:
+        run = _held_run(cat, budget, settings, n)
     else:
-        preload = _preload(cat, budget, settings, dit, block, act, shard)
-        resident = preload >= dit and stream is None
-        buffers = 0 if resident else 2 * shard
-        smp_gpu = preload + buffers + act
-        # h3kit's loader (stream) reads from the file into its ring; ComfyUI keeps what the card does not
-        # hold in RAM (stream_from: ram) or maps it from the file (disk)
-        smp_ram = process + ring + (0 if from_disk else dit - preload)
-        dec_gpu, dec_ram = vae_need, process + (0 if from_disk else dit) + video
-        if stream is not None:
-            resident_blocks = min(cat.blocks - 1, preload // block)
-            preload = resident_blocks * block
-
-    phases = {"encode": {"gpu_bytes": enc_gpu, "ram_bytes": enc_ram},
-              "sample": {"gpu_bytes": smp_gpu, "ram_bytes": smp_ram},
-              "decode": {"gpu_bytes": dec_gpu, "ram_bytes": dec_ram}}
-    peak_gpu = None if gpu is None else max(enc_gpu, smp_gpu, dec_gpu)
-    peak_ram = max(enc_ram, smp_ram, dec_ram)
-    disk = dit + choice.te.bytes + choice.vae.bytes + choice.audio_vae.bytes
-    est = Estimate(peak_gpu, peak_ram, disk, tokens, act, preload, shard, shard_blocks, block, resident, phases,
-                   streamed=stream is not None, resident_blocks=resident_blocks, ring=ring, dit_held=dit_held,
-                   block_held=per_block)
-    if gpu is not None:
-        if peak_gpu > gpu:
-            est.short.append(("GPU", peak_gpu, gpu, max(phases, key=lambda p: phases[p]["gpu_bytes"])))
-        elif not resident and preload == 0 and act + buffers + inference_min > gpu:
-            # Nothing resident still needs room for the two buffers in flight and ComfyUI's minimum.
-            est.short.append(("GPU", act + buffers + inference_min, gpu, "sample"))
-    if peak_ram > budget.ram_bytes:
-        est.short.append(("RAM", peak_ram, budget.ram_bytes, max(phases, key=lambda p: phases[p]["ram_bytes"])))
-    if disk > budget.disk_bytes:
-        est.short.append(("disk", disk, budget.disk_bytes, "files"))
+        run, bypass, share = _streamed(cat, budget, settings, choice, n, stream)
+    phases = {p: {"gpu_bytes": g, "ram_bytes": r} for p, (g, r) in run.phases.items()}
+    gpu = budget.gpu_bytes
+    est = Estimate(None if gpu is None else max(g for g, _ in run.phases.values()),
+                   max(r for _, r in run.phases.values()),
+                   choice.dit.bytes + choice.te.bytes + choice.vae.bytes + choice.audio_vae.bytes,
+                   n.tokens, n.act, run.preload, n.shard, n.shard_blocks, n.block, run.resident, phases,
+                   streamed=stream is not None, resident_blocks=run.resident_blocks, ring=run.ring,
+                   dit_held=n.dit_held, block_held=n.per_block,
+                   page_cache=None if bypass is None else "bypass" if bypass else "use", cache=share)
+    est.short.extend(_shortfalls(cat, budget, est, run))
     return est
+
+
+def _shortfalls(cat: Catalog, budget: Budget, est: Estimate, run: _Run) -> list:
+    """(what, need, have, phase) for each budget the estimate exceeds."""
+    phases, gpu, out = est.phases, budget.gpu_bytes, []
+    if gpu is not None:
+        if est.peak_gpu > gpu:
+            out.append(("GPU", est.peak_gpu, gpu, max(phases, key=lambda p: phases[p]["gpu_bytes"])))
+        elif not run.resident and run.preload == 0 and est.activations + run.buffers + cat.comfyui.inference_minimum > gpu:
+            # Nothing resident still needs room for the two buffers in flight and ComfyUI's minimum.
+            out.append(("GPU", est.activations + run.buffers + cat.comfyui.inference_minimum, gpu, "sample"))
+    if est.peak_ram > budget.ram_bytes:
+        out.append(("RAM", est.peak_ram, budget.ram_bytes, max(phases, key=lambda p: phases[p]["ram_bytes"])))
+    if est.disk > budget.disk_bytes:
+        out.append(("disk", est.disk, budget.disk_bytes, "files"))
+    return out

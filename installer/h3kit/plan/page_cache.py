@@ -86,7 +86,7 @@ def stream_overhead(cached: float, disk_cost: float, cached_cost: float, streame
 def bypassed_overhead(fig: dict, compute_s: float, widen_s: float) -> float:
     """The share streaming adds to a streamed block read past the page cache (the loader's page_cache "bypass",
     for a file this module says does not fit): the disk reads the next blocks the whole time while the model
-    computes and widens each block as it arrives, so `fig` is plan.streaming.prefetch_for at the compute plus
+    computes and widens each block as it arrives, so `fig` is plan.prefetch.prefetch_for at the compute plus
     the widening. Per block the model spends compute + widen + its wait; over the compute alone that is
     widen / compute plus the wait, w / (1 - w) of (compute + widen) for the share w of time waiting."""
     compute, widen = max(0.0, float(compute_s)), max(0.0, float(widen_s))

@@ -150,23 +150,35 @@ def _mac_native_engine(backend: str) -> list[str]:
 
 def rationale_for(cat: Catalog, c: Candidate, why_profile: str) -> list[str]:
     """One sentence per decision in `c`, with the numbers it rests on."""
-    b, e, ch, s = c.budget, c.est, c.choice, c.settings
-    out = [why_profile]
-    if b.gpu_bytes is None:
-        out.append(f"No usable GPU: everything runs from RAM; RAM budget {gb(b.ram_bytes)} = {gb(b.ram_total)} "
-                   f"- {gb(b.headroom)} OS headroom; disk {gb(b.disk_bytes)} free at {b.disk_path}.")
-    elif b.unified:
-        out.append(f"Unified memory counted once: GPU budget {gb(b.gpu_bytes)} (Metal's usable share {gb(b.gpu_total)} "
-                   f"- {gb(b.reserve)} ComfyUI reserve) inside a RAM budget of {gb(b.ram_bytes)} = {gb(b.ram_total)} "
-                   f"- {gb(b.headroom)} OS headroom; disk {gb(b.disk_bytes)} free.")
-    else:
-        out.append(f"GPU budget {gb(b.gpu_bytes)} = {gb(b.gpu_total)} card - {gb(b.reserve)} ComfyUI reserve "
-                   f"(weights capped at {gb(b.weights_cap)}); RAM budget {gb(b.ram_bytes)} = {gb(b.ram_total)} "
-                   f"- {gb(b.headroom)} OS headroom; disk {gb(b.disk_bytes)} free.")
+    b = c.budget
+    out = [why_profile, _budget_sentence(b)]
     if b.gpu_count > 1:
         out.append(f"{b.gpu_count} GPUs found; ComfyUI runs a workflow on one, so the plan uses the largest.")
-    for why in c.skipped:
-        out.append(f"Left out: {why}.")
+    out += [f"Left out: {why}." for why in c.skipped]
+    out += _dit_sentences(cat, c)
+    out += _parts_sentences(c)
+    out += _canvas_and_sources(cat, c)
+    return out
+
+
+def _budget_sentence(b) -> str:
+    """What the machine offers the plan: the GPU and RAM budgets and the free disk."""
+    if b.gpu_bytes is None:
+        return (f"No usable GPU: everything runs from RAM; RAM budget {gb(b.ram_bytes)} = {gb(b.ram_total)} "
+                f"- {gb(b.headroom)} OS headroom; disk {gb(b.disk_bytes)} free at {b.disk_path}.")
+    if b.unified:
+        return (f"Unified memory counted once: GPU budget {gb(b.gpu_bytes)} (Metal's usable share {gb(b.gpu_total)} "
+                f"- {gb(b.reserve)} ComfyUI reserve) inside a RAM budget of {gb(b.ram_bytes)} = {gb(b.ram_total)} "
+                f"- {gb(b.headroom)} OS headroom; disk {gb(b.disk_bytes)} free.")
+    return (f"GPU budget {gb(b.gpu_bytes)} = {gb(b.gpu_total)} card - {gb(b.reserve)} ComfyUI reserve "
+            f"(weights capped at {gb(b.weights_cap)}); RAM budget {gb(b.ram_bytes)} = {gb(b.ram_total)} "
+            f"- {gb(b.headroom)} OS headroom; disk {gb(b.disk_bytes)} free.")
+
+
+def _dit_sentences(cat: Catalog, c: Candidate) -> list[str]:
+    """How the DiT is held (or streamed), and the shard size when it was rounded to whole blocks."""
+    b, e, ch, s = c.budget, c.est, c.choice, c.settings
+    out = []
     why_format = (c.source.get("quantization", "profile") if s.quantization != AUTO
                   else "highest-quality format that fits among files ComfyUI loads" if not ch.dit.load_tier
                   else "a fallback, see below")
@@ -175,8 +187,9 @@ def rationale_for(cat: Catalog, c: Candidate, why_profile: str) -> list[str]:
         out.append(f"DiT {ch.dit.variant} {ch.dit.format}: {gb(ch.dit.bytes)} ({why_format}), streamed from disk by "
                    f"h3kit's loader: {e.resident_blocks} of {cat.blocks} blocks resident{cast} "
                    f"({gb(e.resident_blocks * e.block_held)}) and one computing block ({gb(e.block_held)}) that each "
-                   "block is read into (the blocks read ahead wait in the OS's page cache), with activations "
-                   f"({gb(e.activations)}) at "
+                   "block is read into " + (f"(from a ring of {gb(e.ring)} read past the page cache)" if e.ring else
+                                            "(the blocks read ahead wait in the OS's page cache)")
+                   + f", with activations ({gb(e.activations)}) at "
                    f"{ch.canvas[0]}x{ch.canvas[1]}x{ch.frames}: sample phase {gb(e.phases['sample']['ram_bytes'])} of "
                    f"the {gb(b.ram_bytes)} RAM budget.")
     elif b.gpu_bytes is None:
@@ -208,6 +221,13 @@ def rationale_for(cat: Catalog, c: Candidate, why_profile: str) -> list[str]:
                    f"block(s) = {e.shard} bytes: a transfer never splits a block.")
         if s.stream_from == "disk" and b.disk_kind == "hdd":
             out.append("The model disk is a spinning disk: streaming from it starves the GPU; move models to an SSD.")
+    return out
+
+
+def _parts_sentences(c: Candidate) -> list[str]:
+    """The text encoder's and the VAEs' phases."""
+    b, e, ch, s = c.budget, c.est, c.choice, c.settings
+    out = []
     enc = e.phases["encode"]
     streamed = ", streamed layer by layer from the file by h3kit's loader," if ch.te_streamed else ""
     out.append(f"Text encoder {ch.te.format}: {gb(ch.te.bytes)}{streamed} runs once per prompt and is dropped before sampling "
@@ -220,6 +240,13 @@ def rationale_for(cat: Catalog, c: Candidate, why_profile: str) -> list[str]:
                   + ("(with the resident blocks)." if e.streamed else "(the DiT is still loaded).")))
     out.append(f"The H3 video VAE chunks time itself ({H3_VAE_CLIP_FRAMES}-frame clips), so vae_temporal_tile "
                f"({s.vae_temporal_tile} frames) only applies to other VAEs.")
+    return out
+
+
+def _canvas_and_sources(cat: Catalog, c: Candidate) -> list[str]:
+    """The canvas, the limits and files that decided it, the disk, the flags, and every value config.yaml set."""
+    b, e, ch, s = c.budget, c.est, c.choice, c.settings
+    out = []
     out.append(f"Canvas {ch.canvas[0]}x{ch.canvas[1]} at {ch.frames} frames ({e.tokens} tokens): "
                + ("the largest that fits within the profile's limit "
                   f"{s.max_canvas[0]}x{s.max_canvas[1]}x{s.max_frames}." if c.searched and e.fits

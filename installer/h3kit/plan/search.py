@@ -137,6 +137,7 @@ class Candidate:
     evidence_tiers: dict = field(default_factory=dict)  # weight id -> its format's evidence tier here
     unloadable: list = field(default_factory=list)  # parts with no file that loads and runs here (then it cannot fit)
     notes: list = field(default_factory=list)  # rationale sentences about what the search itself changed
+    stream: streaming.StreamDecision | None = None  # whether h3kit's loader streams the DiT, decided once (_finish)
 
     @property
     def fits(self) -> bool:
@@ -164,180 +165,249 @@ class Candidate:
                 ch.canvas[0] * ch.canvas[1], ch.frames, -ch.dit.bytes)
 
 
-def _timing(cat: Catalog, fingerprint: Fingerprint, machine: Machine, profile: Profile, settings: Settings,
+def _timing(cat: Catalog, machine: Machine, profile: Profile, settings: Settings, fingerprint: Fingerprint,
             dit: Weight) -> dict:
     """The rates the time estimate uses: calibrated `timing` when set, else the throughput table's for this DiT."""
     if settings.timing is not None:
         return dict(settings.timing)
     backend = "cpu" if profile.match.get("backend") == ["cpu"] else machine.backend
-    return timing_mod.rates_from_table(fingerprint, cat, timing_mod.compute_dtype(fingerprint, backend, cat),
-                                       backend=backend, weight_format=dit.format)
-
-
-def _finish(c: Candidate, cat: Catalog, fingerprint: Fingerprint) -> Candidate:
-    """The workflow defaults and their time for `c` (streaming slows every model call, and a streamed text encoder
-    reads its file once per prompt), which its rank needs."""
-    c.timing = _timing(cat, fingerprint, c.machine, c.profile, c.settings, c.choice.dit)
-    rates = c.timing
-    if c.choice.te_streamed:
-        read = te_stream.read_time(cat, c.budget, c.choice.te, c.settings.disk_read_bytes_per_s)
-        rates = {**c.timing, "text_encode_s": float(c.timing.get("text_encode_s") or 0.0) + read.seconds}
-    c.defaults, c.time, c.defaults_why, c.defaults_warnings = workflow_defaults(
-        cat, c.settings, c.source, c.choice.canvas, c.choice.frames, rates,
-        pass_overhead=streaming.pass_overhead(cat, c.est, c.budget))
-    return c
+    return timing_mod.rates_from_table(fingerprint, cat, cat.comfyui.dtype_on(backend), backend=backend,
+                                       weight_format=dit.format)
 
 
 def _shortfall(est: Estimate) -> int:
     return sum(need - have for _, need, have, _ in est.short)
 
 
-# ComfyUI's flag that turns its dynamic VRAM off (comfy/cli_args.py), so h3kit's streamed loader can feed the GPU
-DYNAMIC_VRAM_OFF = "--disable-dynamic-vram"
+@dataclass(frozen=True)
+class _Frame:
+    """What every candidate of one profile shares: where its settings came from, its budget, streaming policy,
+    the files left out, and how sure the plan is of each file."""
+
+    cat: Catalog
+    fingerprint: Fingerprint
+    machine: Machine
+    profile: Profile
+    settings: Settings
+    source: dict
+    written: dict
+    budget: Budget
+    policy: streaming.StreamPolicy
+    skipped: list
+    probe: object
+    fixed: bool  # canvas and frames both set by the user
+    evidence_tiers: dict
+
+    def candidate(self, ch: Choice, est: Estimate, held: Estimate | None, searched: bool = True) -> Candidate:
+        """A candidate with its streaming decision, workflow defaults and their time (streaming slows every model
+        call, and a streamed text encoder reads its file once per prompt), which its rank needs."""
+        c = Candidate(self.profile, self.settings, self.source, self.written, self.budget, ch, est, self.skipped,
+                      searched and not self.fixed, self.machine, held, self.probe,
+                      evidence_tiers=self.evidence_tiers)
+        c.stream = streaming.decide(self.policy, self.cat, self.budget, ch.dit, est, held)
+        c.timing = _timing(self.cat, self.machine, self.profile, self.settings, self.fingerprint, ch.dit)
+        rates = c.timing
+        if ch.te_streamed:
+            read = te_stream.read_time(self.cat, self.budget, ch.te, self.settings.disk_read_bytes_per_s)
+            rates = {**c.timing, "text_encode_s": float(c.timing.get("text_encode_s") or 0.0) + read.seconds}
+        c.defaults, c.time, c.defaults_why, c.defaults_warnings = workflow_defaults(
+            self.cat, self.settings, self.source, ch.canvas, ch.frames, rates, pass_overhead=c.stream.pass_overhead)
+        return c
 
 
-def plan_profile(cat: Catalog, fingerprint: Fingerprint, machine: Machine, profile: Profile, config,
-                 probe=None, *, extra_args: tuple = (), dit: str | None = None) -> Candidate:
-    """The best plan `profile` gives this machine under `config` and the format probe's `probe` (see the module
-    docstring for the order); `extra_args`: ComfyUI flags the planner adds to the profile's; `dit`: the DiT file
-    the planner pins."""
-    settings, source, written = merge_settings(profile, config)
-    if extra_args:
-        settings = settings.but(comfyui_args=tuple(settings.comfyui_args) + tuple(extra_args))
-    if dit is not None:
-        settings = settings.but(dit_weights=dit)
-    budget = make_budget(cat, fingerprint, settings, getattr(config, "comfyui_path", None),
-                         cpu=profile.match.get("backend") == ["cpu"])
-    pol = streaming.policy(fingerprint, machine, settings, budget)
-    # ComfyUI maps the off-card part from the file only with dynamic VRAM; without it, it keeps that part in RAM.
-    discrete = budget.gpu_bytes is not None and not budget.unified
-    hs = settings.but(stream_from="ram") if discrete and pol["dynamic_vram"] is not True else settings
-    formats = list(settings.formats)
-    if settings.quantization != AUTO:
-        formats = [settings.quantization]
-    dits, skipped = _pick(cat.dit, cat, machine, settings, "dit_weights", formats, probe)
-    if not dits:  # the user forced something this machine cannot run: keep it, warn later
-        dits = [w for w in cat.dit if w.format in formats or w.id == settings.dit_weights]
-    tes, _ = _pick(cat.text_encoder, cat, machine, settings, "text_encoder_weights", probe=probe)
-    vaes, _ = _pick(cat.vae, cat, machine, settings, "vae_weights", probe=probe)
-    tes = tes or sorted(cat.text_encoder, key=lambda w: w.bytes)
-    vaes = vaes or sorted(cat.vae, key=lambda w: w.bytes)
-    audio = cat.audio_vae[0]
-    canvases, frames = _ladder(cat, settings)
-    fixed_canvas = source.get("max_canvas", "").startswith(("override", "calibration"))
-    fixed_frames = source.get("max_frames", "").startswith(("override", "calibration"))
-    if fixed_canvas:
-        canvases = [settings.max_canvas]
-    if fixed_frames:
-        frames = [settings.max_frames]
-    small = (canvases[-1], frames[0])
-    cap_rows = None if fixed_canvas and fixed_frames else sequence_cap(cat, machine.backend)[0]
+@dataclass(frozen=True)
+class _Space:
+    """The canvases, frames and files one profile is searched over, and the memory model it asks."""
 
-    def capped(canvas, nframes) -> bool:  # over the backend's sequence cap (catalog sequence_caps)
-        return cap_rows is not None and timing_mod.sequence_tokens(cat, canvas[0], canvas[1], nframes) > cap_rows
+    cat: Catalog
+    budget: Budget
+    settings: Settings
+    held_settings: Settings  # for ComfyUI's own loading (stream_from: ram where it has no dynamic VRAM)
+    policy: streaming.StreamPolicy
+    audio: Weight
+    canvases: list  # largest first
+    frames: list  # fewest first
+    cap_rows: int | None  # the backend's sequence cap (catalog sequence_caps), None: none applies
 
-    def first_fit(dit, tes, vaes, canvas, nframes, stream):
-        for te, te_streamed in te_stream.options(cat, settings, budget, tes):
+    @property
+    def small(self) -> tuple:
+        return self.canvases[-1], self.frames[0]
+
+    def estimate(self, ch: Choice, stream: int | None = None) -> Estimate:
+        return memory_estimate(self.cat, self.budget, self.settings if stream is not None else self.held_settings,
+                               ch, stream)
+
+    def capped(self, canvas, nframes) -> bool:
+        return self.cap_rows is not None and timing_mod.sequence_tokens(self.cat, *canvas, nframes) > self.cap_rows
+
+    def first_fit(self, dit: Weight, tes: list, vaes: list, canvas, nframes: int, stream: int | None):
+        for te, te_streamed in te_stream.options(self.cat, self.settings, self.budget, tes):
             for vae in vaes:
-                ch = Choice(dit, te, vae, audio, canvas, nframes, te_streamed)
-                est = memory_estimate(cat, budget, settings if stream is not None else hs, ch, stream)
+                ch = Choice(dit, te, vae, self.audio, canvas, nframes, te_streamed)
+                est = self.estimate(ch, stream)
                 if est.fits:
                     return ch, est
         return None
 
-    def grow(dit, tes, vaes, stream):
+    def grow(self, dit: Weight, tes: list, vaes: list, stream: int | None):
         """`dit` at the smallest canvas, then the largest canvas and frames it allows; None when even that fails."""
-        chosen = first_fit(dit, tes, vaes, *small, stream)
+        chosen = self.first_fit(dit, tes, vaes, *self.small, stream)
         if chosen is None:
             return None
-        for canvas in canvases:
-            found = None if capped(canvas, frames[0]) else first_fit(dit, tes, vaes, canvas, frames[0], stream)
+        for canvas in self.canvases:
+            found = None if self.capped(canvas, self.frames[0]) else \
+                self.first_fit(dit, tes, vaes, canvas, self.frames[0], stream)
             if found:
-                chosen = found
-                for nframes in reversed(frames):
-                    if capped(canvas, nframes):
-                        continue
-                    bigger = first_fit(dit, tes, vaes, canvas, nframes, stream)
-                    if bigger:
-                        chosen = bigger
-                        break
-                break
+                longest = (self.first_fit(dit, tes, vaes, canvas, n, stream) for n in reversed(self.frames)
+                           if not self.capped(canvas, n))
+                return next((f for f in longest if f), found)
         return chosen
 
-    def search(dits, tes, vaes) -> list:
+    def search(self, dits: list, tes: list, vaes: list) -> list:
         """Down the DiT ladder to the first one ComfyUI's own loading runs, with every streamable DiT above it that
         h3kit's loader runs where that loading falls short: [(choice, est, held est or None)]."""
         found = []
         for dit in dits:
-            held = grow(dit, tes, vaes, None)
-            if streaming.may_stream(pol, dit):
+            held = self.grow(dit, tes, vaes, None)
+            if streaming.may_stream(self.policy, dit):
                 probe = held[1] if held else min(
-                    (memory_estimate(cat, budget, hs, Choice(dit, te, vaes[0], audio, *small, te_streamed))
-                     for te, te_streamed in te_stream.options(cat, settings, budget, tes)),
+                    (self.estimate(Choice(dit, te, vaes[0], self.audio, *self.small, te_streamed))
+                     for te, te_streamed in te_stream.options(self.cat, self.settings, self.budget, tes)),
                     key=lambda e: e.phases["encode"]["ram_bytes"])  # the text encoder way that leaves the DiT most
-                if streaming.wants_stream(pol, probe, budget):
+                if streaming.wants_stream(self.policy, probe, self.budget):
                     held = None  # ComfyUI's own loading falls short here (or stream_dit is on)
-                    if (streamed := grow(dit, tes, vaes, pol["depth"])):
-                        found.append((*streamed, memory_estimate(cat, budget, hs, streamed[0])))
+                    if (streamed := self.grow(dit, tes, vaes, self.policy.depth)):
+                        found.append((*streamed, self.estimate(streamed[0])))
             if held:
                 found.append((*held, None))
                 break
         return found
 
-    tiers = {w.id: tier(cat, machine, w, probe) for w in dits + tes + vaes + [audio]}
-    evidence_tiers = {w.id: cat.evidence(w.format, machine, w.part, probe).tier for w in dits + tes + vaes + [audio]}
+    def closest(self, dits: list, tes: list, vaes: list) -> list:
+        """Nothing fits: the cheapest DiT held, and each streamable one streamed where the policy wants it, at the
+        smallest canvas with the text encoder the encode phase needs least for: [(choice, est, held or None)]."""
+        te, vae = min(tes, key=lambda w: w.bytes), min(vaes, key=lambda w: w.bytes)
+        te_ways = te_stream.options(self.cat, self.settings, self.budget, tes)
+        te, te_streamed = min(te_ways, key=lambda o: (not o[1], o[0].bytes)) if any(o[1] for o in te_ways) \
+            else (te, False)
+        out = []
+        for dit in sorted(dits, key=lambda w: w.bytes)[:1] + [w for w in dits if streaming.may_stream(self.policy, w)]:
+            ch = Choice(dit, te, vae, self.audio, *self.small, te_streamed)
+            held = self.estimate(ch)
+            if streaming.may_stream(self.policy, dit) and streaming.wants_stream(self.policy, held, self.budget):
+                out.append((ch, self.estimate(ch, self.policy.depth), held))
+            else:
+                out.append((ch, held, None))
+        return out
 
-    def candidate(ch, est, held, searched=True) -> Candidate:
-        return _finish(Candidate(profile, settings, source, written, budget, ch, est, skipped,
-                                 searched and not (fixed_canvas and fixed_frames), machine, held, probe,
-                                 evidence_tiers=evidence_tiers), cat, fingerprint)
 
+# ComfyUI's flag that turns its dynamic VRAM off (comfy/cli_args.py), so h3kit's streamed loader can feed the GPU
+DYNAMIC_VRAM_OFF = "--disable-dynamic-vram"
+
+
+def _profile_settings(profile: Profile, config, extra_args: tuple, dit: str | None) -> tuple[Settings, dict, dict]:
+    settings, source, written = merge_settings(profile, config)
+    if extra_args:
+        settings = settings.but(comfyui_args=tuple(settings.comfyui_args) + tuple(extra_args))
+    if dit is not None:
+        settings = settings.but(dit_weights=dit)
+    return settings, source, written
+
+
+def _user_fixed(source: dict, key: str) -> bool:
+    """Did config.yaml (overrides or calibration) set `key`, so the search keeps it as it is?"""
+    return source.get(key, "").startswith(("override", "calibration"))
+
+
+def _within(tiers: dict, w: Weight, level: tuple) -> bool:
+    return tiers[w.id][0] <= level[0] and tiers[w.id][1] <= level[1]
+
+
+def _space(cat: Catalog, machine: Machine, settings: Settings, source: dict, budget: Budget,
+           pol: streaming.StreamPolicy) -> _Space:
+    # ComfyUI maps the off-card part from the file only with dynamic VRAM; without it, it keeps that part in RAM.
+    discrete = budget.gpu_bytes is not None and not budget.unified
+    hs = settings.but(stream_from="ram") if discrete and pol.dynamic_vram is not True else settings
+    canvases, frames = _ladder(cat, settings)
+    fixed_canvas, fixed_frames = _user_fixed(source, "max_canvas"), _user_fixed(source, "max_frames")
+    canvases = [settings.max_canvas] if fixed_canvas else canvases
+    frames = [settings.max_frames] if fixed_frames else frames
+    cap_rows = None if fixed_canvas and fixed_frames else sequence_cap(cat, machine.backend)[0]
+    return _Space(cat, budget, settings, hs, pol, cat.audio_vae[0], canvases, frames, cap_rows)
+
+
+def _parts(cat: Catalog, machine: Machine, settings: Settings, probe) -> tuple[list, list, list, list]:
+    """(DiTs, text encoders, video VAEs, reasons DiT formats were left out), each list best first."""
+    formats = [settings.quantization] if settings.quantization != AUTO else list(settings.formats)
+    dits, skipped = _pick(cat.dit, cat, machine, settings, "dit_weights", formats, probe)
+    if not dits:  # the user forced something this machine cannot run: keep it, warn later
+        dits = [w for w in cat.dit if w.format in formats or w.id == settings.dit_weights]
+    tes, _ = _pick(cat.text_encoder, cat, machine, settings, "text_encoder_weights", probe=probe)
+    vaes, _ = _pick(cat.vae, cat, machine, settings, "vae_weights", probe=probe)
+    return (dits, tes or sorted(cat.text_encoder, key=lambda w: w.bytes),
+            vaes or sorted(cat.vae, key=lambda w: w.bytes), skipped)
+
+
+def plan_profile(cat: Catalog, fingerprint: Fingerprint, machine: Machine, profile: Profile, config,
+                 probe=None, *, extra_args: tuple = (), dit: str | None = None,
+                 runtime: dict | None = None) -> Candidate:
+    """The best plan `profile` gives this machine under `config` and the format probe's `probe` (see the module
+    docstring for the order); `extra_args`: ComfyUI flags the planner adds to the profile's; `dit`: the DiT file
+    the planner pins; `runtime`: a probed ComfyUI's versions for the streaming policy (streaming.policy)."""
+    settings, source, written = _profile_settings(profile, config, extra_args, dit)
+    budget = make_budget(cat, fingerprint, settings, getattr(config, "comfyui_path", None),
+                         cpu=profile.match.get("backend") == ["cpu"])
+    pol = streaming.policy(fingerprint, machine, settings, budget, cat, runtime)
+    space = _space(cat, machine, settings, source, budget, pol)
+    dits, tes, vaes, skipped = _parts(cat, machine, settings, probe)
+    weights = dits + tes + vaes + [space.audio]
+    tiers = {w.id: tier(cat, machine, w, probe) for w in weights}
+    frame = _Frame(cat, fingerprint, machine, profile, settings, source, written, budget, pol, skipped, probe,
+                   _user_fixed(source, "max_canvas") and _user_fixed(source, "max_frames"),
+                   {w.id: cat.evidence(w.format, machine, w.part, probe).tier for w in weights})
     # Files that load and run first; widen to unreported ones. A file reported not to load is planned only
     # when the user named it (dit_weights / quantization / *_weights): a plan never picks one by itself.
     forced = any(getattr(settings, k) != AUTO for k in ("quantization", "dit_weights", "text_encoder_weights",
                                                         "vae_weights"))
     levels = LEVELS + ((FORCED_LEVEL,) if forced else ())
-    top = levels[-1]
-
-    def within(w, level) -> bool:
-        return tiers[w.id][0] <= level[0] and tiers[w.id][1] <= level[1]
-
     for level in levels:
-        allowed = [[w for w in ws if within(w, level)] for ws in (dits, tes, vaes)]
-        if all(allowed) and (found := search(*allowed)):
-            return max((candidate(*f) for f in found), key=Candidate.rank)
+        allowed = [[w for w in ws if _within(tiers, w, level)] for ws in (dits, tes, vaes)]
+        if all(allowed) and (found := space.search(*allowed)):
+            return max((frame.candidate(*f) for f in found), key=Candidate.rank)
     # Nothing fits: the plan that misses by least (the cheapest DiT held, or a streamable one streamed), honestly
     # marked, from files that load (the plan then says what would make it work).
     unloadable = [label for label, ws in (("DiT", dits), ("text encoder", tes), ("video VAE", vaes))
-                  if not any(within(w, top) for w in ws)]
-    dits, tes, vaes = ([w for w in ws if within(w, top)] or ws for ws in (dits, tes, vaes))
-    te, vae = min(tes, key=lambda w: w.bytes), min(vaes, key=lambda w: w.bytes)
-    # the text encoder the encode phase needs least for: streamed where the rule allows it
-    te_ways = te_stream.options(cat, settings, budget, tes)
-    te, te_streamed = min(te_ways, key=lambda o: (not o[1], o[0].bytes)) if any(o[1] for o in te_ways) else (te, False)
-    tries = []
-    for dit in sorted(dits, key=lambda w: w.bytes)[:1] + [w for w in dits if streaming.may_stream(pol, w)]:
-        ch = Choice(dit, te, vae, audio, *small, te_streamed)
-        held = memory_estimate(cat, budget, hs, ch)
-        if streaming.may_stream(pol, dit) and streaming.wants_stream(pol, held, budget):
-            tries.append(candidate(ch, memory_estimate(cat, budget, settings, ch, pol["depth"]), held, False))
-        else:
-            tries.append(candidate(ch, held, None, False))
+                  if not any(_within(tiers, w, levels[-1]) for w in ws)]
+    tries = [frame.candidate(*t, searched=False)
+             for t in space.closest(*([w for w in ws if _within(tiers, w, levels[-1])] or ws for ws in (dits, tes, vaes)))]
     tries.sort(key=Candidate.rank, reverse=True)  # at equal shortfall, the better plan
     best = min(tries, key=lambda c: _shortfall(c.est))
     best.unloadable = unloadable
-    if discrete and pol["dynamic_vram"] is True and not extra_args and settings.stream_dit != "off" and \
-            any(what == "RAM" and phase in ("sample", "decode") for what, _, _, phase in best.est.short):
-        # ComfyUI's dynamic VRAM keeps the DiT's off-card blocks in RAM through the decode; with it off, h3kit's
-        # streamed loader reads the same file from the disk instead (plan/streaming.py decides the rest). The DiT
-        # stays the one the closest plan holds: less memory never buys a heavier file.
-        other = plan_profile(cat, fingerprint, machine, profile, config, probe, extra_args=(DYNAMIC_VRAM_OFF,),
-                             dit=best.choice.dit.id)
-        if other.fits:
-            what, need, have, phase = max(best.est.short, key=lambda x: x[1] - x[2])
-            other.notes.append(
-                f"With ComfyUI's dynamic VRAM nothing fits: it keeps the DiT's off-card blocks in RAM "
-                f"(stream_from: {hs.stream_from}), {need / 1e9:.1f} GB at the {phase} peak against {have / 1e9:.1f} GB; "
-                f"the plan adds {DYNAMIC_VRAM_OFF} so h3kit's streamed loader feeds the GPU from the file on disk.")
-            return other
+    if not extra_args and (other := _without_dynamic_vram(best, space, cat, fingerprint, machine, profile, config,
+                                                          probe, runtime)):
+        return other
     return best
+
+
+def _without_dynamic_vram(best: Candidate, space: _Space, cat: Catalog, fingerprint: Fingerprint, machine: Machine,
+                          profile: Profile, config, probe, runtime: dict | None) -> Candidate | None:
+    """Where nothing fits because ComfyUI's dynamic VRAM keeps the DiT's off-card blocks in RAM through the decode:
+    the plan with it off, so h3kit's streamed loader reads the same file from the disk instead (streaming decides
+    the rest), when that fits. The DiT stays the one the closest plan holds: less memory never buys a heavier
+    file."""
+    budget = space.budget
+    discrete = budget.gpu_bytes is not None and not budget.unified
+    if not (discrete and space.policy.dynamic_vram is True and space.settings.stream_dit != "off" and
+            any(what == "RAM" and phase in ("sample", "decode") for what, _, _, phase in best.est.short)):
+        return None
+    other = plan_profile(cat, fingerprint, machine, profile, config, probe, extra_args=(DYNAMIC_VRAM_OFF,),
+                         dit=best.choice.dit.id, runtime=runtime)
+    if not other.fits:
+        return None
+    what, need, have, phase = max(best.est.short, key=lambda x: x[1] - x[2])
+    other.notes.append(
+        f"With ComfyUI's dynamic VRAM nothing fits: it keeps the DiT's off-card blocks in RAM "
+        f"(stream_from: {space.held_settings.stream_from}), {need / 1e9:.1f} GB at the {phase} peak against "
+        f"{have / 1e9:.1f} GB; the plan adds {DYNAMIC_VRAM_OFF} so h3kit's streamed loader feeds the GPU from the "
+        "file on disk.")
+    return other

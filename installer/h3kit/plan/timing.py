@@ -24,11 +24,11 @@ import re
 from h3kit.data import throughput as throughput_mod
 from h3kit.data import architecture
 from h3kit.data.catalog import Catalog
+from h3kit.data.figures import DTYPE_BYTES
 from h3kit.data.fingerprint import Fingerprint, Gpu
 
 DTYPE_NAMES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
                "fp32": "float32", "float32": "float32"}
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 _CLOCK = re.compile(r"@\s*([0-9]+(?:\.[0-9]+)?)\s*GHz", re.IGNORECASE)
 
 
@@ -49,15 +49,6 @@ def sequence_tokens(cat: Catalog, width: int, height: int, frames: int) -> int:
 def block_flops(arch: dict) -> tuple[float, float]:
     """data.architecture.block_flops for an arch mapping (calibrate/arch.py's, read from a file's header)."""
     return architecture.block_flops(arch["hidden"], arch["heads"], arch["head_dim"], arch["ffn"])
-
-
-def compute_dtype(fingerprint: Fingerprint, backend: str | None = None, catalog: Catalog | None = None) -> str:
-    """The dtype ComfyUI computes H3 in there: the catalog's comfyui.compute_dtype for the backend (float32 on
-    a CPU, else bf16: comfy/model_management.py should_use_bf16); without a catalog, that same rule."""
-    backend = backend or fingerprint.backend
-    if catalog is not None:
-        return catalog.comfyui.dtype_on(backend)
-    return "float32" if backend == "cpu" else "bfloat16"
 
 
 def _cc(text) -> tuple | None:

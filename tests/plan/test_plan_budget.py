@@ -113,3 +113,40 @@ def test_no_module_of_the_planner_parses_sizes():
         names |= {a.name for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
                   if isinstance(n, ast.ImportFrom) for a in n.names}
         assert "parse_size" not in names, path.name
+
+
+def _cpu_streamed(page_cache: str, dit_id: str = "h3-dit-pruned-bf16"):
+    """The CPU-only profile's streamed estimate of `dit_id` on the 16 GB CPU box, page_cache as given."""
+    from h3kit.plan.budget import Choice, make_budget, memory_estimate
+
+    settings = PROFILES["cpu-only"].settings.but(page_cache=page_cache)
+    fp = Fingerprint.from_json(json.loads((FP_DIR / "cpu-only-16gb.json").read_text()))
+    budget = make_budget(CAT, fp, settings, cpu=True)
+    choice = Choice(CAT.weight(dit_id), CAT.weight("h3-te-qwen3vl32b-q2_k_m"), CAT.weight("h3-vae-video-int8"),
+                    CAT.audio_vae[0], (512, 288), 22)
+    return memory_estimate(CAT, budget, settings, choice, 1)
+
+
+def test_a_cpu_run_holds_a_read_ring_exactly_where_the_streamed_loader_reads_into_one():
+    """nodes BlockStream.reader_for: in place through the page cache (no ring, the read-ahead waits in the cache),
+    past it (UncachedRead: the ring of the block in use and the one read ahead), or a GGUF file through the ring
+    (RingRead: two block sets, one computing while the helper dequantizes the other)."""
+    use, bypass = _cpu_streamed("use"), _cpu_streamed("bypass")
+    assert (use.page_cache, use.ring) == ("use", 0)
+    assert bypass.page_cache == "bypass" and bypass.ring == 2 * bypass.block
+    assert bypass.phases["sample"]["ram_bytes"] - bypass.resident_blocks * bypass.block_held == \
+        use.phases["sample"]["ram_bytes"] - use.resident_blocks * use.block_held + 2 * bypass.block
+    auto = _cpu_streamed("auto")  # 16 GB cannot cache ~37 GB of streamed blocks: bypass, decided here once
+    assert auto.page_cache == "bypass" and auto.ring == bypass.ring and auto.cache.case == "does not fit"
+    gguf = _cpu_streamed("use", "h3-dit-pruned-q8_0")
+    assert gguf.ring == 2 * gguf.block
+    assert gguf.phases["sample"]["ram_bytes"] == CAT.memory.comfyui_process_ram + gguf.activations + gguf.ring \
+        + (2 + gguf.resident_blocks) * gguf.block_held
+
+
+def test_one_memory_model():
+    """calibration sizes memory with the planner's model (calibrate/estimates.py clip_memory passes it what it
+    measured): there is one memory_estimate."""
+    root = Path(__file__).resolve().parents[2] / "installer" / "h3kit"
+    found = [p for p in root.rglob("*.py") if "def memory_estimate" in p.read_text()]
+    assert found == [PLAN_DIR / "budget.py"]

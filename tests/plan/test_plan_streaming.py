@@ -487,3 +487,21 @@ def test_cpu_64_gb_keeps_the_streamed_blocks_in_the_page_cache_and_counts_the_ca
     assert st["pass_overhead"] == pytest.approx(CAT.throughput.stream_cached_overhead * streamed / st["blocks"], abs=1e-4)
     small = _plan(_fp("cpu-only-16gb"))  # 16 GB: a 40 GB file is read from the disk every step, as before
     assert "The page cache" not in " ".join(small["rationale"])
+
+
+def test_streaming_is_decided_once_and_the_plan_reads_the_decision(monkeypatch):
+    """One policy per profile (the search's), one frozen decision per candidate; the plan document and the
+    rationale read it and decide nothing again."""
+    import dataclasses
+
+    calls = []
+    real = streaming.policy
+    monkeypatch.setattr(streaming, "policy", lambda *a, **k: calls.append(1) or real(*a, **k))
+    fp = Fingerprint.from_json(_fp("cpu-only-16gb"))
+    c = plan_profile(CAT, fp, Machine.from_fingerprint(fp), PROFILES["cpu-only"], None)
+    assert len(calls) == 1 and c.stream.enabled and c.stream.streamed is c.est
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.stream.enabled = False  # type: ignore[misc]
+    plan = make_plan(fp, CAT, PROFILES, profile="cpu-only")
+    assert plan.settings.streaming == streaming.to_doc(c.stream, CAT)
+    assert plan.settings.streaming.streamed.page_cache == c.est.page_cache == "bypass"

@@ -7,10 +7,11 @@ squared, and a fixed part per call). Those rates become the `timing`
 mapping the planner uses too, and one formula -- `plan.timing.estimate_clip`,
 shared with the plan so the two can never disagree -- turns them into
 seconds per step and minutes per clip at the plan's canvas, frames, steps
-and guidance. Memory is extrapolated the same way: the measured bytes per
-block and per token, times the full depth and the plan's tokens, on top of
-the process's measured baseline and what ComfyUI holds of the text encoder
-and VAEs.
+and guidance. Memory is the plan's one model too (`plan.budget.memory_estimate`,
+asked by `clip_memory`) with what was measured passed in: the process's
+baseline, the activations per row at the plan's sequence, the bytes per
+block times the file's depth, and what ComfyUI holds of the text encoder and
+VAEs where that is known.
 
 Without a measurement (no ComfyUI known, or its Python could not build H3)
 the rates are the throughput table's (`plan.timing.rates_from_table`) and
@@ -257,8 +258,8 @@ def clip_memory(h3_model: dict | None, arch: dict, plan: Plan, cat, fingerprint:
                   "vae_bytes": _held_vaes(cat, budget, choice, measured), "activation_bytes": est.activations,
                   "ring_bytes": est.ring},
         "phases": est.phases,
-        "formula": ("the plan's memory model (docs/plan.md, 'Memory'): the largest of its encode, sample and decode "
-                    "phases, " + ("h3kit's loader holding its resident blocks, the computing one and its ring"
+        "formula": ("the plan's memory model (docs/plan.md, 'How it decides'): the largest of its encode, sample "
+                    "and decode phases, " + ("h3kit's loader holding its resident blocks, the computing one and its ring"
                                   if streamed else "ComfyUI holding the DiT its own way")
                     + ("; baseline, activations and bytes per block measured in ComfyUI's Python"
                        if (h3_model or {}).get("memory") else "; the catalog's figures (nothing measured)")),

@@ -398,12 +398,13 @@ def memory_estimate(cat: Catalog, budget: Budget, settings: Settings, choice: Ch
 def _shortfalls(cat: Catalog, budget: Budget, est: Estimate, run: _Run) -> list:
     """(what, need, have, phase) for each budget the estimate exceeds."""
     phases, gpu, out = est.phases, budget.gpu_bytes, []
+    in_flight = est.activations + run.buffers + cat.comfyui.inference_minimum
     if gpu is not None:
         if est.peak_gpu > gpu:
             out.append(("GPU", est.peak_gpu, gpu, max(phases, key=lambda p: phases[p]["gpu_bytes"])))
-        elif not run.resident and run.preload == 0 and est.activations + run.buffers + cat.comfyui.inference_minimum > gpu:
+        elif not run.resident and run.preload == 0 and in_flight > gpu:
             # Nothing resident still needs room for the two buffers in flight and ComfyUI's minimum.
-            out.append(("GPU", est.activations + run.buffers + cat.comfyui.inference_minimum, gpu, "sample"))
+            out.append(("GPU", in_flight, gpu, "sample"))
     if est.peak_ram > budget.ram_bytes:
         out.append(("RAM", est.peak_ram, budget.ram_bytes, max(phases, key=lambda p: phases[p]["ram_bytes"])))
     if est.disk > budget.disk_bytes:

@@ -18,7 +18,7 @@ and a clip that takes hours even then is said plainly in the warnings.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from h3kit.core.units import human_seconds
 from h3kit.data.catalog import Catalog
@@ -73,11 +73,57 @@ def _doubtful_loras(cat: Catalog, presets: dict) -> dict:
     return out
 
 
+@dataclass(frozen=True)
+class _Clock:
+    """One clip's time at the plan's rates (`timing`) with the settings' steps and cfg over a preset's."""
+
+    cat: Catalog
+    settings: Settings
+    timing: dict
+    pass_overhead: float
+
+    def run(self, p: Preset, canvas, frames) -> dict:
+        steps = int(self.settings.steps or p.steps)
+        cfg = self.settings.cfg if self.settings.cfg is not None else p.cfg
+        return estimate_clip({"blocks": self.cat.blocks}, self.timing, canvas, frames, steps, cfg, self.cat,
+                             pass_overhead=self.pass_overhead) | {"steps": steps, "cfg": cfg}
+
+
+def _choose(clock: _Clock, presets: dict, order: list, max_canvas: tuple, max_frames: int,
+            target: float) -> tuple[tuple, bool, list[str]]:
+    """((preset, canvas, frames, time), whether it meets the target, why better presets did not): the best
+    preset in `order` that meets the target at its largest option; else the cheapest option there is."""
+    cat, settings = clock.cat, clock.settings
+    skipped = []
+    # The last try drops the fastest preset's minimums: a short or small clip in time beats none.
+    relaxed = replace(presets[order[-1]], min_canvas=cat.canvas_ladder[-1], min_frames=min(cat.frames_ladder))
+    for name, p in [(name, presets[name]) for name in order] + [(order[-1], relaxed)]:
+        options = _options(cat, settings, max_canvas, max_frames, p, int(cat.sampling.frames))
+        for canvas, frames in options:
+            est = clock.run(p, canvas, frames)
+            if est["minutes_per_clip"] <= target:
+                return (p, canvas, frames, est), True, skipped
+        if p is relaxed:
+            continue
+        if options:
+            c, f = options[-1]
+            skipped.append(f"{name} would take {human_seconds(clock.run(p, c, f)['seconds_per_clip'])} even at "
+                           f"{c[0]}x{c[1]}, {f} frames")
+        else:
+            skipped.append(f"{name} needs at least {p.min_canvas[0]}x{p.min_canvas[1]} and {p.min_frames} frames, "
+                           "more than fits in memory")
+    # nothing meets the target: the cheapest option, said plainly in the warnings
+    fitting = [c for c in cat.canvas_ladder if _fits(c, max_canvas)] or [tuple(max_canvas)]
+    canvas = settings.canvas if settings.canvas is not None else min(fitting, key=lambda c: c[0] * c[1])
+    frames = settings.frames if settings.frames is not None else \
+        min([f for f in cat.frames_ladder if f <= max_frames] or [max_frames])
+    return (relaxed, canvas, frames, clock.run(relaxed, canvas, frames)), False, skipped
+
+
 def workflow_defaults(cat: Catalog, settings: Settings, source: dict, max_canvas: tuple, max_frames: int,
                       timing: dict, *, pass_overhead: float = 0.0) -> tuple[dict, dict, list[str], list[str]]:
     """({canvas, frames, steps, cfg, preset, lora, lora_strength, target_minutes}, the time estimate,
     rationale sentences, warnings). `pass_overhead`: the share h3kit's streamed loader adds to each model call."""
-    arch = {"blocks": cat.blocks}
     fps = float(cat.sampling.fps)
     target = float(settings.target_minutes or TARGET_MINUTES)
     presets = _presets(cat)
@@ -85,49 +131,10 @@ def workflow_defaults(cat: Catalog, settings: Settings, source: dict, max_canvas
     doubtful = {} if wanted in presets else _doubtful_loras(cat, presets)
     order = [wanted] if wanted in presets else \
         ([p for p in PRESET_ORDER if p in presets and p not in doubtful] or [p for p in PRESET_ORDER if p in presets])
-    cap = int(cat.sampling.frames)
-
-    def run(p: Preset, canvas, frames) -> dict:
-        steps = int(settings.steps or p.steps)
-        cfg = settings.cfg if settings.cfg is not None else p.cfg
-        return estimate_clip(arch, timing, canvas, frames, steps, cfg, cat, pass_overhead=pass_overhead) | \
-            {"steps": steps, "cfg": cfg}
-
-    chosen, skipped = None, []
-    # The last try drops the fastest preset's minimums: a short or small clip in time beats none.
-    relaxed = replace(presets[order[-1]], min_canvas=cat.canvas_ladder[-1], min_frames=min(cat.frames_ladder))
-    tries = [(name, presets[name]) for name in order] + [(order[-1], relaxed)]
-    for name, p in tries:
-        options = _options(cat, settings, max_canvas, max_frames, p, cap)
-        for canvas, frames in options:
-            est = run(p, canvas, frames)
-            if est["minutes_per_clip"] <= target:
-                chosen = (p, canvas, frames, est)
-                break
-        if chosen:
-            break
-        if p is relaxed:
-            continue
-        if options:
-            c, f = options[-1]
-            skipped.append(f"{name} would take {human_seconds(run(p, c, f)['seconds_per_clip'])} even at "
-                           f"{c[0]}x{c[1]}, {f} frames")
-        else:
-            skipped.append(f"{name} needs at least {p.min_canvas[0]}x{p.min_canvas[1]} and {p.min_frames} frames, "
-                           "more than fits in memory")
-    met = chosen is not None
-    if not met:  # nothing meets the target: the cheapest option, said plainly below
-        p = relaxed
-        canvas = settings.canvas if settings.canvas is not None else \
-            min([c for c in cat.canvas_ladder if _fits(c, max_canvas)] or [tuple(max_canvas)], key=lambda c: c[0] * c[1])
-        frames = settings.frames if settings.frames is not None else \
-            min([f for f in cat.frames_ladder if f <= max_frames] or [max_frames])
-        chosen = (p, canvas, frames, run(p, canvas, frames))
-    p, canvas, frames, est = chosen
-    why, warnings = [], []
-    took = f"{human_seconds(est['seconds_per_clip'])} per clip ({human_seconds(est['seconds_per_step'])} per step)"
-    why += [f"Preset {name} is not chosen by itself: {reason}; set preset: {name} to use it anyway."
-            for name, reason in doubtful.items() if name not in order]
+    (p, canvas, frames, est), met, skipped = _choose(_Clock(cat, settings, timing, pass_overhead), presets, order,
+                                                     max_canvas, max_frames, target)
+    why = [f"Preset {name} is not chosen by itself: {reason}; set preset: {name} to use it anyway."
+           for name, reason in doubtful.items() if name not in order]
     if wanted in presets:
         why.append(f"Preset {p.name} ({p.why}), as {_when(source, 'preset')} says.")
     elif met:
@@ -136,6 +143,23 @@ def workflow_defaults(cat: Catalog, settings: Settings, source: dict, max_canvas
     else:
         why.append(f"No preset finishes one clip within target_minutes {target:g} ({'; '.join(skipped)}); "
                    f"the workflows open with the fastest, {p.name} ({p.why}).")
+    shape_why, warnings = _shape_sentences(cat, settings, source, p, canvas, frames, max_canvas, max_frames, met)
+    steps_why, steps_warnings = _steps_sentences(settings, source, p, est, timing, canvas, frames, met, target)
+    defaults = {"canvas": list(canvas), "frames": int(frames), "steps": est["steps"], "cfg": est["cfg"],
+                "preset": p.name, "lora": p.lora, "lora_strength": p.lora_strength if p.lora else None,
+                "target_minutes": target}
+    time = {k: est[k] for k in ("tokens", "model_calls_per_step", "seconds_per_step", "sampling_s", "text_encode_s",
+                                "decode_s", "seconds_per_clip", "minutes_per_clip", "source", "steps")}
+    time.update({"canvas": list(canvas), "frames": int(frames), "video_seconds": round(frames / fps, 2),
+                 "meets_target": met, "stream_pass_overhead": round(float(pass_overhead), 4)})
+    return defaults, time, why + shape_why + steps_why, warnings + steps_warnings
+
+
+def _shape_sentences(cat: Catalog, settings: Settings, source: dict, p: Preset, canvas, frames: int,
+                     max_canvas: tuple, max_frames: int, met: bool) -> tuple[list[str], list[str]]:
+    """Why the workflows open at this canvas and frame count, and warnings for user values beyond memory."""
+    why, warnings = [], []
+    fps, cap = float(cat.sampling.fps), int(cat.sampling.frames)
     limits = f"the memory limit is {max_canvas[0]}x{max_canvas[1]}, {max_frames} frames"
     if settings.canvas is not None:
         why.append(f"The workflows open at {canvas[0]}x{canvas[1]}, as {_when(source, 'canvas')} says ({limits}).")
@@ -155,28 +179,30 @@ def workflow_defaults(cat: Catalog, settings: Settings, source: dict, max_canvas
         why.append(f"They open with {frames} frames ({frames / fps:.1f} s of video), "
                    + ("the most within the target at that canvas" if met else "the fewest there are")
                    + f" (at most {min(max_frames, cap)}: the video node's default length {cap} or the memory limit).")
+    return why, warnings
+
+
+def _steps_sentences(settings: Settings, source: dict, p: Preset, est: dict, timing: dict, canvas, frames: int,
+                     met: bool, target: float) -> tuple[list[str], list[str]]:
+    """The steps, cfg and time sentence, and warnings for a cfg other than 1 and a clip beyond the target."""
+    warnings = []
+    took = f"{human_seconds(est['seconds_per_clip'])} per clip ({human_seconds(est['seconds_per_step'])} per step)"
     steps_from = f", as {_when(source, 'steps')} says," if settings.steps is not None else f" (preset {p.name})"
     calls = "one model call per step" if est["model_calls_per_step"] == 1 else "two model calls per step (cfg is not 1.0)"
-    why.append(f"They sample {est['steps']} steps{steps_from} at cfg {est['cfg']:g}, {calls}"
-               + (f", with the LoRA {p.lora}" if p.lora else "") + f": about {took}, by {est['source']}.")
+    why = [f"They sample {est['steps']} steps{steps_from} at cfg {est['cfg']:g}, {calls}"
+           + (f", with the LoRA {p.lora}" if p.lora else "") + f": about {took}, by {est['source']}."]
     if settings.cfg is not None and abs(est["cfg"] - 1.0) > 1e-9:
         warnings.append(f"cfg {est['cfg']:g} ({_when(source, 'cfg')}) doubles the model calls per step, and H3 is "
                         "reported to give wrong results silently with any cfg but 1.0.")
-    if not met:
-        cheapest = est["seconds_per_clip"]
-        if cheapest > SLOW_CLIP_MINUTES * 60:
-            warnings.append(f"One clip at {canvas[0]}x{canvas[1]}, {frames} frames takes about {human_seconds(cheapest)} "
-                            f"on this {timing.get('device', 'machine')} even with preset {p.name} ({est['steps']} steps); "
-                            "it fits in memory, but expect hours per clip. A GPU, or a calibration "
-                            "('h3kit calibrate') if this estimate looks wrong, is the way forward.")
-        else:
-            warnings.append(f"One clip takes about {human_seconds(cheapest)} at the smallest option ({canvas[0]}x{canvas[1]}, "
-                            f"{frames} frames, preset {p.name}), more than target_minutes {target:g}.")
-    defaults = {"canvas": list(canvas), "frames": int(frames), "steps": est["steps"], "cfg": est["cfg"],
-                "preset": p.name, "lora": p.lora, "lora_strength": p.lora_strength if p.lora else None,
-                "target_minutes": target}
-    time = {k: est[k] for k in ("tokens", "model_calls_per_step", "seconds_per_step", "sampling_s", "text_encode_s",
-                                "decode_s", "seconds_per_clip", "minutes_per_clip", "source", "steps")}
-    time.update({"canvas": list(canvas), "frames": int(frames), "video_seconds": round(frames / fps, 2),
-                 "meets_target": met, "stream_pass_overhead": round(float(pass_overhead), 4)})
-    return defaults, time, why, warnings
+    if met:
+        return why, warnings
+    cheapest = est["seconds_per_clip"]
+    if cheapest > SLOW_CLIP_MINUTES * 60:
+        warnings.append(f"One clip at {canvas[0]}x{canvas[1]}, {frames} frames takes about {human_seconds(cheapest)} "
+                        f"on this {timing.get('device', 'machine')} even with preset {p.name} ({est['steps']} steps); "
+                        "it fits in memory, but expect hours per clip. A GPU, or a calibration "
+                        "('h3kit calibrate') if this estimate looks wrong, is the way forward.")
+    else:
+        warnings.append(f"One clip takes about {human_seconds(cheapest)} at the smallest option ({canvas[0]}x{canvas[1]}, "
+                        f"{frames} frames, preset {p.name}), more than target_minutes {target:g}.")
+    return why, warnings

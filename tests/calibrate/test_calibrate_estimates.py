@@ -313,3 +313,16 @@ def test_the_runner_times_up_to_the_plans_rows_when_affordable(catobj, cpu_case)
     assert a * max(pts) <= est_mod.POINT_BUDGET_S["quick"] or max(pts) == 2 * est_mod.MIN_POINT_ROWS
     assert max(pts) >= 2 * est_mod.MIN_POINT_ROWS and pts[1] == max(pts) // 4 and pts[0] == 32
     assert est_mod.measure_points(200, full, table, quick=True) == anchor + [50, 100, 200]  # a plan smaller than the floor
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in FIXTURES.glob("*.json")))
+def test_every_golden_plans_peaks_are_what_calibration_computes_with_nothing_measured(catobj, name):
+    """The one memory model, read back from each golden plan: calibration at the plan's own canvas and frames
+    with nothing measured gives the plan's peaks (RAM and GPU), held or streamed, on a CPU, a Mac or a card."""
+    fp = Fingerprint.from_json(json.loads((FIXTURES / f"{name}.json").read_text()))
+    plan = Plan.from_json(json.loads((FIXTURES.parent / "plans" / f"{name}.json").read_text()))
+    device = "cpu" if "--cpu" in plan.settings.comfyui_args or plan.budget.gpu_bytes is None else fp.backend
+    arch = calibrate.arch.from_catalog(catobj, catobj.weight(plan.settings.dit_weights))
+    mem = est_mod.clip_memory(None, arch, plan, catobj, fp, _work(plan), 1000, device)
+    assert (mem["peak_rss_bytes"], mem["peak_gpu_bytes"]) == \
+        (plan.estimates.peak_ram_bytes, plan.estimates.peak_gpu_bytes), name

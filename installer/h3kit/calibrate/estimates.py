@@ -89,7 +89,6 @@ POINT_BUDGET_S = {"quick": 1.0, "full": 3.0}  # one timed model call of the runn
 # a fit through such points overestimates the plan's rows (H1a measured +17% from 46/92 rows, +2% from
 # 172/499): the smallest point is at least this many rows whenever the plan has them.
 MIN_POINT_ROWS = 160
-BYPASS_CHUNK_BYTES = 64 << 20  # the streamed loader's read past the page cache (nodes BYPASS_READ)
 ANCHOR_POINT_ROWS = 32  # the fewest rows a model call has (text 8 + stereo audio 16 + video 8): nodes/h3k_calibration_runner fit.ANCHOR_ROWS
 
 
@@ -201,10 +200,13 @@ def _memory_settings(plan: Plan, fingerprint: Fingerprint) -> Settings:
     run = st.streamed if st.enabled else None
     preload = run.preload_bytes if run is not None and run.preload_bytes is not None else s.preload_bytes
     headroom = max(0, int(fingerprint.ram_total_bytes or 0) - int(plan.budget.ram_bytes or 0))
+    # ComfyUI maps the off-card part of a held DiT from the file only with dynamic VRAM (as the search sizes it)
+    discrete = plan.budget.gpu_bytes is not None and not plan.budget.unified_memory
+    stream_from = "ram" if discrete and not st.enabled and st.dynamic_vram is not True else s.stream_from
     return Settings(shard_size_bytes=s.shard_size_bytes if s.shard_size_bytes else AUTO,
                     preload_bytes=AUTO if preload is None else int(preload), max_shard_blocks=1,
                     vae_tile_size=int(s.vae_tile_size or 0), vae_tile_overlap=int(s.vae_tile_overlap or 0),
-                    vae_temporal_tile=int(s.vae_temporal_tile or 0), stream_from=s.stream_from,
+                    vae_temporal_tile=int(s.vae_temporal_tile or 0), stream_from=stream_from,
                     comfyui_args=tuple(s.comfyui_args or ()), os_ram_headroom=headroom,
                     page_cache=(run.page_cache if run is not None and run.page_cache else AUTO))
 

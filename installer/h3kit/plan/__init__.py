@@ -11,10 +11,14 @@ profile name): it reads no file, so a caller loads the catalog once
 (h3kit.data.catalog) and plans as often as it likes. The work is split:
 
 - `budget`: what the machine offers and what one choice of files and canvas
-  needs, phase by phase, held by ComfyUI or streamed by h3kit's loader;
+  needs, phase by phase, held by ComfyUI or streamed by h3kit's loader -- the
+  one memory model, which calibration asks too (`budget.Measured`);
 - `search`: per profile, the files and canvas that fit, best first, with their
   workflow defaults and time (`defaults`, `timing`);
-- `streaming`: whether h3kit's own loader streams the DiT, and why;
+- `streaming`: whether h3kit's own loader streams the DiT, and why: a policy
+  per profile, a decision per candidate (`dynamic_vram`: ComfyUI's own rule,
+  also doctor's; `prefetch`: the read-ahead arithmetic calibration uses;
+  `loader_facts`: what the streamed loader does);
 - `rationale`: one sentence per decision, and the warnings;
 - `loads`: which evidence says each chosen format runs here (the format probe
   passed as `evidence` > the catalog's runs_on > unknown), the `blocked`

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 # The deepest read-ahead the loader node accepts (its prefetch_blocks input, nodes profile_defaults).
 MAX_PREFETCH = 8
-# The loader's read past the page cache when no shard size is given (nodes BYPASS_READ).
-BYPASS_READ_BYTES = 64 << 20
 
 # What H3kitStreamedDiTLoader reads (nodes/h3kit_streaming_logic.py refuse_unsupported turns away ComfyUI's
 # quantized safetensors, whose weights need ComfyUI's converters): plain safetensors of the first three, GGUF

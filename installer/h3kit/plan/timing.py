@@ -116,7 +116,7 @@ def rates_from_table(fingerprint: Fingerprint, catalog: Catalog, dtype: str, *, 
     row = match_device(gpu, table) if gpu else None
     if gpu is None or row is None:
         backend = "cpu" if gpu is None else backend
-        dt = "float32" if backend == "cpu" else dt
+        dt = "float32" if backend == "cpu" else dt  # _cpu_peak's figures are float32 ones
         tflops, bandwidth, what = _cpu_peak(fingerprint, table)
         row_id = "cpu" if gpu is None else f"{gpu.vendor} (not in the table; CPU figures)"
     else:

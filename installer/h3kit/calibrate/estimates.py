@@ -167,7 +167,7 @@ def _formula_arch(arch: dict) -> dict:
     return {**arch, "blocks": arch.get("blocks_total") or arch.get("blocks")}
 
 
-def _measured(h3_model: dict | None, arch: dict, dit, fmt: str | None, dbytes: int, tokens: int, streamed: bool,
+def _measured(h3_model: dict | None, arch: dict, fmt: str | None, dbytes: int, tokens: int, streamed: bool,
               held_parts: dict | None) -> Measured:
     """What calibration hands the plan's memory model: the runner's baseline, activations per row at `tokens`
     and bytes per built block, and the DiT's held bytes from the file's header (the catalog's figures stand
@@ -244,10 +244,10 @@ def clip_memory(h3_model: dict | None, arch: dict, plan: Plan, cat, fingerprint:
     if "text_encoder" in missing:
         held.setdefault("text_encoder", 0)
     if missing & {"vae", "audio_vae"}:
-        held.setdefault("vae", sum(held_bytes(cat, getattr(choice, attr), budget.backend)
-                                   for key, attr in (("vae", "vae"), ("audio_vae", "audio_vae")) if key not in missing))
+        held.setdefault("vae", sum(held_bytes(cat, getattr(choice, k), budget.backend)
+                                   for k in ("vae", "audio_vae") if k not in missing))
     dtype = (h3_model or {}).get("dtype") or cat.comfyui.dtype_on(device)
-    measured = _measured(h3_model, arch, choice.dit, choice.dit.format, DTYPE_BYTES.get(dtype, 4), tokens, streamed,
+    measured = _measured(h3_model, arch, choice.dit.format, DTYPE_BYTES.get(dtype, 4), tokens, streamed,
                          held)
     est = memory_estimate(cat, budget, settings, choice, int(s.streaming.prefetch_blocks or 1) if streamed else None,
                           measured)
@@ -261,8 +261,9 @@ def clip_memory(h3_model: dict | None, arch: dict, plan: Plan, cat, fingerprint:
                   "ring_bytes": est.ring},
         "phases": est.phases,
         "formula": ("the plan's memory model (docs/plan.md, 'How it decides'): the largest of its encode, sample "
-                    "and decode phases, " + ("h3kit's loader holding its resident blocks, the computing one and its ring"
-                                  if streamed else "ComfyUI holding the DiT its own way")
+                    "and decode phases, "
+                    + ("h3kit's loader holding its resident blocks, the computing ones and its ring" if streamed
+                       else "ComfyUI holding the DiT its own way")
                     + ("; baseline, activations and bytes per block measured in ComfyUI's Python"
                        if (h3_model or {}).get("memory") else "; the catalog's figures (nothing measured)")),
     }
@@ -272,7 +273,7 @@ def _dit_bytes(est) -> int:
     """What the DiT holds at the sampling peak: all of it held, else resident + computing blocks and the ring."""
     if not est.streamed:
         return int(est.dit_held)
-    return int((est.resident_blocks + 1) * est.block_held + est.ring)
+    return int((est.resident_blocks + est.block_sets) * est.block_held + est.ring)
 
 
 def _held_te(cat, budget, choice: Choice, measured: Measured) -> int:

@@ -166,6 +166,7 @@ class Estimate:
     streamed: bool = False  # h3kit's streamed loader runs the DiT (else ComfyUI loads it its own way)
     resident_blocks: int = 0  # with `streamed`: blocks kept for the whole run (preload = these x block)
     ring: int = 0  # with `streamed`: the read-ahead buffers (prefetch + 1 blocks, file dtype)
+    block_sets: int = 0  # with `streamed`: computing blocks' buffer sets beside the resident ones (compute dtype)
     dit_held: int = 0  # bytes the whole DiT takes once loaded (the file cast to the compute dtype)
     block_held: int = 0  # one block once loaded
     page_cache: str | None = None  # with `streamed`: the loader's page_cache input, "use" or "bypass"
@@ -204,6 +205,7 @@ class _Run:
     buffers: int = 0
     resident_blocks: int = 0
     ring: int = 0
+    block_sets: int = 0  # streamed: computing blocks' buffer sets in the compute dtype (on the GPU: its own)
 
 
 def _encode_phase(cat: Catalog, budget: Budget, choice: Choice, process: int, measured: Measured) -> tuple:
@@ -311,7 +313,7 @@ def _cpu_streamed(cat: Catalog, budget: Budget, settings: Settings, choice: Choi
     sets, has_ring = loader_facts.READER_MEMORY[loader_facts.cpu_reader(choice.dit.format, bypass)]
     ring = (depth + 1) * n.block if has_ring else 0
     run = _Run({"encode": n.encode, "sample": (None, n.process + n.act + ring + sets * n.per_block),
-                "decode": (None, n.process + n.vae_need + n.video)}, ring=ring)
+                "decode": (None, n.process + n.vae_need + n.video)}, ring=ring, block_sets=sets)
     peak = max(r for _, r in run.phases.values())
     return _with_resident(run, _streamed_resident(cat, budget, settings, n.block, n.per_block, peak, None), n, False)
 
@@ -323,7 +325,7 @@ def _streamed_run(cat: Catalog, budget: Budget, settings: Settings, n: _Needs, d
     if budget.unified:
         sample = n.act + n.per_block
         run = _Run({"encode": n.encode, "sample": (sample, n.process + sample + ring),
-                    "decode": (n.vae_need, n.process + n.vae_need + n.video)}, ring=ring)
+                    "decode": (n.vae_need, n.process + n.vae_need + n.video)}, ring=ring, block_sets=1)
         gpu_peak = max(run.phases["encode"][0], sample + cat.comfyui.inference_minimum, n.vae_need)
         ram_peak = max(r for _, r in run.phases.values())
         return _with_resident(run, _streamed_resident(cat, budget, settings, n.block, n.per_block, ram_peak,
@@ -332,7 +334,7 @@ def _streamed_run(cat: Catalog, budget: Budget, settings: Settings, n: _Needs, d
     resident_blocks = min(cat.blocks - 1, preload // n.block)
     return _Run({"encode": n.encode, "sample": (preload + 2 * n.shard + n.act, n.process + ring),
                  "decode": (n.vae_need, n.process + n.video)}, preload=resident_blocks * n.block,
-                buffers=2 * n.shard, resident_blocks=resident_blocks, ring=ring)
+                buffers=2 * n.shard, resident_blocks=resident_blocks, ring=ring, block_sets=2)
 
 
 def cache_share(cat: Catalog, budget: Budget | None, resident_blocks: int, block: int,
@@ -389,7 +391,7 @@ def memory_estimate(cat: Catalog, budget: Budget, settings: Settings, choice: Ch
                    choice.dit.bytes + choice.te.bytes + choice.vae.bytes + choice.audio_vae.bytes,
                    n.tokens, n.act, run.preload, n.shard, n.shard_blocks, n.block, run.resident, phases,
                    streamed=stream is not None, resident_blocks=run.resident_blocks, ring=run.ring,
-                   dit_held=n.dit_held, block_held=n.per_block,
+                   block_sets=run.block_sets, dit_held=n.dit_held, block_held=n.per_block,
                    page_cache=None if bypass is None else "bypass" if bypass else "use", cache=share)
     est.short.extend(_shortfalls(cat, budget, est, run))
     return est

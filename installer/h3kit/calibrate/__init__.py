@@ -58,7 +58,8 @@ from h3kit.calibrate.native_estimate import (
     streamed_per_step,
     tokens_for,
 )
-from h3kit.calibrate.orchestrate import native_library, run, run_with_model
+from h3kit.calibrate.handover import Calibrated, Planned
+from h3kit.calibrate.orchestrate import calibrate, native_library, run, run_with_model
 from h3kit.calibrate.pack_summary import (
     SUMMARY_FILE,
     SUMMARY_SCHEMA,
@@ -68,8 +69,8 @@ from h3kit.calibrate.pack_summary import (
 from h3kit.calibrate.runner_client import BRIDGE, RUNNER, run_runner
 
 __all__ = [
-    "BRIDGE", "CALIBRATION_CANVAS", "RUNNER", "SUMMARY_FILE", "SUMMARY_SCHEMA",
-    "arch_for", "arch_from_file", "clip_estimate", "decide_prefetch", "decide_timing", "decide_workload",
+    "BRIDGE", "CALIBRATION_CANVAS", "Calibrated", "Planned", "RUNNER", "SUMMARY_FILE", "SUMMARY_SCHEMA",
+    "arch_for", "arch_from_file", "calibrate", "clip_estimate", "decide_prefetch", "decide_timing", "decide_workload",
     "block_params", "calibrated_values", "check_scaled", "decide", "decide_preload", "decide_shard",
     "decide_threads", "decide_tile", "decision", "native_appendix", "flops_per_pass", "measure_disk", "native_kind",
     "native_library", "preload_memory", "run", "run_runner", "run_with_model", "scaled_dit_config",

@@ -36,6 +36,7 @@ from h3kit.calibrate.native_estimate import (
     scaled_dit_config,
 )
 from h3kit.calibrate.pack_summary import write_pack_summary
+from h3kit.bundled.h3k_calibration_runner.job import TILE_CANDIDATES, Job, Result
 from h3kit.calibrate.runner_client import BRIDGE, h3_job, not_measured, run_runner
 from h3kit.calibrate.workdir import remove_stale, work_folder
 from h3kit.comfyui import deploy, workflows
@@ -52,7 +53,6 @@ from h3kit.fingerprint import this_machine
 from h3kit.native import build
 from h3kit.plan import make_plan
 
-TILE_CANDIDATES = [128, 256, 384, 512, 640, 768]
 
 
 def _load_config(ctx: Session, cat, profiles: dict):
@@ -102,7 +102,7 @@ def run_with_model(wanted: bool, install, cat, *, plan: Plan | None = None, fing
                           progress=ctx.progress)
 
 
-def _measure(ctx: Session, python: str, lib: Path | None, job: dict, quick: bool, comfyui_dir: str | None) -> dict:
+def _measure(ctx: Session, python: str, lib: Path | None, job: Job, quick: bool, comfyui_dir: str | None) -> Result:
     """The runner's result. Its work folder is under the cache, named for this process (a killed run's
     folder is removed by the next calibration); a dry run writes nothing there and uses the system's temp."""
     folder = tempfile.TemporaryDirectory(prefix="h3kit-calib-") if ctx.dry_run else \
@@ -324,16 +324,18 @@ def _measure_all(state: _Run) -> tuple[Path | None, dict, dict]:
     else:
         measured = _measure(ctx, python, lib, job, state.quick, str(install.path) if install is not None else None)
     if lib is None:  # the runner may find a library by itself; without ours the kernel figures are not today's
-        measured["native"] = measured["inference"] = {"status": "skipped", "reason": why_no_lib}
-    state.skipped += measured.get("skipped") or []
+        skip = {"status": "skipped", "reason": why_no_lib}
+        measured = dataclasses.replace(measured, native=skip, inference=skip)
+    state.skipped += list(measured.skipped)
     ctx.progress("calibrate: disk read speed...")
     models_dir = Path(install.path) / "models" if install is not None else ctx.locations.cache_dir
     disk = measure_disk(models_dir, PROBE_BYTES["quick" if state.quick else "full"], ctx.locations.cache_dir,
                         create=not ctx.dry_run, library=lib if device == "cpu" else None)
-    return lib, measured, {"dit": dit, "arch": arch, "device": device, "disk": disk, "python": python}
+    # the estimates and decisions read the result as its document
+    return lib, measured.to_json(), {"dit": dit, "arch": arch, "device": device, "disk": disk, "python": python}
 
 
-def _job(state: _Run, dit: dict, arch: dict, device: str) -> dict:
+def _job(state: _Run, dit: dict, arch: dict, device: str) -> Job:
     """The runner's job: the plan, the scaled DiT, and where and at which points to build and time ComfyUI's H3."""
     cat, plan, quick = state.cat, state.plan, state.quick
     tm = estimates.timing_module()
@@ -341,14 +343,13 @@ def _job(state: _Run, dit: dict, arch: dict, device: str) -> dict:
     rows = tm.sequence_tokens(cat, work["canvas"][0], work["canvas"][1], work["frames"])
     table = tm.rates_from_table(state.fingerprint, cat, estimates.compute_dtype(device), backend=device)
     points = estimates.measure_points(rows, arch, table, quick)
-    job = {"plan": plan.to_json(), "scaled_dit": dit, "quick": quick, "budget": plan.budget.to_json(),
-           "tile_candidates": TILE_CANDIDATES, **h3_job(cat, plan, arch, device, points),
-           # what one call at each point should take, by the table: the runner's time limit follows it
-           "h3_point_seconds": [estimates.call_seconds(t, arch, table, estimates.points_blocks(quick), tm)
-                                for t in points]}
-    if state.install is not None:  # the runner counts the rows of the prompt the installed workflow sends
-        job["h3_prompt"] = workflow_prompt(state.install, plan, cat)
-    return job
+    return dataclasses.replace(
+        h3_job(cat, plan, arch, device, points), scaled_dit=dit, quick=quick, tile_candidates=TILE_CANDIDATES,
+        # what one call at each point should take, by the table: the runner's time limit follows it
+        h3_point_seconds=tuple(estimates.call_seconds(t, arch, table, estimates.points_blocks(quick), tm)
+                               for t in points),
+        # the runner counts the rows of the prompt the installed workflow sends
+        h3_prompt=workflow_prompt(state.install, plan, cat) if state.install is not None else None)
 
 
 def _results(state: _Run, lib: Path | None, measured: dict, setup: dict) -> dict:

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
+from call_counter import plans_and_fingerprints
 from fixtures.comfyui import comfy_tree
 from h3kit.calibrate.handover import Planned, uncalibrated
 from h3kit.data.config import Config
@@ -20,30 +20,9 @@ FINGERPRINTS = Path(__file__).parents[1] / "fixtures" / "fingerprints"
 PROFILE = "apple-unified-48"  # never the profile this machine (no Apple GPU) would be matched to
 
 
-def _count_calls(monkeypatch, module_name: str, name: str) -> list:
-    """Wrap the real function everywhere it is bound (modules import it by name), counting each call."""
-    import importlib
-
-    real = getattr(importlib.import_module(module_name), name)
-    calls: list = []
-
-    def counted(*args, **kwargs):
-        calls.append(kwargs.get("profile"))
-        return real(*args, **kwargs)
-
-    for module in list(sys.modules.values()):
-        if module is not None and module.__name__.startswith("h3kit") and getattr(module, name, None) is real:
-            monkeypatch.setattr(module, name, counted)
-    return calls
-
-
 @pytest.fixture
 def counted(monkeypatch):
-    import h3kit.calibrate.orchestrate  # noqa: F401 -- bound before counting: every importer is wrapped
-    import h3kit.steps.install  # noqa: F401
-
-    return {"plans": _count_calls(monkeypatch, "h3kit.plan", "make_plan"),
-            "fingerprints": _count_calls(monkeypatch, "h3kit.fingerprint", "this_machine")}
+    return plans_and_fingerprints(monkeypatch)
 
 
 @pytest.mark.parametrize("saved", [False, True])

@@ -192,10 +192,11 @@ def make_comfy(real: Path, where: Path, library: Path | None, python: Path) -> P
 
 def install_pack(comfy: Path, library: Path | None) -> Path:
     from h3kit.comfyui import deploy
+    from h3kit.data.plan_doc import PlanSettings
 
     node = comfy / "custom_nodes" / PACK
     shutil.rmtree(node, ignore_errors=True)
-    for rel, data in deploy.pack_contents(library, {}, "bench").items():
+    for rel, data in deploy.pack_contents(library, PlanSettings(), "bench").items():
         (node / rel).parent.mkdir(parents=True, exist_ok=True)
         (node / rel).write_bytes(data)
     return node

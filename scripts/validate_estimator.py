@@ -164,6 +164,7 @@ def text_tokens(comfy: Path, python: Path) -> int:
 def estimate(comfy: Path, python: Path, dit_file: Path, case: dict, n_text: int, cat, home: Path) -> dict:
     from h3kit.calibrate import arch as arch_mod
     from h3kit.calibrate import estimates as est_mod
+    from h3kit.bundled.h3k_calibration_runner.job import Job
     from h3kit.calibrate.runner_client import BRIDGE, run_runner
     from h3kit.calibrate.workdir import work_folder
     from h3kit.core.session import Session
@@ -188,7 +189,8 @@ def estimate(comfy: Path, python: Path, dit_file: Path, case: dict, n_text: int,
     t0 = time.monotonic()
     with work_folder(home / "cache", "validate") as tmp:
         # the full calibration's measurement (`h3kit calibrate`; --quick times fewer points)
-        res = run_runner(Session(), str(python), BRIDGE, None, job, QUICK, Path(tmp), comfyui=str(comfy))
+        res = run_runner(Session(), str(python), BRIDGE, None, Job.from_json(job), QUICK, Path(tmp),
+                         comfyui=str(comfy)).to_json()
     runner_s = time.monotonic() - t0
     h3 = res.get("h3_model") or {"status": "error", "reason": res.get("reason")}
     if not est_mod.measured(h3):

@@ -144,13 +144,14 @@ def planned(monkeypatch):
     """Install and apply plan with what the test puts in the returned dict (profile, settings), not the machine."""
     plan: dict = {}
 
-    def fake_plan(ctx, config, profile, notes):
+    def fake_plan(ctx, config, fingerprint, notes, **_how):
+        from h3kit.calibrate.handover import Planned
         from h3kit.data.plan_doc import Plan
 
         # no fingerprint: the steps take the machine as unknown; the plan is read as a saved plan.json is: what it
         # lacks is None
-        return None, Plan.from_json(plan) if plan else None
+        return Planned(None, Plan.from_json(plan) if plan else None)
 
-    monkeypatch.setattr("h3kit.steps.install.current_plan", fake_plan)
-    monkeypatch.setattr("h3kit.steps.apply.current_plan", fake_plan)
+    monkeypatch.setattr("h3kit.steps.install.plan_for", fake_plan)
+    monkeypatch.setattr("h3kit.steps.apply.plan_for", fake_plan)
     return plan

@@ -26,7 +26,8 @@ if __package__:
     from . import format_probe
     from .device import measure_device
     from .h3_model import measure_h3_model
-    from .measure import RESULT_SCHEMA, Progress
+    from .job import Job, Result
+    from .measure import Progress
     from .native_bench import load_bridge, measure_native
     from .scaled_dit import run_scaled_dit
 else:  # run as a path (python .../h3k_calibration_runner): import the package from its parent folder
@@ -36,7 +37,8 @@ else:  # run as a path (python .../h3k_calibration_runner): import the package f
     from h3k_calibration_runner._numpy import need_numpy
     from h3k_calibration_runner.device import measure_device
     from h3k_calibration_runner.h3_model import measure_h3_model
-    from h3k_calibration_runner.measure import RESULT_SCHEMA, Progress
+    from h3k_calibration_runner.job import Job, Result
+    from h3k_calibration_runner.measure import Progress
     from h3k_calibration_runner.native_bench import load_bridge, measure_native
     from h3k_calibration_runner.scaled_dit import run_scaled_dit
 
@@ -79,11 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     progress = Progress(args.progress)
     need_numpy()
     with open(args.plan, encoding="utf-8") as f:
-        job = json.load(f)
-    if "plan" not in job:
-        job = {"plan": job}
-    job.setdefault("budget", job["plan"].get("budget") or {})
-    result: dict = {"schema": RESULT_SCHEMA, "runner": _runner_info(), "skipped": []}
+        job = Job.from_json(json.load(f))
+    result: dict = {"runner": _runner_info(), "skipped": []}
     started = time.perf_counter()
     try:
         nat = load_bridge(args.bridge, args.lib)
@@ -96,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         result["inference"] = {"status": "skipped", "reason": "no native library"}
     else:
         result["native"] = _guard("native measurement", measure_native, nat, args.quick, progress)
-        if "scaled_dit" not in job:
+        if job.scaled_dit is None:
             result["inference"] = {"status": "skipped", "reason": "the job names no scaled DiT shape"}
         else:
             result["inference"] = _guard("scaled DiT", run_scaled_dit, nat, job, args.quick, progress)
@@ -111,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     result["seconds"] = time.perf_counter() - started
     tmp = args.out + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=2, default=str)
+        json.dump(Result.from_json(json.loads(json.dumps(result, default=str))).to_json(), f, indent=2)
     os.replace(tmp, args.out)
     return 0
 

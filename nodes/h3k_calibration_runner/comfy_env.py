@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+from .job import Job
+
 MIN_VERSION = (0, 30, 0)  # the catalog's model.comfyui_min_version (H3 arrived in 0.30.0)
 # ComfyUI flags that change how the model is held and computed (comfy/cli_args.py dests).
 MEMORY_FLAGS = frozenset("""
@@ -53,15 +55,6 @@ def version_tuple(v: str) -> tuple:
     return tuple(int(p) for p in re.findall(r"\d+", v)[:3])
 
 
-def job_device(job: dict) -> str | None:
-    """The device the job names (`h3_device`, else `device`); "cpu" when the plan's flags say --cpu; else None."""
-    dev = job.get("h3_device") or job.get("device")
-    if dev:
-        return str(dev)
-    args = ((job.get("plan") or {}).get("settings") or {}).get("comfyui_args") or []
-    return "cpu" if "--cpu" in args else None
-
-
 def apply_flags(args, parser, flags: list[str], device: str | None) -> dict:
     """Copy the memory-relevant flags of `flags` onto ComfyUI's `args`; returns {dest: value} set."""
     applied = {}
@@ -81,7 +74,7 @@ def apply_flags(args, parser, flags: list[str], device: str | None) -> dict:
     return applied
 
 
-def import_comfy(comfyui: str | None, job: dict):
+def import_comfy(comfyui: str | None, job: Job):
     """Import torch and ComfyUI from `comfyui` with the plan's flags; Skip when that is not possible."""
     if not comfyui:
         raise Skip("no ComfyUI folder was given (--comfyui)")
@@ -97,13 +90,12 @@ def import_comfy(comfyui: str | None, job: dict):
         raise Skip(f"torch is not importable in this Python ({type(exc).__name__}: {exc})") from None
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
-    device = job_device(job)
+    device = job.device()
     started = time.perf_counter()
     try:
         from comfy.cli_args import args, parser
 
-        flags = ((job.get("plan") or {}).get("settings") or {}).get("comfyui_args") or []
-        applied = apply_flags(args, parser, flags, device)
+        applied = apply_flags(args, parser, list(job.settings.comfyui_args), device)
         import comfy.ldm.minimax.model as h3
         import comfy.model_base
         import comfy.model_management as mm

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import time
 
+from .job import Job
 from .measure import Progress
 
 
@@ -79,7 +80,7 @@ def decode_shaped(torch, dev: str, tile: int, frames: int, dtype):
     return nn.conv2d(x, torch.randn(3, 128, 3, 3, device=dev, dtype=dtype) / 34.0, padding=1)
 
 
-def measure_device(job: dict, quick: bool, progress: Progress) -> tuple[dict, list[dict]]:
+def measure_device(job: Job, quick: bool, progress: Progress) -> tuple[dict, list[dict]]:
     torch, dev, backend = torch_device()
     if dev is None:
         return {"status": "skipped", "reason": backend, "torch": getattr(torch, "__version__", None)}, []
@@ -90,7 +91,7 @@ def measure_device(job: dict, quick: bool, progress: Progress) -> tuple[dict, li
         out["name"] = dev
     free, total = _free_memory(torch, dev)
     out["free_bytes"], out["total_bytes"] = free, total
-    n = int(job.get("device_matmul_size") or (2048 if quick else 4096))
+    n = job.device_matmul_size or (2048 if quick else 4096)
     for label, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
         try:
             a = torch.randn(n, n, device=dev, dtype=dtype)
@@ -101,7 +102,7 @@ def measure_device(job: dict, quick: bool, progress: Progress) -> tuple[dict, li
             out[f"{label}_tflops"] = None
             out[f"{label}_error"] = str(exc)[:200]
     progress("device", 1, 3)
-    size = int(job.get("device_copy_bytes") or ((64 if quick else 256) << 20))
+    size = job.device_copy_bytes or ((64 if quick else 256) << 20)
     host = torch.empty(size, dtype=torch.uint8)
     try:
         host = host.pin_memory()
@@ -117,10 +118,10 @@ def measure_device(job: dict, quick: bool, progress: Progress) -> tuple[dict, li
     return out, tiles
 
 
-def sweep_tiles(torch, dev: str, job: dict, quick: bool, progress: Progress) -> list[dict]:
+def sweep_tiles(torch, dev: str, job: Job, quick: bool, progress: Progress) -> list[dict]:
     """Time and peak memory of the decode-shaped convolutions at each candidate tile (stops at OOM)."""
-    budget = (job.get("budget") or {}).get("gpu_bytes")
-    candidates = job.get("tile_candidates") or [128, 256, 384, 512, 640, 768]
+    budget = job.gpu_budget_bytes
+    candidates = job.tile_candidates
     frames = 2 if quick else 4
     dtype = torch.bfloat16 if dev != "mps" else torch.float16
     out = []

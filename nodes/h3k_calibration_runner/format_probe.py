@@ -25,6 +25,7 @@ import traceback
 from . import format_build as fb
 from .comfy_env import Skip, import_comfy
 from .device import torch_device
+from .job import Job, JobSettings
 from .measure import Progress
 
 SCHEMA = "h3kit.format_probe/1"
@@ -119,9 +120,9 @@ def probe_case(env, part: str, fmt: str, tokens: int, pack) -> dict:
 def run_probe(comfyui: str, flags: list[str], tokens: int, budget: float, formats, progress: Progress) -> dict:
     """The whole table as an h3kit.format_probe/1 document; raises Skip when ComfyUI cannot be imported."""
     started = time.perf_counter()
-    job = {"plan": {"settings": {"comfyui_args": flags}}}
-    if torch_device()[1] is None:
-        job["h3_device"] = "cpu"  # no accelerator: ComfyUI only starts with --cpu, as h3kit's launcher runs it
+    # no accelerator: ComfyUI only starts with --cpu, as h3kit's launcher runs it
+    job = Job(settings=JobSettings(comfyui_args=tuple(str(f) for f in flags)),
+              h3_device="cpu" if torch_device()[1] is None else None)
     try:
         env = import_comfy(comfyui, job)
     except Skip:

@@ -48,6 +48,7 @@ import time
 
 from . import comfy_env, fit, h3_parts
 from .comfy_env import Skip
+from .job import Job
 from .measure import PeakSampler, Progress, current_rss
 
 DEFAULT_TEXT_TOKENS = 128
@@ -65,11 +66,11 @@ CATALOG_ARCH = {"hidden": 5376, "heads": 56, "head_dim": 128, "ffn": 14336, "tex
                 "refiner_blocks": 2}
 
 
-def resolve_arch(job: dict) -> dict:
+def resolve_arch(job: Job) -> dict:
     """The architecture to build: the job's `h3_arch`, else the catalog block the job carries, else H3's dims."""
-    arch = dict(job.get("h3_arch") or {})
+    arch = dict(job.h3_arch)
     if not arch:
-        cat = (job.get("catalog") or {}).get("architecture") or {}
+        cat = job.catalog_architecture
         if cat:
             arch = {"hidden": cat.get("hidden"), "heads": cat.get("heads"), "head_dim": cat.get("head_dim"),
                     "ffn": cat.get("ffn"), "text_dim": cat.get("text_dim"), "blocks_total": cat.get("blocks"),
@@ -94,13 +95,13 @@ def unet_config(arch: dict, blocks: int) -> dict:
     return cfg
 
 
-def canvas_of(job: dict) -> dict:
-    c = dict(job.get("h3_canvas") or {})
-    s = (job.get("plan") or {}).get("settings") or {}
-    wh = s.get("canvas") or s.get("max_canvas") or [512, 288]
+def canvas_of(job: Job) -> dict:
+    c = dict(job.h3_canvas)
+    s = job.settings
+    wh = s.canvas or s.max_canvas or (512, 288)
     c.setdefault("width", int(wh[0]))
     c.setdefault("height", int(wh[1]))
-    c.setdefault("frames", int(s.get("frames") or s.get("max_frames") or 22))
+    c.setdefault("frames", int(s.frames or s.max_frames or 22))
     c.setdefault("text_tokens", DEFAULT_TEXT_TOKENS)
     c["tokens"] = fit.tokens_for(c["width"], c["height"], c["frames"], c["text_tokens"])
     return c
@@ -288,27 +289,26 @@ def time_adaln(env, model, quick: bool) -> float | None:
         return fit.repeat_until_stable(run, time.perf_counter, warmup=1, min_runs=3, cap_s=0.5 if quick else 2.0)["seconds"]
 
 
-def point_tokens(job: dict, quick: bool) -> list[int]:
+def point_tokens(job: Job, quick: bool) -> list[int]:
     """The token counts to time; not capped at the canvas, whose size does not change what separates the terms."""
-    pts = job.get("h3_points") or (QUICK_POINTS if quick else FULL_POINTS)
+    pts = job.h3_points or (QUICK_POINTS if quick else FULL_POINTS)
     return sorted({max(32, min(int(p), MAX_POINT_TOKENS)) for p in pts})
 
 
-def measure_h3_model(job: dict, comfyui: str | None, quick: bool, progress: Progress) -> dict:
+def measure_h3_model(job: Job, comfyui: str | None, quick: bool, progress: Progress) -> dict:
     started = time.perf_counter()
     try:
         env = comfy_env.import_comfy(comfyui, job)
     except Skip as why:
         return {"status": "skipped", "reason": str(why)}
-    torch = env["torch"]
     arch = resolve_arch(job)
-    canvas = prompt_rows(canvas_of(job), job.get("h3_prompt"))
+    canvas = prompt_rows(canvas_of(job), job.h3_prompt)
     result = {"status": "measured", "comfyui_version": env["version"], "device": env["device_kind"],
               "attention": env["attention"], "flags_applied": env["flags_applied"], "canvas": canvas,
               "import_s": env["import_s"]}
     baseline = current_rss() or 0
     # --quick: one block's weights, listed twice for the check; full: two distinct blocks
-    distinct = int(job.get("h3_blocks_built") or (1 if quick else 2))
+    distinct = job.h3_blocks_built or (1 if quick else 2)
     t0 = time.perf_counter()
     model, patcher, info = build(env, arch, distinct, 2)
     result["build_s"] = time.perf_counter() - t0
@@ -317,8 +317,37 @@ def measure_h3_model(job: dict, comfyui: str | None, quick: bool, progress: Prog
                                                    "refiner_blocks", "rope_inv_freq_len", "time_embed_dim")},
                       "blocks_built": distinct, "from": arch.get("from")}
     progress("h3 model", 1, 5)
-    hidden, text = int(arch["hidden"]), canvas["text_tokens"]
-    tokens = point_tokens(job, quick)
+    calls = _timed_points(env, model, point_tokens(job, quick), canvas, int(arch["hidden"]), quick, progress)
+    progress("h3 model", 3, 5)
+    attn = time_attention(env, int(arch["heads"]), int(arch["head_dim"]), canvas["tokens"],
+                          model.get_dtype_inference(), quick)
+    result["attention_points"] = attn
+    fitted = fit.fit_timing(calls, attn, int(arch["heads"]), int(arch["blocks_total"]), time_adaln(env, model, quick))
+    result["points"] = [{k: c[k] for k in ("tokens", "blocks", "seconds", "spread", "runs", "stable",
+                                            "block_seconds", "predicted_seconds")} for c in calls]
+    result["fit"] = fitted
+    result["extrapolated"] = {"tokens": canvas["tokens"],
+                              "seconds_per_call": fit.seconds_per_call(fitted, int(arch["blocks_total"]),
+                                                                       canvas["tokens"]),
+                              "blocks": int(arch["blocks_total"]),
+                              "formula": "blocks*(block_s_per_token*T + block_s_per_token2*T^2) + step_fixed_s"
+                                         " + step_fixed_s_per_token*T"}
+    result["memory"] = _memory(calls, info, baseline)
+    progress("h3 model", 4, 5)
+    del model, patcher
+    if hasattr(env["mm"], "unload_all_models"):  # frees the DiT before the VAE and text encoder are built
+        env["mm"].unload_all_models()
+    env["mm"].soft_empty_cache()
+    result.update(_parts(env, job, canvas, quick, fitted, arch))
+    progress("h3 model", 5, 5)
+    result["seconds"] = time.perf_counter() - started
+    return result
+
+
+def _timed_points(env, model, tokens: list[int], canvas: dict, hidden: int, quick: bool,
+                  progress: Progress) -> list[dict]:
+    """Each point timed with the main block count, then the check with the other count."""
+    text = canvas["text_tokens"]
     dm = model.diffusion_model
     both = dm.blocks
     one = type(both)(list(both)[:1])
@@ -326,7 +355,7 @@ def measure_h3_model(job: dict, comfyui: str | None, quick: bool, progress: Prog
     main, check = (one, both) if quick else (both, one)
     calls = []
     dm.blocks = main
-    with torch.inference_mode():  # first call allocates and warms the kernels; it is never counted
+    with env["torch"].inference_mode():  # first call allocates and warms the kernels; it is never counted
         model.apply_model(**inputs_for(env, model, min(tokens[0], 48), text, hidden)[0])
     i = 0
     while i < len(tokens):
@@ -346,45 +375,32 @@ def measure_h3_model(job: dict, comfyui: str | None, quick: bool, progress: Prog
         calls.append(time_calls(env, model, at, text, hidden, quick, clock_blocks=False, once=quick))
     finally:
         dm.blocks = both
-    progress("h3 model", 3, 5)
-    attn = time_attention(env, int(arch["heads"]), int(arch["head_dim"]), canvas["tokens"],
-                          model.get_dtype_inference(), quick)
-    result["attention_points"] = attn
-    constant = time_adaln(env, model, quick)
-    fitted = fit.fit_timing(calls, attn, int(arch["heads"]), int(arch["blocks_total"]), constant)
-    result["points"] = [{k: c[k] for k in ("tokens", "blocks", "seconds", "spread", "runs", "stable",
-                                            "block_seconds", "predicted_seconds")} for c in calls]
-    result["fit"] = fitted
-    per_step = fit.seconds_per_call(fitted, int(arch["blocks_total"]), canvas["tokens"])
-    result["extrapolated"] = {"tokens": canvas["tokens"], "seconds_per_call": per_step,
-                              "blocks": int(arch["blocks_total"]),
-                              "formula": "blocks*(block_s_per_token*T + block_s_per_token2*T^2) + step_fixed_s"
-                                         " + step_fixed_s_per_token*T"}
+    return calls
+
+
+def _memory(calls: list[dict], info: dict, baseline: int) -> dict:
+    """Peak RSS and device memory, and the activations per token at the largest point."""
     big = max((c for c in calls if c["block_seconds"]), key=lambda c: c["tokens"])
     weights = info["weights_bytes_built"]
     act = max(0, big["peak_rss_bytes"] - big["rss_before_bytes"])
-    result["memory"] = {"baseline_rss_bytes": baseline, "peak_rss_bytes": max(c["peak_rss_bytes"] for c in calls),
-                        "weights_bytes_per_block": info["weights_bytes_per_block"],
-                        "weights_bytes_built": weights,
-                        "activation_bytes_per_token": act / big["tokens"],
-                        "peak_device_bytes": big["peak_device_bytes"],
-                        "device_activation_bytes_per_token":
-                            None if big["peak_device_bytes"] is None
-                            else max(0, big["peak_device_bytes"] - weights) / big["tokens"],
-                        "state": info["memory_state"], "manual_cast": info["manual_cast"]}
-    progress("h3 model", 4, 5)
-    del model, patcher
-    if hasattr(env["mm"], "unload_all_models"):  # frees the DiT before the VAE and text encoder are built
-        env["mm"].unload_all_models()
-    env["mm"].soft_empty_cache()
-    parts = job.get("h3_parts", ("vae", "text_encoder"))
+    return {"baseline_rss_bytes": baseline, "peak_rss_bytes": max(c["peak_rss_bytes"] for c in calls),
+            "weights_bytes_per_block": info["weights_bytes_per_block"],
+            "weights_bytes_built": weights,
+            "activation_bytes_per_token": act / big["tokens"],
+            "peak_device_bytes": big["peak_device_bytes"],
+            "device_activation_bytes_per_token":
+                None if big["peak_device_bytes"] is None
+                else max(0, big["peak_device_bytes"] - weights) / big["tokens"],
+            "state": info["memory_state"], "manual_cast": info["manual_cast"]}
+
+
+def _parts(env, job: Job, canvas: dict, quick: bool, fitted: dict, arch: dict) -> dict:
+    """The video VAE decoder and the text encoder, each timed unless the job's h3_parts leaves it out."""
     skip = {"status": "skipped", "reason": "the job's h3_parts leaves it out"}
-    result["vae"] = skip if "vae" not in parts else h3_parts.guard("vae", h3_parts.measure_vae, env, job, canvas, quick, fitted, arch)
-    result["text_encoder"] = skip if "text_encoder" not in parts else h3_parts.guard("text encoder", h3_parts.measure_text_encoder, env, job, canvas, quick,
-                                            fitted, arch)
-    progress("h3 model", 5, 5)
-    result["seconds"] = time.perf_counter() - started
-    return result
+    return {"vae": h3_parts.guard("vae", h3_parts.measure_vae, env, job, canvas, quick, fitted, arch)
+            if "vae" in job.h3_parts else skip,
+            "text_encoder": h3_parts.guard("text encoder", h3_parts.measure_text_encoder, env, job, canvas, quick,
+                                           fitted, arch) if "text_encoder" in job.h3_parts else skip}
 
 
 def _main(argv=None) -> int:
@@ -405,8 +421,7 @@ def _main(argv=None) -> int:
     ap.add_argument("--out", help="write every run's h3_model block here (JSON list)")
     a = ap.parse_args(argv)
     with open(a.plan, encoding="utf-8") as f:
-        job = json.load(f)
-    job = job if "plan" in job else {"plan": job}
+        job = Job.from_json(json.load(f))
     runs = []
     for i in range(a.repeat):
         t0 = time.perf_counter()

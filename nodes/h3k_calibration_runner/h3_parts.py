@@ -75,10 +75,6 @@ def timed_layers(env, fn, layers, quick: bool, warm=None) -> dict:
             "layer_s": per_layer, "fixed_s": max(0.0, fixed)}
 
 
-def _settings(job):
-    return (job.get("plan") or {}).get("settings") or {}
-
-
 def vae_tiles(vae_cls, width: int, height: int, frames: int) -> dict:
     """Tiles and temporal chunks MiniMaxH3VideoVAE decodes for a canvas (its own methods on its own constants)."""
     ns = types.SimpleNamespace(tile_size=VAE_TILE, tile_overlap_min=64, vae_ratio=16, token_drop=3,
@@ -94,13 +90,12 @@ def measure_vae(env, job, canvas, quick, dit_fit=None, dit_arch=None) -> dict:
     torch, mm = env["torch"], env["mm"]
     import comfy.ldm.minimax.vae as vae_mod
 
-    s = _settings(job)
-    planned = s.get("vae_tile_size")
+    planned = job.settings.vae_tile_size
     layers = 1 if quick else 2
     dev = mm.vae_device()
     dtype = mm.vae_dtype(dev, [torch.float16, torch.float32])
     esize = torch.empty(0, dtype=dtype).element_size()
-    vae_dims = job.get("h3_vae") or {}
+    vae_dims = job.h3_vae
     heads, dim_head = int(vae_dims.get("heads") or 32), int(vae_dims.get("dim_head") or 64)
     layers_total = int(vae_dims.get("layers") or VAE_LAYERS)
     layers = min(layers, layers_total)
@@ -119,17 +114,7 @@ def measure_vae(env, job, canvas, quick, dit_fit=None, dit_arch=None) -> dict:
     if free is not None and need > free * 0.6:
         return {"status": "skipped", "reason": f"one VAE tile needs about {need / 2**30:.1f} GiB "
                 f"({layers} decoder layer(s) + activations); {free / 2**30:.1f} GiB is free", "tile": VAE_TILE}
-    with torch.device("meta"):
-        dec = vae_mod.ViT3DDecoder(patch_size=16, patch_size_t=4, in_channels=24, out_channels=3,
-                                   num_layers=layers, heads=heads, dim_head=dim_head,
-                                   operations=comfy_env_ops(env))
-        post = vae_mod.ops.Conv3d(24, 24, 1)
-    dec.to_empty(device=dev)
-    post.to_empty(device=dev)
-    comfy_env.fill_random_(dec, torch)
-    comfy_env.fill_random_(post, torch)
-    dec.to(dtype)
-    post.to(dtype)
+    dec, post = _vae_decoder(env, vae_mod, layers, heads, dim_head, dev, dtype)
     z = torch.randn(1, 24, timed_t, VAE_TILE // 16, VAE_TILE // 16, device=dev, dtype=dtype)
     t = timed_layers(env, lambda: dec(post(z)), list(dec.transformer_blocks), quick)
     layer_s, fixed_s, scaled = t["layer_s"], t["fixed_s"], ""
@@ -159,6 +144,21 @@ def measure_vae(env, job, canvas, quick, dit_fit=None, dit_arch=None) -> dict:
     return out
 
 
+def _vae_decoder(env, vae_mod, layers: int, heads: int, dim_head: int, dev, dtype):
+    """The video VAE's ViT decoder with `layers` of its layers and the conv before it, random weights, on `dev`."""
+    torch = env["torch"]
+    with torch.device("meta"):
+        dec = vae_mod.ViT3DDecoder(patch_size=16, patch_size_t=4, in_channels=24, out_channels=3,
+                                   num_layers=layers, heads=heads, dim_head=dim_head,
+                                   operations=comfy_env_ops(env))
+        post = vae_mod.ops.Conv3d(24, 24, 1)
+    for module in (dec, post):
+        module.to_empty(device=dev)
+        comfy_env.fill_random_(module, torch)
+        module.to(dtype)
+    return dec, post
+
+
 def comfy_env_ops(env):
     return env["ops"].disable_weight_init
 
@@ -167,7 +167,7 @@ def measure_text_encoder(env, job, canvas, quick, dit_fit, arch) -> dict:
     torch, mm = env["torch"], env["mm"]
     from comfy.text_encoders import llama
 
-    dims = {k: int(v) for k, v in (job.get("h3_text_encoder") or {}).items() if k in TE_DIMS}
+    dims = {k: int(v) for k, v in job.h3_text_encoder.items() if k in TE_DIMS}
     layers_total = dims.pop("num_hidden_layers", TE_LAYERS)
     layers = min(1 if quick else 2, layers_total)
     dev = mm.text_encoder_device()

@@ -11,7 +11,6 @@ import time
 
 from . import _numpy
 
-RESULT_SCHEMA = "h3kit.calibration-run/1"
 QUANT_BLOCK = 32  # values per q8_0 / q4_0 block (ggml's layout)
 
 

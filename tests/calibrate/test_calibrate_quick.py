@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from h3kit.calibrate import report
+from h3kit.data.plan_doc import PlanSettings
 
 
 def _positive(x) -> bool:
@@ -128,7 +129,7 @@ def test_calibration_in_an_installed_comfyui_applies_and_leaves_a_summary(run_cl
     comfy = comfy_tree.make_comfyui(tmp_path / "ComfyUI")
     ctx = Context(yes=True)
     install = find(str(comfy), None, ctx)
-    deploy.deploy(install, settings={"vae_tile_size": 256}, profile="cpu-only", library=None,
+    deploy.deploy(install, settings=PlanSettings(vae_tile_size=256), profile="cpu-only", library=None,
                   state_dir=ctx.locations.state_dir, cache_dir=ctx.locations.cache_dir)
     code, out, err = run_cli("calibrate", "--quick", "--comfyui", str(comfy), "--json")
     assert code == 0, err

@@ -19,6 +19,7 @@ from h3kit.comfyui import manifest as mf
 from h3kit.cli.context import Context
 from h3kit.comfyui.locate import find
 from h3kit.core.errors import VerificationFailed
+from h3kit.data.plan_doc import PlanSettings
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "comfyui"
 _spec = importlib.util.spec_from_file_location("comfy_tree", FIXTURES / "comfy_tree.py")
@@ -38,7 +39,7 @@ def comfy(tmp_path) -> Path:
 
 
 def _deploy(install, h3kit_home, settings=SETTINGS, profile="nvidia-12gb", library=None, **kw):
-    return deploy.deploy(install, settings=settings, profile=profile, library=library,
+    return deploy.deploy(install, settings=PlanSettings.from_json(settings), profile=profile, library=library,
                          state_dir=Path(h3kit_home) / "state", cache_dir=Path(h3kit_home) / "cache", **kw)
 
 

@@ -17,6 +17,7 @@ from h3kit.comfyui.journal import Journal
 from h3kit.comfyui.locate import find
 from h3kit.core import files
 from h3kit.core.files import sha256_bytes
+from h3kit.data.plan_doc import PlanSettings
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "comfyui"
 _spec = importlib.util.spec_from_file_location("comfy_tree", FIXTURES / "comfy_tree.py")
@@ -35,7 +36,7 @@ def comfy(tmp_path) -> Path:
 
 def _deploy(comfy: Path, home: Path, **kw):
     inst = find(str(comfy), None, Context(yes=True))
-    return inst, deploy.deploy(inst, settings=SETTINGS, profile=kw.pop("profile", "cpu-only"), library=None,
+    return inst, deploy.deploy(inst, settings=PlanSettings.from_json(SETTINGS), profile=kw.pop("profile", "cpu-only"), library=None,
                                state_dir=home / "state", cache_dir=home / "cache", **kw)
 
 
@@ -117,7 +118,7 @@ def test_every_write_into_comfyui_is_named_in_the_saved_record_first(comfy, h3ki
     _deploy(comfy, home, profile="nvidia-12gb")  # in place: replaces, a backup, the launcher again
     assert {"write", "replace"} <= set(seen)
     seen.clear()
-    doc = deploy.apply(inst, dict(SETTINGS, vae_tile_size=192), "nvidia-12gb", home / "state", home / "cache",
+    doc = deploy.apply(inst, PlanSettings.from_json(dict(SETTINGS, vae_tile_size=192)), "nvidia-12gb", home / "state", home / "cache",
                        generated={"workflows/new/one.json": b"{}"})
     assert Path(doc["profile_file"]).is_file() and {"mkdir", "write", "replace"} <= set(seen)
     record = mf.load_for(home / "state", comfy)

@@ -29,6 +29,7 @@ import pytest
 from h3kit.cli.context import Context
 from h3kit.comfyui import deploy
 from h3kit.comfyui.locate import find
+from h3kit.data.plan_doc import PlanSettings
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "comfyui"
 _spec = importlib.util.spec_from_file_location("comfy_tree", FIXTURES / "comfy_tree.py")
@@ -194,7 +195,7 @@ def test_uninstall_never_touches_anything_outside_what_it_installed(tmp_path, ru
         _outside_tree(outside, rng)
         comfy = comfy_tree.make_comfyui(world / "ComfyUI")
         inst = find(str(comfy), None, Context(yes=True))
-        deploy.deploy(inst, settings=SETTINGS, profile="cpu-only", library=None, state_dir=state, cache_dir=cache)
+        deploy.deploy(inst, settings=PlanSettings.from_json(SETTINGS), profile="cpu-only", library=None, state_dir=state, cache_dir=cache)
         pack = inst.node_dir
         chosen = rng.sample([m for m in MUTATIONS if m not in LAST], rng.randrange(1, 5))
         if rng.random() < 0.3:
@@ -226,7 +227,7 @@ def test_each_mutation_alone(tmp_path, run_cli, h3kit_home, mutate):
     _outside_tree(outside, rng)
     comfy = comfy_tree.make_comfyui(world / "ComfyUI")
     inst = find(str(comfy), None, Context(yes=True))
-    deploy.deploy(inst, settings=SETTINGS, profile="cpu-only", library=None,
+    deploy.deploy(inst, settings=PlanSettings.from_json(SETTINGS), profile="cpu-only", library=None,
                   state_dir=Path(h3kit_home) / "state", cache_dir=Path(h3kit_home) / "cache")
     mutate(rng, inst.node_dir, comfy, outside)
     leave_out = [inst.node_dir, comfy / "run_h3kit.sh", Path(h3kit_home)]

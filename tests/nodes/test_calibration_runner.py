@@ -15,6 +15,7 @@ import pytest
 from h3kit import bundled
 from h3kit.bundled import h3k_safetensors
 from h3kit.bundled.h3k_calibration_runner import dit_ops, measure, native_bench, safetensors_io, scaled_dit
+from h3kit.bundled.h3k_calibration_runner.job import Job
 
 RUNNER = bundled.CALIBRATION_RUNNER
 BRIDGE = bundled.NATIVE_BRIDGE
@@ -69,7 +70,7 @@ TINY = {"blocks": 2, "hidden": 256, "heads": 2, "head_dim": 128, "ffn": 672, "to
 def test_scaled_dit_through_the_streamer_matches_fp32(native, kind, limit):
     job = {"scaled_dit": {**TINY, "quantization": kind},
            "plan": {"settings": {"shard_size_bytes": 1 << 20, "preload_bytes": 2 << 20}}}
-    out = scaled_dit.run_scaled_dit(native, job, True, measure.Progress(None))
+    out = scaled_dit.run_scaled_dit(native, Job.from_json(job), True, measure.Progress(None))
     assert out["status"] == "measured"
     # The kernels alone agree with fp32 math on the dequantized weights...
     assert out["kernel_relative_error"] < 1e-4
@@ -94,7 +95,7 @@ def test_the_check_catches_weights_read_from_the_wrong_place(native, monkeypatch
 
     monkeypatch.setattr(scaled_dit, "stream_blocks", swapped)
     job = {"scaled_dit": {**TINY, "quantization": "q8_0"}, "plan": {"settings": {"shard_size_bytes": 1 << 20}}}
-    out = scaled_dit.run_scaled_dit(native, job, True, measure.Progress(None))
+    out = scaled_dit.run_scaled_dit(native, Job.from_json(job), True, measure.Progress(None))
     assert out["relative_error"] > 0.3 and out["kernel_relative_error"] > 0.3
 
 
@@ -148,7 +149,7 @@ def test_numpy_and_native_python_paths_agree_on_the_same_weights(native, kind):
            "plan": {"settings": {"shard_size_bytes": 1 << 20, "preload_bytes": 2 << 20}}}
     weights = lambda cfg, b: dit_ops.stdlib_block_weights(native, cfg, b)  # noqa: E731
     inputs = dit_ops.stdlib_inputs(TINY)
-    by_path = {path: scaled_dit.scaled_dit(native, job, True, measure.Progress(None), path, weights, inputs)
+    by_path = {path: scaled_dit.scaled_dit(native, Job.from_json(job), True, measure.Progress(None), path, weights, inputs)
                for path in ("numpy", "native+python")}
     (a, ya), (b, yb) = by_path["numpy"], by_path["native+python"]
     assert a["path"] == "numpy" and b["path"] == "native+python" and a["config"] == b["config"]
@@ -169,7 +170,7 @@ def test_native_python_path_shrinks_the_shape_and_measures_the_error(native):
     assert cfg["ffn"] % 32 == 0 and abs(cfg["ffn"] / cfg["hidden"] - 2720 / 1024) < 0.1
     assert dit_ops.python_path_shape(TINY, quick=True) == TINY  # within the caps: unchanged
     small = {**big, "hidden": 256, "ffn": 672, "tokens": 96, "blocks": 1}
-    out = scaled_dit.run_scaled_dit(native, {"scaled_dit": small, "plan": {"settings": {}}}, True,
+    out = scaled_dit.run_scaled_dit(native, Job.from_json({"scaled_dit": small, "plan": {"settings": {}}}), True,
                                 measure.Progress(None), path="native+python")
     assert out["path"] == "native+python" and 0 < out["relative_error"] < 0.03
     assert out["kernel_relative_error"] < 1e-4
@@ -187,12 +188,13 @@ def test_device_measurements_run_with_real_torch(tmp_path):
         "import json, sys\n"
         "sys.path.insert(0, sys.argv[1])\n"
         "from h3k_calibration_runner import device, measure\n"
+        "from h3k_calibration_runner.job import Job\n"
         "import torch\n"
         "print(json.dumps({'real': device.torch_device()[2]}))\n"
         "device.torch_device = lambda: (torch, 'cpu', 'cpu')\n"
         "job = {'budget': {'gpu_bytes': 10**9}, 'tile_candidates': [64, 128], 'device_matmul_size': 128,\n"
         "       'device_copy_bytes': 1 << 20}\n"
-        "dev, tiles = device.measure_device(job, True, measure.Progress(None))\n"
+        "dev, tiles = device.measure_device(Job.from_json(job), True, measure.Progress(None))\n"
         "print(json.dumps({'device': dev, 'tiles': tiles}, default=str))\n"
     )
     proc = subprocess.run([str(python), "-c", script, str(RUNNER.parent)], capture_output=True, text=True, timeout=120)

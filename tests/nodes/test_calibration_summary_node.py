@@ -10,6 +10,7 @@ import pytest
 
 from h3kit import calibrate
 from h3kit.cli.context import Context
+from h3kit.data.plan_doc import PlanSettings
 
 NODES = Path(__file__).resolve().parents[2] / "nodes"
 
@@ -63,7 +64,7 @@ def test_pack_summary_is_written_only_into_a_pack_h3kit_installed(tmp_path, h3ki
     ctx = Context(yes=True)
     install = find(str(comfy), None, ctx)
     assert calibrate.write_pack_summary(ctx, install, _doc()) is None  # no pack yet: nothing written
-    deploy.deploy(install, settings={"vae_tile_size": 256}, profile="cpu-only", library=None,
+    deploy.deploy(install, settings=PlanSettings(vae_tile_size=256), profile="cpu-only", library=None,
                   state_dir=ctx.locations.state_dir, cache_dir=ctx.locations.cache_dir)
     written = calibrate.write_pack_summary(ctx, install, _doc())
     assert written == str(install.node_dir / calibrate.SUMMARY_FILE)

@@ -259,9 +259,10 @@ def test_calibration_reads_gguf_through_the_packs_reader(tmp_path):
     from h3kit.bundled import h3k_gguf
     from h3kit.calibrate import arch
     from h3kit.comfyui import deploy
+    from h3kit.data.plan_doc import PlanSettings
 
     assert arch.h3k_gguf is h3k_gguf and not hasattr(arch, "_Reader")  # no parser of its own
-    assert deploy.pack_contents(None, {}, "test")["h3k_gguf/__init__.py"] == (bundled.GGUF / "__init__.py").read_bytes()
+    assert deploy.pack_contents(None, PlanSettings(), "test")["h3k_gguf/__init__.py"] == (bundled.GGUF / "__init__.py").read_bytes()
     misaligned = write(tmp_path / "dit.gguf", [GOOD[0], ("audio_patch_proj.weight", [8], F32, 48)])
     with pytest.raises(arch.HeaderError, match="dit.gguf: tensor audio_patch_proj.weight starts at data offset 48"):
         arch.read_shapes(misaligned)

@@ -11,6 +11,7 @@ import pytest
 
 from h3kit import bundled
 from h3kit.bundled.h3k_calibration_runner import comfy_env, fit, h3_model
+from h3kit.bundled.h3k_calibration_runner.job import Job
 from h3kit.bundled.h3k_calibration_runner.measure import Progress
 
 RUNNER = bundled.CALIBRATION_RUNNER
@@ -123,14 +124,14 @@ def test_attention_rate_scales_by_heads_and_query_rows():
 
 
 def test_without_a_comfyui_the_measurement_is_skipped_with_the_reason(tmp_path):
-    got = h3_model.measure_h3_model({"plan": {}}, None, True, Progress(None))
+    got = h3_model.measure_h3_model(Job(), None, True, Progress(None))
     assert got == {"status": "skipped", "reason": "no ComfyUI folder was given (--comfyui)"}
-    got = h3_model.measure_h3_model({"plan": {}}, str(tmp_path), True, Progress(None))
+    got = h3_model.measure_h3_model(Job(), str(tmp_path), True, Progress(None))
     assert got["status"] == "skipped" and "not a ComfyUI folder" in got["reason"]
     (tmp_path / "comfy").mkdir()
     (tmp_path / "comfy" / "model_management.py").write_text("", encoding="utf-8")
     (tmp_path / "comfyui_version.py").write_text('__version__ = "0.8.0"\n', encoding="utf-8")
-    got = h3_model.measure_h3_model({"plan": {}}, str(tmp_path), True, Progress(None))
+    got = h3_model.measure_h3_model(Job(), str(tmp_path), True, Progress(None))
     assert got["status"] == "skipped" and "ComfyUI 0.8.0" in got["reason"] and ">= 0.30" in got["reason"]
 
 
@@ -143,19 +144,19 @@ def test_a_python_without_torch_says_so(tmp_path):
     (tmp_path / "comfy").mkdir()
     (tmp_path / "comfy" / "model_management.py").write_text("", encoding="utf-8")
     (tmp_path / "comfyui_version.py").write_text('__version__ = "0.33.0"\n', encoding="utf-8")
-    got = h3_model.measure_h3_model({"plan": {}}, str(tmp_path), True, Progress(None))
+    got = h3_model.measure_h3_model(Job(), str(tmp_path), True, Progress(None))
     assert got["status"] == "skipped" and got["reason"].startswith("torch is not importable in this Python")
 
 
 def test_arch_defaults_follow_the_width_and_the_device_follows_the_flags():
-    arch = h3_model.resolve_arch({"h3_arch": {"hidden": 64, "heads": 2, "head_dim": 32, "ffn": 128}})
+    arch = h3_model.resolve_arch(Job(h3_arch={"hidden": 64, "heads": 2, "head_dim": 32, "ffn": 128}))
     assert arch["rope_inv_freq_len"] == 5 and arch["time_embed_dim"] == 32 and arch["blocks_total"] == 50
-    assert h3_model.resolve_arch({})["hidden"] == 5376
+    assert h3_model.resolve_arch(Job())["hidden"] == 5376
     cfg = h3_model.unet_config(TINY_ARCH, 1)
     assert cfg["num_layers"] == 1 and cfg["hidden_size"] == 64 and cfg["timestep_input_dim"] == 32
-    assert comfy_env.job_device({"plan": {"settings": {"comfyui_args": ["--cpu", "--lowvram"]}}}) == "cpu"
-    assert comfy_env.job_device({"h3_device": "cuda"}) == "cuda"
-    assert comfy_env.job_device({"plan": {}}) is None
+    assert Job.from_json({"plan": {"settings": {"comfyui_args": ["--cpu", "--lowvram"]}}}).device() == "cpu"
+    assert Job.from_json({"h3_device": "cuda"}).device() == "cuda" and Job.from_json({"device": "mps"}).device() == "mps"
+    assert Job.from_json({"plan": {}}).device() is None
 
 
 def _comfy_python():

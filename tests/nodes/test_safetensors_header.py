@@ -14,6 +14,7 @@ import pytest
 from h3kit import bundled
 from h3kit.comfyui import deploy
 from h3kit.bundled import h3k_safetensors as st
+from h3kit.data.plan_doc import PlanSettings
 
 
 def write(path, header: dict, data_bytes: int) -> None:
@@ -60,7 +61,7 @@ def test_metadata_that_is_not_a_table_is_refused(tmp_path):
 
 
 def test_deploy_ships_the_reader_and_both_sides_use_the_same_one():
-    files = deploy.pack_contents(None, {}, "test")
+    files = deploy.pack_contents(None, PlanSettings(), "test")
     assert files["h3k_safetensors/__init__.py"] == (bundled.SAFETENSORS / "__init__.py").read_bytes()
     from h3kit.calibrate import arch
     from pack_support import pack_module

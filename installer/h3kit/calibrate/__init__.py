@@ -3,9 +3,11 @@
 The steps, in order (each one's result lands in the `h3kit.calibration/1`
 document, and a step that cannot run says why instead of failing the run):
 
-1. fingerprint -> the format probe of the ComfyUI when one is known (which weight
-   formats run on this device, cached per setup: `format_probe`) -> plan with
-   the config's profile and that evidence (`orchestrate`);
+1. the plan to measure: `h3kit install`'s own fingerprint and plan, handed over
+   typed (`handover.Planned`); run by itself, fingerprint -> the format probe of
+   the ComfyUI when one is known (which weight formats run on this device,
+   cached per setup: `format_probe`) -> plan with the config's profile and that
+   evidence, without the earlier calibrated values (`orchestrate`);
 2. the native library: H3KIT_NATIVE_LIB, the cache, else built (never in a dry run);
 3. the runner (`h3kit.bundled.h3k_calibration_runner`, self-contained) in
    ComfyUI's Python when a ComfyUI is known, else in this Python: ComfyUI's
@@ -23,7 +25,9 @@ document, and a step that cannot run says why instead of failing the run):
    memory limits, the workflow defaults chosen for `target_minutes` (`decisions`);
 7. with --with-model, the smallest real workflow through ComfyUI (`with_model`);
 8. the report (`report`), the config's `calibrated:` section, and the
-   installed pack's profile and summary (`pack_summary`), when there is one.
+   installed pack's profile (planned again with the calibrated values, the
+   measured plan's profile and evidence kept) and summary (`pack_summary`),
+   when there is one.
 
 Model numbers (layers, widths, token rule, file sizes) come from the catalog
 under profiles/models/, never from this package.
@@ -58,7 +62,8 @@ from h3kit.calibrate.native_estimate import (
     streamed_per_step,
     tokens_for,
 )
-from h3kit.calibrate.orchestrate import native_library, run, run_with_model
+from h3kit.calibrate.handover import Calibrated, Planned
+from h3kit.calibrate.orchestrate import calibrate, native_library, run, run_with_model
 from h3kit.calibrate.pack_summary import (
     SUMMARY_FILE,
     SUMMARY_SCHEMA,
@@ -68,8 +73,8 @@ from h3kit.calibrate.pack_summary import (
 from h3kit.calibrate.runner_client import BRIDGE, RUNNER, run_runner
 
 __all__ = [
-    "BRIDGE", "CALIBRATION_CANVAS", "RUNNER", "SUMMARY_FILE", "SUMMARY_SCHEMA",
-    "arch_for", "arch_from_file", "clip_estimate", "decide_prefetch", "decide_timing", "decide_workload",
+    "BRIDGE", "CALIBRATION_CANVAS", "Calibrated", "Planned", "RUNNER", "SUMMARY_FILE", "SUMMARY_SCHEMA",
+    "arch_for", "arch_from_file", "calibrate", "clip_estimate", "decide_prefetch", "decide_timing", "decide_workload",
     "block_params", "calibrated_values", "check_scaled", "decide", "decide_preload", "decide_shard",
     "decide_threads", "decide_tile", "decision", "native_appendix", "flops_per_pass", "measure_disk", "native_kind",
     "native_library", "preload_memory", "run", "run_runner", "run_with_model", "scaled_dit_config",

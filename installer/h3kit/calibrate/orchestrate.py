@@ -14,6 +14,7 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from h3kit.calibrate.arch import arch_for
 from h3kit.calibrate.decisions import calibrated_values, decide, prefetch_figures
 from h3kit.calibrate.disk import PROBE_BYTES, measure_disk
 from h3kit.calibrate.format_probe import format_evidence
+from h3kit.calibrate.handover import Calibrated, Planned, uncalibrated
 from h3kit.calibrate.native_estimate import (
     NATIVE_KINDS,
     check_scaled,
@@ -34,6 +36,7 @@ from h3kit.calibrate.native_estimate import (
     scaled_dit_config,
 )
 from h3kit.calibrate.pack_summary import write_pack_summary
+from h3kit.bundled.h3k_calibration_runner.job import TILE_CANDIDATES, Job, Result
 from h3kit.calibrate.runner_client import BRIDGE, h3_job, not_measured, run_runner
 from h3kit.calibrate.workdir import remove_stale, work_folder
 from h3kit.comfyui import deploy, workflows
@@ -50,7 +53,6 @@ from h3kit.fingerprint import this_machine
 from h3kit.native import build
 from h3kit.plan import make_plan
 
-TILE_CANDIDATES = [128, 256, 384, 512, 640, 768]
 
 
 def _load_config(ctx: Session, cat, profiles: dict):
@@ -100,7 +102,7 @@ def run_with_model(wanted: bool, install, cat, *, plan: Plan | None = None, fing
                           progress=ctx.progress)
 
 
-def _measure(ctx: Session, python: str, lib: Path | None, job: dict, quick: bool, comfyui_dir: str | None) -> dict:
+def _measure(ctx: Session, python: str, lib: Path | None, job: Job, quick: bool, comfyui_dir: str | None) -> Result:
     """The runner's result. Its work folder is under the cache, named for this process (a killed run's
     folder is removed by the next calibration); a dry run writes nothing there and uses the system's temp."""
     folder = tempfile.TemporaryDirectory(prefix="h3kit-calib-") if ctx.dry_run else \
@@ -184,146 +186,231 @@ def _write_config(ctx: Session, cfg, values: dict) -> str:
     return str(path)
 
 
-def _apply(ctx: Session, install, fingerprint: Fingerprint, cat, profiles: dict, profile: str | None) -> dict:
-    """Re-plan with the config's new calibrated values and apply that to the pack: the same code as `h3kit apply`."""
+def _apply(ctx: Session, install, planned: Planned, cat, profiles: dict) -> tuple[dict, Plan | None]:
+    """The second plan: the measured plan's profile, evidence and ComfyUI again, now with the config's new calibrated
+    values, applied to the pack by the same code as `h3kit apply`; (the `applied` entry, that plan or None)."""
     if install is None:
-        return {"status": "skipped", "reason": "no ComfyUI known"}
+        return {"status": "skipped", "reason": "no ComfyUI known"}, None
     try:
-        plan = make_plan(fingerprint, cat, profiles, profile=profile, config=_load_config(ctx, cat, profiles),
-                         comfyui_version=comfyui_version(install.code_dir or install.path))
-        doc = deploy.apply(install, plan.settings.to_json(), plan.profile, ctx.locations.state_dir,
+        plan = make_plan(planned.fingerprint, cat, profiles, profile=planned.plan.profile,
+                         config=_load_config(ctx, cat, profiles), evidence=planned.evidence,
+                         comfyui_version=planned.comfyui_version or comfyui_version(install.code_dir or install.path))
+        doc = deploy.apply(install, plan.settings, plan.profile, ctx.locations.state_dir,
                            ctx.locations.cache_dir, generated=workflows.pack_files(plan, cat, plan.profile))
     except NotReady as exc:
-        return {"status": "skipped", "reason": exc.message}
+        return {"status": "skipped", "reason": exc.message}, None
     return {"status": "applied", "profile_file": doc.get("profile_file"),
-            "message": f"Applied profile '{doc['profile']}' to {install.node_dir}."}
+            "message": f"Applied profile '{doc['profile']}' to {install.node_dir}."}, plan
+
+
+@dataclass
+class _Run:
+    """What one calibration run holds from its start to its report (the catalog read once, the plan it measures)."""
+
+    ctx: Session
+    quick: bool
+    cat: object
+    profiles: dict
+    cfg: object
+    install: object | None
+    comfy_info: dict | None
+    why_no_comfy: str | None
+    planned: Planned | None = None
+    skipped: list[str] = field(default_factory=list)
+
+    @property
+    def plan(self) -> Plan:
+        return self.planned.plan
+
+    @property
+    def fingerprint(self) -> Fingerprint:
+        return self.planned.fingerprint
 
 
 def run(ctx: Session, *, comfyui_dir: str | None = None, quick: bool = True, with_model: bool = False,
         profile: str | None = None, fingerprint: Fingerprint | None = None, write_config: bool = True,
-        fresh_probe: bool = False) -> dict:
-    """Calibrate and write the report; returns the `h3kit.calibration/1` document.
+        fresh_probe: bool = False, planned: Planned | None = None) -> dict:
+    """Calibrate and write the report; returns the `h3kit.calibration/1` document (calibrate's, below)."""
+    return calibrate(ctx, comfyui_dir=comfyui_dir, quick=quick, with_model=with_model, profile=profile,
+                     fingerprint=fingerprint, write_config=write_config, fresh_probe=fresh_probe,
+                     planned=planned).doc
 
-    Used by `h3kit calibrate` and by `h3kit install`. With `ctx.dry_run`
-    nothing is built or written and `report_files` holds None.
+
+def calibrate(ctx: Session, *, comfyui_dir: str | None = None, quick: bool = True, with_model: bool = False,
+              profile: str | None = None, fingerprint: Fingerprint | None = None, write_config: bool = True,
+              fresh_probe: bool = False, planned: Planned | None = None) -> Calibrated:
+    """Calibrate, write the report and re-apply the pack; the document and the plan re-applied.
+
+    `planned`: `h3kit install`'s fingerprint and plan (h3kit.calibrate.handover), measured as they are; without
+    it (`h3kit calibrate` by itself) this run fingerprints (unless `fingerprint` is given) and plans for itself,
+    with `profile` (None: the config's, else matching). With `ctx.dry_run` nothing is built or written and
+    `report_files` holds None.
     """
     started = time.perf_counter()
-    skipped: list[str] = []
+    state = _start(ctx, comfyui_dir, quick, fresh_probe, planned, profile, fingerprint)
+    lib, measured, setup = _measure_all(state)
+    doc = _document(state, lib, measured, setup, with_model)
+    doc["duration_seconds"] = round(time.perf_counter() - started, 3)
+    if ctx.dry_run:
+        return Calibrated(doc, None)
+    applied = None
+    if write_config:
+        doc["config_written"] = _write_config(ctx, state.cfg, doc["calibrated"])
+        doc["applied"], applied = _apply(ctx, state.install, state.planned, state.cat, state.profiles)
+    doc["repeatability"] = repeatability.compare(doc, repeatability.earlier_reports(ctx.locations.reports_dir))
+    report.write(doc, ctx.locations.reports_dir)
+    doc["pack_summary"] = write_pack_summary(ctx, state.install, doc)
+    return Calibrated(doc, applied)
+
+
+def _start(ctx: Session, comfyui_dir, quick: bool, fresh_probe: bool, planned: Planned | None, profile: str | None,
+           fingerprint: Fingerprint | None) -> _Run:
+    """The catalog, the config, the ComfyUI and the plan to measure: `planned` as handed over, else made here."""
     if not ctx.dry_run:
         with contextlib.suppress(OSError):
             for gone in remove_stale(ctx.locations.cache_dir):
                 ctx.log.info("removed the work folder of a calibration that did not finish: %s", gone)
-    ctx.progress("calibrate: fingerprint and plan...")
-    if fingerprint is None:
-        fingerprint = this_machine()
     cat = catalog_mod.load()  # the catalog and profiles, read once for the whole run
     profiles = catalog_mod.load_profiles(cat)
     cfg = _load_config(ctx, cat, profiles)
-    # Plan without the previous calibration, so today's decisions start from profile + overrides
-    # and a rerun (or a new profile) never stacks on stale calibrated values.
     install, comfy_info, why_no_comfy = _comfyui(ctx, comfyui_dir, cfg)
+    state = _Run(ctx, quick, cat, profiles, cfg, install, comfy_info, why_no_comfy, planned)
+    if planned is None or planned.plan is None:
+        state.planned = _plan_here(state, profile, fingerprint, fresh_probe)
+    return state
+
+
+def _plan_here(state: _Run, profile: str | None, fingerprint: Fingerprint | None, fresh_probe: bool) -> Planned:
+    """`h3kit calibrate` by itself: the one fingerprint (unless given), the format probe of the ComfyUI, the plan.
+    Planned without the previous calibration, so today's decisions start from profile + overrides and a rerun
+    (or a new profile) never stacks on stale calibrated values."""
+    ctx = state.ctx
+    ctx.progress("calibrate: fingerprint and plan...")
+    fingerprint = fingerprint if fingerprint is not None else this_machine()
     probe_said: list[dict] = []  # the format probe, before the plan: the planner's evidence of what runs here
-    probe = format_evidence(ctx, install, fingerprint=fingerprint, info=comfy_info, fresh=fresh_probe,
-                            findings=probe_said) if install is not None else None
-    plan = make_plan(fingerprint, cat, profiles, profile=profile, config=dataclasses.replace(cfg, calibrated={}),
-                     evidence=probe, comfyui_version=(comfy_info or {}).get("comfyui_version"))
-    dit_weight = cat.weight(plan.settings.dit_weights or "")
+    probe = format_evidence(ctx, state.install, fingerprint=fingerprint, info=state.comfy_info, fresh=fresh_probe,
+                            findings=probe_said) if state.install is not None else None
+    state.skipped += [f"the format probe: {f['message']}" for f in probe_said if f["status"] != "ok"]
+    version = (state.comfy_info or {}).get("comfyui_version")
+    plan = make_plan(fingerprint, state.cat, state.profiles, profile=profile, config=uncalibrated(state.cfg),
+                     evidence=probe, comfyui_version=version)
+    return Planned(fingerprint, plan, probe, False, version)
+
+
+def _measure_all(state: _Run) -> tuple[Path | None, dict, dict]:
+    """The native library, the runner's measurements and the disk's read speed: (library, measured, setup), where
+    setup holds what the measuring was set up with (the scaled DiT, the file's architecture, the device)."""
+    ctx, cat, plan, install = state.ctx, state.cat, state.plan, state.install
     lib, why_no_lib = native_library(ctx)
     if why_no_lib:
-        skipped.append(f"native kernels and the scaled DiT: {why_no_lib}")
-    skipped += [f"the format probe: {f['message']}" for f in probe_said if f["status"] != "ok"]
-    python = (comfy_info or {}).get("python") or sys.executable
-    if why_no_comfy:
-        skipped.append(f"ComfyUI's Python: {why_no_comfy}; ran in h3kit's own Python ({python}), so the time "
-                       "per clip is a table estimate")
-    dit = scaled_dit_config(cat, plan, quick)
+        state.skipped.append(f"native kernels and the scaled DiT: {why_no_lib}")
+    python = (state.comfy_info or {}).get("python") or sys.executable
+    if state.why_no_comfy:
+        state.skipped.append(f"ComfyUI's Python: {state.why_no_comfy}; ran in h3kit's own Python ({python}), so the "
+                             "time per clip is a table estimate")
+    dit = scaled_dit_config(cat, plan, state.quick)
     if dit["plan_quantization"] not in NATIVE_KINDS:
-        skipped.append(f"the plan's quantization {dit['plan_quantization']!r} has no native kernel; "
-                       f"the scaled DiT ran in {dit['quantization']}")
-    arch, why_catalog = arch_for(cat, dit_weight, install.path if install is not None else None)
-    device = device_of(fingerprint, plan)
-    tm = estimates.timing_module()
-    work = estimates.workload(plan, cat)
-    rows = tm.sequence_tokens(cat, work["canvas"][0], work["canvas"][1], work["frames"])
-    table = tm.rates_from_table(fingerprint, cat, cat.comfyui.dtype_on(device), backend=device)
-    points = estimates.measure_points(rows, arch, table, quick)
-    job = {"plan": plan.to_json(), "scaled_dit": dit, "quick": quick, "budget": plan.budget.to_json(),
-           "tile_candidates": TILE_CANDIDATES, **h3_job(cat, plan, arch, device, points),
-           # what one call at each point should take, by the table: the runner's time limit follows it
-           "h3_point_seconds": [estimates.call_seconds(t, arch, table, estimates.points_blocks(quick), tm)
-                                for t in points]}
-    if install is not None:  # the runner counts the rows of the prompt the installed workflow sends
-        job["h3_prompt"] = workflow_prompt(install, plan, cat)
+        state.skipped.append(f"the plan's quantization {dit['plan_quantization']!r} has no native kernel; "
+                             f"the scaled DiT ran in {dit['quantization']}")
+    arch, why_catalog = arch_for(cat, cat.weight(plan.settings.dit_weights or ""),
+                                 install.path if install is not None else None)
     if why_catalog and install is not None:
-        skipped.append(f"the DiT file's header: {why_catalog}; H3 was built at the catalog's width")
+        state.skipped.append(f"the DiT file's header: {why_catalog}; H3 was built at the catalog's width")
+    device = device_of(state.fingerprint, plan)
+    job = _job(state, dit, arch, device)
     ctx.progress(f"calibrate: measuring in {python} ...")
     if lib is None and install is None:  # nothing the runner could measure: no kernels, no ComfyUI to build H3 in
         measured = not_measured(why_no_lib)
     else:
-        measured = _measure(ctx, python, lib, job, quick, str(install.path) if install is not None else None)
+        measured = _measure(ctx, python, lib, job, state.quick, str(install.path) if install is not None else None)
     if lib is None:  # the runner may find a library by itself; without ours the kernel figures are not today's
-        measured["native"] = measured["inference"] = {"status": "skipped", "reason": why_no_lib}
-    skipped += measured.get("skipped") or []
+        skip = {"status": "skipped", "reason": why_no_lib}
+        measured = dataclasses.replace(measured, native=skip, inference=skip)
+    state.skipped += list(measured.skipped)
     ctx.progress("calibrate: disk read speed...")
     models_dir = Path(install.path) / "models" if install is not None else ctx.locations.cache_dir
-    disk = measure_disk(models_dir, PROBE_BYTES["quick" if quick else "full"], ctx.locations.cache_dir,
+    disk = measure_disk(models_dir, PROBE_BYTES["quick" if state.quick else "full"], ctx.locations.cache_dir,
                         create=not ctx.dry_run, library=lib if device == "cpu" else None)
-    native = measured.get("native") or {}
-    inference = measured.get("inference") or {}
-    device_rates = measured.get("device") or {}
-    rates = measured_rates(native, device_rates, disk, inference, dit["quantization"])
+    # the estimates and decisions read the result as its document
+    return lib, measured.to_json(), {"dit": dit, "arch": arch, "device": device, "disk": disk, "python": python}
+
+
+def _job(state: _Run, dit: dict, arch: dict, device: str) -> Job:
+    """The runner's job: the plan, the scaled DiT, and where and at which points to build and time ComfyUI's H3."""
+    cat, plan, quick = state.cat, state.plan, state.quick
+    tm = estimates.timing_module()
+    work = estimates.workload(plan, cat)
+    rows = tm.sequence_tokens(cat, work["canvas"][0], work["canvas"][1], work["frames"])
+    table = tm.rates_from_table(state.fingerprint, cat, cat.comfyui.dtype_on(device), backend=device)
+    points = estimates.measure_points(rows, arch, table, quick)
+    return dataclasses.replace(
+        h3_job(cat, plan, arch, device, points), scaled_dit=dit, quick=quick, tile_candidates=TILE_CANDIDATES,
+        # what one call at each point should take, by the table: the runner's time limit follows it
+        h3_point_seconds=tuple(estimates.call_seconds(t, arch, table, estimates.points_blocks(quick), tm)
+                               for t in points),
+        # the runner counts the rows of the prompt the installed workflow sends
+        h3_prompt=workflow_prompt(state.install, plan, cat) if state.install is not None else None)
+
+
+def _results(state: _Run, lib: Path | None, measured: dict, setup: dict) -> dict:
+    """What the measurements say: rates, the scaled-DiT check, ComfyUI's H3 model, the estimates, the decisions."""
+    cat, plan = state.cat, state.plan
+    dit, arch, device, disk = setup["dit"], setup["arch"], setup["device"], setup["disk"]
+    dit_weight = cat.weight(plan.settings.dit_weights or "")
+    native, inference = measured.get("native") or {}, measured.get("inference") or {}
+    rates = measured_rates(native, measured.get("device") or {}, disk, inference, dit["quantization"])
     appendix = native_appendix(cat, plan, rates, dit_weight.bytes if dit_weight else None)
     appendix["check"] = check_scaled(dit, inference, rates["native_gflops"])
     runner_failed = measured.get("reason") if measured.get("status") == "error" else None
     h3_model = measured.get("h3_model") or {"status": "error" if runner_failed else "skipped",
-                                            "reason": why_no_comfy or runner_failed or "the runner did not report it"}
+                                            "reason": state.why_no_comfy or runner_failed
+                                            or "the runner did not report it"}
     if h3_model.get("status") != "measured":
-        skipped = [s for s in skipped if not s.startswith("ComfyUI's H3 model")]
-        skipped.append(f"ComfyUI's H3 model: {h3_model.get('reason')}; the time per clip is a table estimate")
+        state.skipped[:] = [s for s in state.skipped if not s.startswith("ComfyUI's H3 model")]
+        state.skipped.append(f"ComfyUI's H3 model: {h3_model.get('reason')}; the time per clip is a table estimate")
     est_cat = with_text_rows(cat, h3_model)
-    est, streaming = _estimates(est_cat, plan, fingerprint, {**measured, "h3_model": h3_model}, arch, device,
-                                appendix, disk, installed_weights(cat, plan, install))
+    est, streaming = _estimates(est_cat, plan, state.fingerprint, {**measured, "h3_model": h3_model}, arch, device,
+                                appendix, disk, installed_weights(cat, plan, state.install))
     est["check"] = appendix["check"]  # the scaled-DiT check chart reads it here
     decisions = decide(plan, measured, est, minutes_for=_minutes_for(est_cat, arch, est), cat=cat, disk=disk,
-                         streaming=streaming)
-    real = run_with_model(with_model, install, cat, plan=plan, fingerprint=fingerprint, ctx=ctx)
+                       streaming=streaming)
+    return {"native": native, "inference": inference, "h3_model": h3_model, "estimates": est,
+            "streaming": streaming, "decisions": decisions}
+
+
+def _document(state: _Run, lib: Path | None, measured: dict, setup: dict, with_model: bool) -> dict:
+    """The `h3kit.calibration/1` document, before the config, the pack and the report are written."""
+    ctx, plan, got = state.ctx, state.plan, _results(state, lib, measured, setup)
+    real = run_with_model(with_model, state.install, state.cat, plan=plan, fingerprint=state.fingerprint, ctx=ctx)
     if real.get("status") == "measured":
-        real["compare"] = real_model.compare(real, est)
+        real["compare"] = real_model.compare(real, got["estimates"])
+    probe = state.planned.probe
     doc = {
         "schema": report.SCHEMA,
         "created": datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
         "h3kit_version": __version__,
-        "quick": quick,
+        "quick": state.quick,
         "dry_run": ctx.dry_run,
-        "fingerprint": fingerprint.to_json(),
+        "fingerprint": state.fingerprint.to_json(),
         "plan": plan.to_json(),
         "profile": plan.profile,
-        "runner": measured.get("runner") or {"python": python},
-        "comfyui": comfy_info,
-        "native": native,
-        "inference": inference,
-        "device": device_rates,
-        "disk": disk,
+        "runner": measured.get("runner") or {"python": setup["python"]},
+        "comfyui": state.comfy_info,
+        "native": got["native"],
+        "inference": got["inference"],
+        "device": measured.get("device") or {},
+        "disk": setup["disk"],
         "tiles": measured.get("tiles") or [],
-        "h3_model": h3_model,
+        "h3_model": got["h3_model"],
         "format_probe": probe.to_json() if probe is not None else None,
-        "estimates": est,
+        "estimates": got["estimates"],
         "real_model": real,
-        "decisions": decisions,
-        "calibrated": calibrated_values(decisions, SETTINGS_KEYS),
-        "skipped": skipped,
+        "decisions": got["decisions"],
+        "calibrated": calibrated_values(got["decisions"], SETTINGS_KEYS),
+        "skipped": state.skipped,
         "duration_seconds": 0.0,
         "report_files": {"json": None, "md": None, "html": None},
     }
-    if streaming is not None:
-        doc["streaming"] = streaming
-    doc["duration_seconds"] = round(time.perf_counter() - started, 3)
-    if ctx.dry_run:
-        return doc
-    if write_config:
-        doc["config_written"] = _write_config(ctx, cfg, doc["calibrated"])
-        doc["applied"] = _apply(ctx, install, fingerprint, cat, profiles, profile)
-    doc["repeatability"] = repeatability.compare(doc, repeatability.earlier_reports(ctx.locations.reports_dir))
-    report.write(doc, ctx.locations.reports_dir)
-    doc["pack_summary"] = write_pack_summary(ctx, install, doc)
+    if got["streaming"] is not None:
+        doc["streaming"] = got["streaming"]
     return doc

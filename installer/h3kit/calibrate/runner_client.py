@@ -2,14 +2,16 @@
 
 The runner (`h3kit.bundled.h3k_calibration_runner`) runs in ComfyUI's
 interpreter, so the torch it measures is the torch ComfyUI uses; h3kit talks
-to it only through files in a work folder: the job (`plan.json`) in, the
-result (`result.json`) and progress lines (`progress.jsonl`,
-`{"stage", "done", "total"}` per line) out. The progress lines become
+to it only through files in a work folder: the job (`plan.json`, a typed
+`Job` of the runner's own `job` module) in, the result (`result.json`, its
+`Result`) and progress lines (`progress.jsonl`, `{"stage", "done", "total"}`
+per line) out. The progress lines become
 progress bars on stderr while the runner works.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -18,8 +20,10 @@ import threading
 from pathlib import Path
 
 from h3kit import bundled
+from h3kit.bundled.h3k_calibration_runner.job import Job, JobSettings, Result
 from h3kit.core.session import Session
 from h3kit.core.subproc import run as run_process
+from h3kit.data.plan_doc import Plan
 
 RUNNER = bundled.CALIBRATION_RUNNER
 BRIDGE = bundled.NATIVE_BRIDGE
@@ -37,13 +41,12 @@ BUSY_FACTOR = 3
 FLOOR_S = 90  # the old fixed limit: no job is cut off sooner than before
 
 
-def not_measured(reason: str) -> dict:
-    """The runner's result shape when it did not start, each part saying why."""
-    return {"native": {"status": "skipped", "reason": reason}, "inference": {"status": "skipped", "reason": reason},
-            "device": {"status": "skipped", "reason": reason}, "tiles": []}
+def not_measured(reason: str) -> Result:
+    """The runner's result when it did not start, each part saying why."""
+    return Result.not_run(reason)
 
 
-def runner_limit(job: dict, quick: bool, comfyui: bool) -> tuple[int, str]:
+def runner_limit(job: Job, quick: bool, comfyui: bool) -> tuple[int, str]:
     """(seconds to wait for the runner, what they are based on: a clause for the message); pure.
 
     The idle estimate is QUICK_SECONDS / FULL_SECONDS plus, when it builds H3 in a ComfyUI, each timed
@@ -51,8 +54,8 @@ def runner_limit(job: dict, quick: bool, comfyui: bool) -> tuple[int, str]:
     that point, `h3_point_seconds` in the job); the limit is BUSY_FACTOR times that, rounded up to ten
     seconds, and never under FLOOR_S."""
     base = QUICK_SECONDS if quick else FULL_SECONDS
-    points = list(job.get("h3_points") or []) if comfyui else []
-    calls = [float(c) for c in (job.get("h3_point_seconds") or []) if isinstance(c, (int, float))]
+    points = list(job.h3_points) if comfyui else []
+    calls = list(job.h3_point_seconds)
     idle = base + sum(POINT_CAP_S[quick] + 2 * (calls[i] if i < len(calls) else 0.0) for i in range(len(points)))
     limit = max(FLOOR_S, math.ceil(BUSY_FACTOR * idle / 10) * 10)
     timed = f" and {len(points)} timed points of ComfyUI's H3" if points else ""
@@ -61,8 +64,8 @@ def runner_limit(job: dict, quick: bool, comfyui: bool) -> tuple[int, str]:
     return limit, basis
 
 
-def h3_job(cat, plan: Plan, arch: dict, device: str, points: list[int] | None = None) -> dict:
-    """The job's H3 part: {"h3_arch", "h3_canvas", "h3_device"}, what the runner builds ComfyUI's H3 at.
+def h3_job(cat, plan: Plan, arch: dict, device: str, points: list[int] | None = None) -> Job:
+    """The job's H3 part (with the plan's settings and budget): what the runner builds ComfyUI's H3 at.
 
     `h3_arch`: the file's full width and depth (`arch`, from its header or the catalog; `from` says
     which) with its parameter split and stored dtype; `h3_canvas`: the plan's workload, with the text
@@ -81,15 +84,13 @@ def h3_job(cat, plan: Plan, arch: dict, device: str, points: list[int] | None = 
               "steps": work["steps"], "cfg": work["cfg"]}
     if seq is not None:
         canvas["text_tokens"] = int(seq.text_tokens)
-    out = {"h3_arch": {k: arch[k] for k in keys if arch.get(k) is not None}, "h3_canvas": canvas,
-           "h3_device": device}
-    if points:
-        out["h3_points"] = list(points)
-    return out
+    return Job(settings=JobSettings.from_json(plan.settings.to_json()), gpu_budget_bytes=plan.budget.gpu_bytes,
+               h3_arch={k: arch[k] for k in keys if arch.get(k) is not None}, h3_canvas=canvas, h3_device=device,
+               h3_points=tuple(points or ()))
 
 
-def run_runner(ctx: Session, python: str, bridge: Path, lib: Path | None, job: dict, quick: bool,
-               workdir: Path, comfyui: str | None = None) -> dict:
+def run_runner(ctx: Session, python: str, bridge: Path, lib: Path | None, job: Job, quick: bool,
+               workdir: Path, comfyui: str | None = None) -> Result:
     """Start the runner in `python`, follow its progress file, return its result document.
 
     With `comfyui` (a ComfyUI folder) the runner imports that ComfyUI to build its H3 transformer.
@@ -98,7 +99,7 @@ def run_runner(ctx: Session, python: str, bridge: Path, lib: Path | None, job: d
     plan_file = workdir / "plan.json"
     out_file = workdir / "result.json"
     progress_file = workdir / "progress.jsonl"
-    plan_file.write_text(json.dumps(job), encoding="utf-8")
+    plan_file.write_text(json.dumps(job.to_json()), encoding="utf-8")
     progress_file.write_text("", encoding="utf-8")
     argv = [python, str(RUNNER), "--bridge", str(bridge), "--plan", str(plan_file), "--out", str(out_file),
             "--progress", str(progress_file)]
@@ -119,11 +120,10 @@ def run_runner(ctx: Session, python: str, bridge: Path, lib: Path | None, job: d
     if res is None or not out_file.exists():
         detail = res.detail if res is not None else "no result"
         limit = f"; the limit was {timeout} s, {basis}" if res is not None and res.status == "timeout" else ""
-        return {"status": "error", "reason": f"the runner did not finish ({detail}{limit}); "
-                f"stderr: {(res.stderr if res else '')[-600:]}"}
-    doc = json.loads(out_file.read_text(encoding="utf-8"))
-    doc.setdefault("stderr_tail", res.stderr[-2000:])
-    return doc
+        return Result.failed(f"the runner did not finish ({detail}{limit}); "
+                             f"stderr: {(res.stderr if res else '')[-600:]}")
+    result = Result.from_json(json.loads(out_file.read_text(encoding="utf-8")))
+    return result if result.stderr_tail is not None else dataclasses.replace(result, stderr_tail=res.stderr[-2000:])
 
 
 def _progress_bar(total: int, desc: str):

@@ -40,6 +40,7 @@ from h3kit.core import files as fs
 from h3kit.core.errors import BadInput, NotReady, VerificationFailed
 from h3kit.core.paths import asset_dir
 from h3kit.core.units import human_bytes
+from h3kit.data.plan_doc import PlanSettings
 
 PROFILE_FILE = "h3kit_profile.json"
 PROFILE_SCHEMA = "h3kit.node-profile/1"
@@ -71,7 +72,7 @@ class DeployResult:
 # -- what goes into the pack ---------------------------------------------------
 
 
-def pack_contents(library: Path | None, settings: dict, profile: str,
+def pack_contents(library: Path | None, settings: PlanSettings, profile: str,
                   generated: dict[str, bytes] | None = None) -> dict[str, bytes]:
     """Relative path -> bytes of every file of the pack (`generated`: files made from the plan, the workflows).
 
@@ -98,8 +99,9 @@ def pack_contents(library: Path | None, settings: dict, profile: str,
     return files
 
 
-def profile_document(settings: dict, profile: str) -> bytes:
-    doc = {"schema": PROFILE_SCHEMA, "profile": profile, "h3kit_version": h3kit.__version__, "settings": settings}
+def profile_document(settings: PlanSettings, profile: str) -> bytes:
+    doc = {"schema": PROFILE_SCHEMA, "profile": profile, "h3kit_version": h3kit.__version__,
+           "settings": settings.to_json()}
     return (json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
 
 
@@ -231,7 +233,7 @@ def _stage(staging: Path, files: dict[str, bytes], record: mf.Manifest) -> None:
         raise
 
 
-def deploy(install: ComfyInstall, *, settings: dict, profile: str, library: Path | None,
+def deploy(install: ComfyInstall, *, settings: PlanSettings, profile: str, library: Path | None,
            state_dir: Path, cache_dir: Path, progress=None, windows: bool | None = None,
            generated: dict[str, bytes] | None = None) -> DeployResult:
     """Install or upgrade the pack and launcher; returns what was done (manifest saved)."""
@@ -296,7 +298,7 @@ def _upgrade(record: mf.Manifest, staging: Path, target: Path, files: dict[str, 
     journal.remove(staging)
 
 
-def rewrite_profile(install: ComfyInstall, record: mf.Manifest, settings: dict, profile: str,
+def rewrite_profile(install: ComfyInstall, record: mf.Manifest, settings: PlanSettings, profile: str,
                     state_dir: Path | None = None) -> tuple[Path, str | None]:
     """`h3kit apply`: a new h3kit_profile.json, recorded before it is written atomically; (path, backup).
 
@@ -361,7 +363,7 @@ def verify(install: ComfyInstall, timeout: float = VERIFY_TIMEOUT) -> dict:
 # -- apply: the config and profile, again, onto an installed pack ------------------------
 
 
-def apply(install: ComfyInstall, settings: dict, profile: str, state_dir: Path, cache_dir: Path,
+def apply(install: ComfyInstall, settings: PlanSettings, profile: str, state_dir: Path, cache_dir: Path,
           dry_run: bool = False, generated: dict[str, bytes] | None = None) -> dict:
     """Rewrite the pack's profile, its generated files (workflows) and the launcher; the `h3kit.apply/1` document.
 
@@ -380,7 +382,7 @@ def apply(install: ComfyInstall, settings: dict, profile: str, state_dir: Path, 
     before = installed_profile(install)
     doc = {"schema": "h3kit.apply/1", "comfyui": str(install.path), "profile": profile,
            "previous_profile": before.get("profile"),
-           "changed": before.get("settings") != settings or before.get("profile") != profile}
+           "changed": before.get("settings") != settings.to_json() or before.get("profile") != profile}
     if dry_run:
         doc["dry_run"] = True
         return doc

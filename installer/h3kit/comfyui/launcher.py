@@ -23,6 +23,7 @@ from h3kit.comfyui.journal import Journal
 from h3kit.comfyui.inspect import comfyui_version
 from h3kit.comfyui.locate import ComfyInstall, run_python
 from h3kit.core.errors import BadInput
+from h3kit.data.plan_doc import PlanSettings
 from h3kit.data.yamlio import ENV_NAME
 
 HELP_TIMEOUT = 120.0
@@ -147,7 +148,7 @@ def render(install: ComfyInstall, python: Path, args: list[str], env: dict, prof
     return render_sh(install, python, args, env, profile)
 
 
-def write_launcher(install: ComfyInstall, record: mf.Manifest, settings: dict, profile: str,
+def write_launcher(install: ComfyInstall, record: mf.Manifest, settings: PlanSettings, profile: str,
                    state_dir: Path, cache_dir: Path, windows: bool | None = None) -> dict:
     """Write (or rewrite) run_h3kit.sh/.bat; {path, args, dropped, detail, backup} (path None when skipped).
 
@@ -156,8 +157,8 @@ def write_launcher(install: ComfyInstall, record: mf.Manifest, settings: dict, p
     """
     windows = sys.platform == "win32" if windows is None else windows
     where = install.launcher_dir
-    wanted = [str(a) for a in settings.get("comfyui_args") or []]
-    env = {str(k): str(v) for k, v in (settings.get("env") or {}).items()}
+    wanted = [str(a) for a in settings.comfyui_args]
+    env = {str(k): str(v) for k, v in settings.env.items()}
     if where is None or install.python is None:
         why = "the Desktop app starts ComfyUI itself" if where is None else "ComfyUI's Python is unknown"
         return {"path": None, "args": [], "dropped": wanted, "detail": f"no launcher written: {why}"}

@@ -1,4 +1,4 @@
-"""`h3kit apply`'s step: plan again, then re-apply the config and profile to the installed pack and its launcher.
+"""`h3kit apply`'s step: plan once more, then re-apply the config and profile to the installed pack and its launcher.
 
 Rewrites h3kit_profile.json (the nodes re-read it at their next run) and the
 launcher (its flags take effect when ComfyUI is restarted), then updates the
@@ -12,8 +12,8 @@ from pathlib import Path
 from h3kit.comfyui import deploy
 from h3kit.core.session import Outcome, Session
 from h3kit.data import catalog
-from h3kit.steps.common import current_plan, exclusive, generated_files, load_config, locate
-from h3kit.steps.format_probe import probed_plan
+from h3kit.steps.common import exclusive, fingerprint_for, generated_files, load_config, locate
+from h3kit.steps.format_probe import plan_for
 from h3kit.steps.options import ApplyOptions
 
 
@@ -26,10 +26,10 @@ def run(options: ApplyOptions, ctx: Session) -> Outcome:
 
 
 def _apply(options: ApplyOptions, ctx: Session, config, install, notes: list[str]) -> Outcome:
-    fingerprint, plan = current_plan(ctx, config, options.profile, notes)
-    # the plan install made used this ComfyUI's format probe; apply plans with the same evidence
-    plan = probed_plan(ctx, config, install, fingerprint, plan, notes, profile=options.profile, saved=False)
-    doc = deploy.apply(install, plan.settings.to_json(), plan.profile, ctx.locations.state_dir,
+    # one plan, with the evidence install's had: this ComfyUI's format probe and its version
+    plan = plan_for(ctx, config, fingerprint_for(ctx, None, notes), notes, profile=options.profile,
+                    install=install).plan
+    doc = deploy.apply(install, plan.settings, plan.profile, ctx.locations.state_dir,
                        ctx.locations.cache_dir, dry_run=ctx.dry_run, generated=generated_files(plan))
     doc["notes"] = notes + doc.get("notes", [])
     # The flags known to harm H3 reach the launcher when the user insists; apply says so, as plan does.

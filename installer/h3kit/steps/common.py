@@ -26,13 +26,28 @@ def load_config(ctx: Session):
     return config.load(ctx.locations)
 
 
-def _plan(fingerprint: Fingerprint, profile: str | None, config) -> Plan:
+def plan_with(fingerprint: Fingerprint, profile: str | None, config, *, evidence=None,
+              comfyui_version: str | None = None) -> Plan:
     """The planner over the shipped catalog and profiles (it reads no file itself)."""
     from h3kit.data import catalog
     from h3kit.plan import make_plan
 
     cat = catalog.load()
-    return make_plan(fingerprint, cat, catalog.load_profiles(cat), profile=profile, config=config)
+    return make_plan(fingerprint, cat, catalog.load_profiles(cat), profile=profile, config=config, evidence=evidence,
+                     comfyui_version=comfyui_version)
+
+
+def check_profile(config, profile: str | None) -> None:
+    """BadInput at once for a profile no plan can use (--profile, else config.yaml's), before a command that plans
+    late (install plans once its ComfyUI is found) sets anything up."""
+    from h3kit.core.errors import BadInput
+    from h3kit.data import catalog
+
+    wanted = profile or (config.profile if config is not None else "auto")
+    names = catalog.load_profiles(catalog.load())
+    if wanted != "auto" and wanted not in names:
+        raise BadInput(f"There is no profile named {wanted!r}.",
+                       f"Choose one of: auto, {', '.join(names)} (see 'h3kit profile list').")
 
 
 def current_plan(ctx: Session, config, profile: str | None, notes: list[str]) -> tuple[Fingerprint, Plan]:
@@ -42,7 +57,7 @@ def current_plan(ctx: Session, config, profile: str | None, notes: list[str]) ->
     ctx.progress("Fingerprinting this machine...")
     fingerprint = this_machine()
     ctx.progress("Planning the profile...")
-    return fingerprint, _plan(fingerprint, profile, config)
+    return fingerprint, plan_with(fingerprint, profile, config)
 
 
 def machine_fingerprint(path: str | None) -> Fingerprint:
@@ -53,6 +68,15 @@ def machine_fingerprint(path: str | None) -> Fingerprint:
     return load_file(path) if path else this_machine()
 
 
+def fingerprint_for(ctx: Session, path: str | None, notes: list[str]) -> Fingerprint:
+    """A command's one fingerprint: the saved FILE (said in `notes`), else this machine's, probed now."""
+    if path:
+        notes.append(f"using the saved fingerprint {path}, not this machine's")
+    else:
+        ctx.progress("Fingerprinting this machine...")
+    return machine_fingerprint(path)
+
+
 def saved_plan(config, profile: str | None, notes: list[str],
                fingerprint_file: str) -> tuple[Fingerprint, Plan | None]:
     """(fingerprint, plan) for a saved fingerprint file (--fingerprint FILE), instead of this machine."""
@@ -60,7 +84,7 @@ def saved_plan(config, profile: str | None, notes: list[str],
 
     fingerprint = load_file(fingerprint_file)
     notes.append(f"using the saved fingerprint {fingerprint_file}, not this machine's")
-    return fingerprint, _plan(fingerprint, profile, config)
+    return fingerprint, plan_with(fingerprint, profile, config)
 
 
 def generated_files(plan: Plan | None) -> dict[str, bytes]:

@@ -1,31 +1,49 @@
-"""The format probe in a command's chain: measured before the plan is final and before any download.
+"""The format probe in a command's chain, and the command's one plan: measured before any download.
 
-Install and calibrate find the ComfyUI after a first plan (a machine without
-one still gets a plan and a report); once the ComfyUI is known, its format
-probe (h3kit.calibrate.format_probe, cached per setup) runs in its Python and
-the plan is made again with it as the planner's evidence. A plan for a saved
+Install and apply find the ComfyUI first and plan once it is known: its
+format probe (h3kit.calibrate.format_probe, cached per setup) runs in its
+Python and is the planner's evidence, and its version says which files it
+loads and which flags it needs. A machine without a ComfyUI is planned
+without either (install still reports what it can do). A plan for a saved
 fingerprint (--fingerprint FILE) describes another machine, so this
-machine's probe is not its evidence.
+machine's probe is not its evidence. Doctor plans first and again with the
+probe (`plan_with`), since it also checks a machine without a ComfyUI.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 from h3kit.calibrate.format_probe import format_evidence
+from h3kit.calibrate.handover import Planned, uncalibrated
 from h3kit.core.session import Session
 from h3kit.data.fingerprint import Fingerprint
 from h3kit.data.plan_doc import Plan
+from h3kit.steps.common import plan_with as make_one_plan
 
 
-def probed_plan(ctx: Session, config, install, fingerprint: Fingerprint | None, plan: Plan | None, notes: list[str], *,
-                profile: str | None, saved: bool) -> Plan | None:
-    """`plan` made again with this machine's format probe as evidence; `plan` itself when there is none.
-    `saved`: the plan is for a saved fingerprint (another machine), so this machine's probe is not its evidence."""
+def plan_for(ctx: Session, config, fingerprint: Fingerprint, notes: list[str], *, profile: str | None,
+             install=None, saved: bool = False, for_calibration: bool = False) -> Planned:
+    """The command's one plan, handed on typed: for `install` (a ComfyInstall, or None when none was found) with
+    its format probe as evidence (not for a `saved` fingerprint's plan) and its version. `for_calibration`: a
+    calibration runs next and re-applies with what it measures, so this plan is made without the config's
+    earlier calibrated values (h3kit.calibrate.handover)."""
+    probe = probe_of(ctx, install, fingerprint, notes, saved=saved) if install is not None else None
+    planned = Planned(fingerprint, None, probe, saved, installed_version(install))
+    _say_evidence(planned.evidence, notes)
+    ctx.progress("Planning the profile...")
+    plan = make_one_plan(fingerprint, profile, uncalibrated(config) if for_calibration else config,
+                         evidence=planned.evidence, comfyui_version=planned.comfyui_version)
+    return dataclasses.replace(planned, plan=plan)
+
+
+def probe_of(ctx: Session, install, fingerprint: Fingerprint | None, notes: list[str], *, saved: bool):
+    """This ComfyUI's format probe (cached, else measured now unless a dry run); what it said goes to `notes`."""
     findings: list[dict] = []
     probe = format_evidence(ctx, install, fingerprint=None if saved else fingerprint, run=not ctx.dry_run,
                             findings=findings)
     notes += [f"format probe: {f['message']}" for f in findings if f["status"] != "ok"]
-    return plan_with(probe, config, fingerprint, plan, notes, profile=profile, saved=saved,
-                     comfyui_version=installed_version(install))
+    return probe
 
 
 def installed_version(install) -> str | None:
@@ -40,15 +58,14 @@ def plan_with(probe, config, fingerprint: Fingerprint | None, plan: Plan | None,
     """`plan` made again for the found ComfyUI: with `probe` (a FormatProbe or None) as the planner's evidence
     (not for another machine's plan), and with its version (the files it loads, the flags it needs);
     `plan` itself when there is neither."""
-    from h3kit.data import catalog
-    from h3kit.plan import make_plan
-
     evidence = None if saved else probe
     if (evidence is None and comfyui_version is None) or not plan or fingerprint is None:
         return plan
+    _say_evidence(evidence, notes)
+    return make_one_plan(fingerprint, profile, config, evidence=evidence, comfyui_version=comfyui_version)
+
+
+def _say_evidence(evidence, notes: list[str]) -> None:
     if evidence is not None:
         runs = sum(r.status == "runs" for part in evidence.parts.values() for r in part.values())
         notes.append(f"planned with {evidence.source}: {runs} format/part pairs run")
-    cat = catalog.load()
-    return make_plan(fingerprint, cat, catalog.load_profiles(cat), profile=profile, config=config, evidence=evidence,
-                     comfyui_version=comfyui_version)

@@ -150,6 +150,7 @@ def load_streamed(path, weight_dtype: str = "default", preload_bytes: int = 0, s
         shard_size_bytes = BYPASS_READ_BYTES
     plan = plan_stream(ranges, shard_size_bytes, prefetch_blocks, preload_bytes, bridge.streamer_limits())
     stream = BlockStream(path, stamp, bridge, specs, plan, stats_path, dequantize, page_cache=page_cache)
+    setattr(model, ATTR, stream)
     _hook_blocks(model, stream)
     load_device, offload_device = mm.get_torch_device(), mm.unet_offload_device()
     # reading in place on the CPU needs one set of block buffers and no ring; the ring way needs two sets

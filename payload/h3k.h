@@ -28,8 +28,9 @@ extern "C" {
 #endif
 
 #define H3K_VERSION "0.1.0"
-#define H3K_ABI 5 /* bumped with every changed signature (2: tile lengths; 3: direct reads, advice;
-                     4: the self-test became the program h3k-selftest; 5: reads past the page cache) */
+#define H3K_ABI 6 /* bumped with every changed signature (2: tile lengths; 3: direct reads, advice;
+                     4: the self-test became the program h3k-selftest; 5: reads past the page cache;
+                     6: h3k_streamer_limits) */
 
 /* Status codes. */
 #define H3K_OK 0
@@ -126,6 +127,8 @@ H3K_API int h3k_streamer_plan(uint64_t shard_size_bytes, uint64_t preload_bytes,
                               size_t *read_size, int *depth);
 H3K_API int h3k_streamer_open(h3k_streamer **out, const char *path, size_t read_size,
                               int depth);
+/* The largest read_size and depth h3k_streamer_open accepts. */
+H3K_API int h3k_streamer_limits(uint64_t *max_read_size, int *max_depth);
 H3K_API void h3k_streamer_close(h3k_streamer *s);
 H3K_API uint64_t h3k_streamer_file_size(h3k_streamer *s);
 /* From now on the ring's reads (h3k_streamer_submit) bypass the OS's page

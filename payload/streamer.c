@@ -176,10 +176,24 @@ static int streamer_alloc_ring(h3k_streamer *s) {
     return 1;
 }
 
+/* The most h3k_streamer_open takes: one read of 2 GiB (a single read call
+ * moves at most that much on every system), a ring of 64 buffers. Callers
+ * ask h3k_streamer_limits rather than keep a copy. */
+#define H3K_STREAMER_MAX_READ ((size_t)1 << 31)
+#define H3K_STREAMER_MAX_DEPTH 64
+
+int h3k_streamer_limits(uint64_t *max_read_size, int *max_depth) {
+    if (!max_read_size || !max_depth) return H3K_EINVAL;
+    *max_read_size = (uint64_t)H3K_STREAMER_MAX_READ;
+    *max_depth = H3K_STREAMER_MAX_DEPTH;
+    return H3K_OK;
+}
+
 int h3k_streamer_open(h3k_streamer **out, const char *path, size_t read_size, int depth) {
     if (!out) return H3K_EINVAL;
     *out = NULL;
-    if (!path || read_size == 0 || read_size > ((size_t)1 << 31) || depth < 1 || depth > 64)
+    if (!path || read_size == 0 || read_size > H3K_STREAMER_MAX_READ || depth < 1 ||
+        depth > H3K_STREAMER_MAX_DEPTH)
         return H3K_EINVAL;
     h3k_streamer *s = (h3k_streamer *)H3K_CALLOC(1, sizeof *s);
     if (!s) return H3K_ENOMEM;

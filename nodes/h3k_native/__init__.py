@@ -33,7 +33,7 @@ from pathlib import Path
 
 from . import _handles
 from ._buffers import _as_buffer, _is_numpy  # noqa: F401 - used by tests and the runner
-from ._kernels import Library, Tile
+from ._kernels import Library, StreamerLimits, Tile
 from ._library import (
     ABI,
     BLOCK,
@@ -146,6 +146,10 @@ def features() -> dict:
     return load().features()
 
 
+def streamer_limits() -> StreamerLimits:
+    return load().streamer_limits()
+
+
 class Arena(_handles.Arena):
     """The preload arena, on the default library unless `library=` names one."""
 
@@ -163,7 +167,7 @@ class Streamer(_handles.Streamer):
 
 
 __all__ = ["ABI", "BLOCK", "BLOCK_BYTES", "ENV_LIB", "FEATURE_BITS", "KINDS", "VARIANTS", "Arena", "Library", "NativeError",
-           "Streamer", "Tile", "VALUE_TYPES", "blend_tiles", "cache_dir", "cached_build_dir", "candidates", "dequantize", "features", "find",
+           "Streamer", "StreamerLimits", "Tile", "VALUE_TYPES", "blend_tiles", "cache_dir", "cached_build_dir", "candidates", "dequantize", "features", "find",
            "library_filename", "load", "matmul", "matmul_f32", "matvec", "quantize", "read_selftest", "run_selftest",
            "selftest", "selftest_filename", "SELFTEST_TIMEOUT",
-           "split_tiles", "tile_starts", "version"]
+           "split_tiles", "streamer_limits", "tile_starts", "version"]

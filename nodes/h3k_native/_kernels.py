@@ -226,6 +226,19 @@ class Library:
                                             ctypes.byref(depth)), "streamer plan")
         return read_size.value, depth.value
 
+    def streamer_limits(self) -> "StreamerLimits":
+        """The largest read and ring depth the streamer accepts, as the library says (never a copy)."""
+        max_read, max_depth = ctypes.c_uint64(0), ctypes.c_int(0)
+        self.check(self.c.h3k_streamer_limits(ctypes.byref(max_read), ctypes.byref(max_depth)), "streamer limits")
+        return StreamerLimits(max_read.value, max_depth.value)
+
+
+class StreamerLimits(NamedTuple):
+    """What h3k_streamer_open accepts at most: one read of `max_read_bytes`, a ring of `max_depth` buffers."""
+
+    max_read_bytes: int
+    max_depth: int
+
 
 class Tile(NamedTuple):
     y: int

@@ -27,7 +27,7 @@ VARIANTS = ("baseline", "x86-64-v3", "arm64-dotprod")
 ENV_LIB = "H3KIT_NATIVE_LIB"
 
 
-ABI = 5  # H3K_ABI in payload/h3k.h: bumped when a C signature changes
+ABI = 6  # H3K_ABI in payload/h3k.h: bumped when a C signature changes
 
 
 # Bit names of h3k_cpu_features(), in bit order (payload/h3k.h).
@@ -138,6 +138,7 @@ class _Api:
                                              ctypes.POINTER(ctypes.c_int)]),
         "h3k_streamer_open": (ctypes.c_int, [ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p, ctypes.c_size_t,
                                              ctypes.c_int]),
+        "h3k_streamer_limits": (ctypes.c_int, [ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_int)]),
         "h3k_streamer_close": (None, [ctypes.c_void_p]),
         "h3k_streamer_file_size": (ctypes.c_uint64, [ctypes.c_void_p]),
         "h3k_streamer_submit": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64]),

@@ -10,7 +10,7 @@ shape and a range whose size matches both, and every range lies inside the
 file. Each refusal is a `HeaderError`: one sentence naming the file (and the
 tensor, where one is at fault) and what to do.
 
-Users: the streamed loader (nodes/h3kit_streaming_logic.py, as the pack's
+Users: the streamed loader (nodes/h3kit_streaming/logic.py, as the pack's
 package beside it) and calibration's architecture reader
 (h3kit.calibrate.arch, as h3kit.bundled.h3k_safetensors). Standard library
 only, and never `import h3kit`: this runs where h3kit is not installed.

@@ -64,10 +64,10 @@ def test_doctor_all_ok_after_install(installed, run_cli):
 
 def test_doctor_finds_a_changed_pack_file(installed, run_cli):
     comfy, doc = installed
-    (Path(doc["node_dir"]) / "h3kit_nodes.py").write_text("# changed\n")
+    (Path(doc["node_dir"]) / "h3kit_decode" / "node.py").write_text("# changed\n")
     code, out, err = run_cli("doctor", "--comfyui", str(comfy), "--json")
     found = _findings(out)
-    assert code == 4 and found["pack.intact"]["status"] == "fail" and "h3kit_nodes.py" in found["pack.intact"]["message"]
+    assert code == 4 and found["pack.intact"]["status"] == "fail" and "node.py" in found["pack.intact"]["message"]
     assert "h3kit install" in found["pack.intact"]["fix"]
 
 

@@ -63,7 +63,8 @@ def test_install_records_every_file_and_verifies(comfy, h3kit_home):
     res = _deploy(inst, h3kit_home, library=lib)
     node = comfy / "custom_nodes" / "ComfyUI-h3kit"
     assert res.created and node.is_dir()
-    for name in ("__init__.py", "h3kit_nodes.py", "h3kit_logic.py", "h3kit_profile.json", "lib/libh3kit-test.so"):
+    for name in ("__init__.py", "h3kit_decode/node.py", "h3kit_decode/logic.py", "h3kit_profile.json",
+                 "lib/libh3kit-test.so"):
         assert (node / name).is_file(), name
     record = mf.load(res.manifest.path)
     on_disk = {str(p) for p in node.rglob("*")} | {str(node)}
@@ -139,16 +140,16 @@ def test_reinstall_upgrades_in_place_keeping_user_files(comfy, h3kit_home):
     first = _deploy(inst, h3kit_home)
     node = first.node_dir
     (node / "my_workflow.json").write_text("{}")
-    (node / "h3kit_logic.py").write_text("# edited by the user\n")
+    (node / "h3kit_decode" / "logic.py").write_text("# edited by the user\n")
     second = _deploy(inst, h3kit_home, profile="cpu-only")
     assert not second.created
     assert (node / "my_workflow.json").read_text() == "{}"
-    assert "edited by the user" not in (node / "h3kit_logic.py").read_text()
+    assert "edited by the user" not in (node / "h3kit_decode" / "logic.py").read_text()
     [backup] = second.backed_up
     assert Path(backup).read_text() == "# edited by the user\n" and str(Path(h3kit_home) / "state" / "backups") in backup
     record = mf.load(second.manifest.path)
     assert record.find(node / "my_workflow.json") is None
-    assert record.still_ours(record.find(node / "h3kit_logic.py"))
+    assert record.still_ours(record.find(node / "h3kit_decode" / "logic.py"))
 
 
 def test_interrupted_install_staging_is_cleaned(comfy, h3kit_home):
@@ -172,7 +173,7 @@ def test_verify_failure_is_exit_4(comfy, run_cli, monkeypatch):
 def test_broken_pack_fails_verification(comfy, h3kit_home):
     inst = find(str(comfy), None, Context(yes=True))
     res = _deploy(inst, h3kit_home)
-    (res.node_dir / "h3kit_nodes.py").write_text("raise RuntimeError('broken on purpose')\n")
+    (res.node_dir / "h3kit_decode" / "node.py").write_text("raise RuntimeError('broken on purpose')\n")
     with pytest.raises(VerificationFailed, match="broken on purpose"):
         deploy.verify(inst)
 

@@ -114,7 +114,7 @@ def test_every_write_into_comfyui_is_named_in_the_saved_record_first(comfy, h3ki
     inst, first = _deploy(comfy, home)
     assert first.created and {"mkdir", "write", "rename"} <= set(seen)
     seen.clear()
-    (first.node_dir / "h3kit_logic.py").write_text("# edited\n")
+    (first.node_dir / "h3kit_decode" / "logic.py").write_text("# edited\n")
     _deploy(comfy, home, profile="nvidia-12gb")  # in place: replaces, a backup, the launcher again
     assert {"write", "replace"} <= set(seen)
     seen.clear()

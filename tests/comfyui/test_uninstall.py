@@ -36,7 +36,7 @@ def test_install_then_uninstall_is_byte_identical(tmp_path, run_cli, layout, mon
     # ComfyUI running the pack writes byte code into it: uninstall must clear that too.
     pyc = Path(doc["node_dir"]) / "__pycache__"
     pyc.mkdir()
-    (pyc / "h3kit_nodes.cpython-311.pyc").write_bytes(b"\x00pyc")
+    (pyc / "__init__.cpython-311.pyc").write_bytes(b"\x00pyc")
     code, out, err = run_cli("uninstall", "--comfyui", str(comfy), "--yes", "--json")
     assert code == 0, err
     result = json.loads(out)
@@ -49,7 +49,7 @@ def test_changed_and_added_files_go_to_backup(tmp_path, run_cli, h3kit_home):
     before = comfy_tree.snapshot(comfy)
     doc = _install(run_cli, comfy)
     node = Path(doc["node_dir"])
-    (node / "h3kit_logic.py").write_text("# my tweak\n")
+    (node / "h3kit_decode" / "logic.py").write_text("# my tweak\n")
     (node / "notes.txt").write_text("keep me")
     (node / "sub").mkdir()
     (node / "sub" / "deep.txt").write_text("deep")
@@ -57,8 +57,8 @@ def test_changed_and_added_files_go_to_backup(tmp_path, run_cli, h3kit_home):
     assert code == 0, err
     result = json.loads(out)
     backups = {Path(b["path"]).name: Path(b["backup"]) for b in result["backed_up"]}
-    assert set(backups) == {"h3kit_logic.py", "notes.txt", "sub"}
-    assert backups["h3kit_logic.py"].read_text() == "# my tweak\n"
+    assert set(backups) == {"logic.py", "notes.txt", "sub"}
+    assert backups["logic.py"].read_text() == "# my tweak\n"
     assert (backups["sub"] / "deep.txt").read_text() == "deep"
     assert str(Path(h3kit_home) / "state" / "backups") in str(backups["notes.txt"])
     assert comfy_tree.snapshot(comfy) == before

@@ -47,10 +47,10 @@ def test_the_streaming_stats_written_by_h3kits_own_node_are_removed_with_the_pac
     comfy = comfy_tree.make_comfyui(tmp_path / "c")
     assert run_cli(*INSTALL, "--comfyui", str(comfy))[0] == 0
     pack = comfy / "custom_nodes" / "ComfyUI-h3kit"
-    logic = pack_module("h3kit_streaming_logic")  # the node's own writer, imported as the pack's module
+    logic = pack_module("h3kit_streaming.logic")  # the node's own writer, imported as the pack's module
     doc = logic.stats_document("dit.safetensors", 4, {"bytes_read": 10, "steps": 1}, {"resident": []})
     logic.write_json_atomic(pack / logic.STATS_FILE, doc)
-    te_stats = pack / pack_module("h3kit_te_stream_logic").TE_STATS_FILE  # the streamed text encoder's
+    te_stats = pack / pack_module("h3kit_streaming.te_logic").TE_STATS_FILE  # the streamed text encoder's
     logic.write_json_atomic(te_stats, dict(doc, file="te.safetensors"))
     mine = pack / "notes.txt"
     mine.write_text("mine\n")

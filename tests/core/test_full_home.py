@@ -48,7 +48,7 @@ def test_uninstall_with_a_full_h3kit_home_names_the_home_and_leaves_no_empty_bac
             shutil.copytree(h3kit_home / sub, home / sub)
         monkeypatch.setenv("H3KIT_HOME", str(home))
         assert run_cli(*INSTALL, "--comfyui", str(comfy))[0] == 0
-        edited = comfy / "custom_nodes" / "ComfyUI-h3kit" / "h3kit_logic.py"
+        edited = comfy / "custom_nodes" / "ComfyUI-h3kit" / "h3kit_decode" / "logic.py"
         edited.write_bytes(b"# my edit\n" + b"x" * (3 << 20))  # the user's: uninstall must back it up
         fill(home, 256 * 1024)
         rc, out, err = run_cli("uninstall", "--comfyui", str(comfy), "--yes")

@@ -326,6 +326,18 @@ def test_streamer_range_past_end_of_file_is_an_error(lib, tmp_path):
         lib.streamer(tmp_path / "missing.bin", read_size=4096, depth=2)
 
 
+def test_streamer_limits_are_the_librarys_own(lib, tmp_path):
+    """The loaders ask the library how far a read and the ring may go: exactly what h3k_streamer_open takes."""
+    limits = lib.streamer_limits()
+    assert limits == (1 << 31, 64) and limits.max_depth == 64
+    path = tmp_path / "one.bin"
+    path.write_bytes(b"x" * 4096)
+    with lib.streamer(path, read_size=4096, depth=limits.max_depth) as s:
+        assert s.depth == limits.max_depth
+    with pytest.raises(native.NativeError):
+        lib.streamer(path, read_size=4096, depth=limits.max_depth + 1)
+
+
 def test_streamer_plan_comes_from_shard_and_preload_sizes(lib, tmp_path):
     assert lib.streamer_plan(4 << 30, 8 << 30) == (64 << 20, 8)
     assert lib.streamer_plan(100 << 20, 0) == (6 << 20, 2)

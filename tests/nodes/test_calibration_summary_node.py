@@ -17,7 +17,7 @@ NODES = Path(__file__).resolve().parents[2] / "nodes"
 
 @pytest.fixture
 def node_logic():
-    spec = importlib.util.spec_from_file_location("h3kit_calibration_under_test", NODES / "h3kit_calibration.py")
+    spec = importlib.util.spec_from_file_location("h3kit_calibration_under_test", NODES / "h3kit_calibration" / "summary.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

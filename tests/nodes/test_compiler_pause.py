@@ -1,4 +1,4 @@
-"""ComfyUI 0.35+'s malloc graph and h3kit's in-forward reads (nodes/h3kit_compiler.py): found by feature detection
+"""ComfyUI 0.35+'s malloc graph and h3kit's in-forward reads (nodes/h3kit_streaming/compiler.py): found by feature detection
 on stand-in `comfy` modules shaped like ComfyUI's (comfy/model_prefetch.py's pause_malloc_graph, #16148;
 comfy/cli_args.py's disable_comfy_compiler). The real tier checks the 0.33 tree ("absent")."""
 
@@ -11,7 +11,7 @@ import types
 import pytest
 from pack_support import pack_module
 
-compiler = pack_module("h3kit_compiler")
+compiler = pack_module("h3kit_streaming.compiler")
 
 
 @pytest.fixture

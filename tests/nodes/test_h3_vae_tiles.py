@@ -31,10 +31,9 @@ NODES = REPO / "nodes"
 
 @pytest.fixture(scope="module")
 def logic():
-    spec = importlib.util.spec_from_file_location("h3kit_logic_h3_tiles", NODES / "h3kit_logic.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from pack_support import pack_module
+
+    return pack_module("h3kit_decode.logic")
 
 
 class MiniMaxH3VideoVAE:

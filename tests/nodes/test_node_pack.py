@@ -24,10 +24,9 @@ def _load_pack(path: Path, name: str = "h3kit_pack_under_test"):
 
 @pytest.fixture
 def logic():
-    spec = importlib.util.spec_from_file_location("h3kit_logic_under_test", NODES / "h3kit_logic.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from pack_support import pack_module
+
+    return pack_module("h3kit_decode.logic")
 
 
 def test_pack_imports_without_comfyui_or_native(tmp_path, monkeypatch):
@@ -74,10 +73,14 @@ def test_profile_info_rereads_the_profile_file(tmp_path, monkeypatch):
 
 
 def test_profile_store_missing_and_corrupt(tmp_path, logic):
-    store = logic.ProfileStore(tmp_path / "h3kit_profile.json")
-    assert store.settings()["vae_tile_size"] == logic.FALLBACK["vae_tile_size"] and "missing" in store.error
+    from pack_support import pack_module
+
+    profile = pack_module("h3k_profile")
+    store = profile.ProfileStore(tmp_path / "h3kit_profile.json")
+    assert store.current().tiles() == profile.VaeTiles() and "missing" in store.error
+    assert logic.tile_values(store.current().tiles())["tile_size"] == 512
     (tmp_path / "h3kit_profile.json").write_text("{broken")
-    assert store.settings() == logic.FALLBACK and "unreadable" in store.error
+    assert store.current() == profile.PackProfile() and "unreadable" in store.error
 
 
 def test_decode_tile_args_match_comfyui_vaedecodetiled(logic):
@@ -119,3 +122,42 @@ def test_memory_report(logic):
     assert "device: 1.00 GiB free -> 3.00 GiB free (freed 2.00 GiB)" in line
     assert logic.memory_report({"device": None}, {"device": None}).endswith("no memory figures available")
     assert logic.frame_chunks(5, 2) == [(0, 2), (2, 4), (4, 5)]
+
+
+def _node_modules() -> set[str]:
+    """The pack's node modules (they define NODE_CLASS_MAPPINGS), as dotted names under the pack."""
+    import ast
+
+    def defines_nodes(path: Path) -> bool:
+        return any(isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "NODE_CLASS_MAPPINGS" for t in n.targets)
+                   for n in ast.parse(path.read_text(encoding="utf-8")).body)
+
+    return {".".join(p.relative_to(NODES).with_suffix("").parts) for p in NODES.rglob("*.py")
+            if p.name != "__init__.py" and defines_nodes(p)}
+
+
+def _relative_imports(path: Path) -> set[str]:
+    """The pack modules `path` imports relatively, as dotted names under the pack."""
+    import ast
+
+    package = list(path.relative_to(NODES).parts[:-1])
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = package[: len(package) - (node.level - 1)] + (node.module.split(".") if node.module else [])
+            found.add(".".join(base))
+            found.update(".".join(base + [a.name]) for a in node.names)
+    return found
+
+
+def test_the_pack_is_grouped_by_feature_and_no_node_module_imports_another():
+    """nodes/__init__.py only registers the feature packages' node modules; every other module reaches a node
+    module never (what node modules share lives in h3kit_common)."""
+    nodes = _node_modules()
+    assert nodes == {"h3kit_calibration.node", "h3kit_decode.node", "h3kit_gguf.node", "h3kit_streaming.dit_node",
+                     "h3kit_streaming.te_node"}
+    assert not list(NODES.glob("h3kit_*.py"))  # no node module at the top: each in its feature package
+    assert _relative_imports(NODES / "__init__.py") - {p.split(".")[0] for p in nodes} == nodes
+    offenders = {f"{p.relative_to(NODES)} imports {m}" for p in NODES.rglob("*.py") if p.parent != NODES
+                 for m in _relative_imports(p) & nodes}
+    assert offenders == set()

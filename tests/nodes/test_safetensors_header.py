@@ -66,5 +66,5 @@ def test_deploy_ships_the_reader_and_both_sides_use_the_same_one():
     from h3kit.calibrate import arch
     from pack_support import pack_module
 
-    logic = pack_module("h3kit_streaming_logic")
+    logic = pack_module("h3kit_streaming.logic")
     assert logic._shared_reader().__file__ == st.__file__ and arch.h3k_safetensors is st

@@ -1,4 +1,4 @@
-"""The streamed DiT loader's pure logic (nodes/h3kit_streaming_logic.py): no ComfyUI, no torch.
+"""The streamed DiT loader's pure logic (nodes/h3kit_streaming/logic.py): no ComfyUI, no torch.
 
 Header parsing and the refusals a bad file gets, block key grouping, the
 native streamer's read size / ring depth / resident blocks, the chunk to
@@ -25,7 +25,9 @@ NODES = REPO / "nodes"
 MIB = 1 << 20
 
 
-L = pack_module("h3kit_streaming_logic")
+L = pack_module("h3kit_streaming.logic")
+P = pack_module("h3k_profile")
+LIMITS = pack_module("h3k_native").StreamerLimits(max_read_bytes=1 << 31, max_depth=64)  # what libh3kit says
 
 
 def write_safetensors(path: Path, tensors: list[tuple[str, str, list[int]]], metadata=None, cut: int = 0) -> dict:
@@ -133,7 +135,7 @@ def test_ranges_merge_and_count_chunks():
 def test_plan_defaults_to_one_block_per_read_and_one_block_ahead():
     block = 100 * MIB + 123
     ranges = {b: [(b * block, (b + 1) * block)] for b in range(24)}
-    p = L.plan_stream(ranges, 0, 1, 0)
+    p = L.plan_stream(ranges, 0, 1, 0, LIMITS)
     assert p["read_size"] == 101 * MIB and p["chunks_per_block"] == 1
     assert p["depth"] == 2 and p["prefetch_blocks"] == 1 and p["resident"] == []
     assert p["ring_bytes"] == 2 * 101 * MIB and p["streamed_bytes_per_pass"] == 24 * block
@@ -142,21 +144,21 @@ def test_plan_defaults_to_one_block_per_read_and_one_block_ahead():
 def test_plan_small_shards_deep_prefetch_is_capped_and_reported():
     block = 100 * MIB
     ranges = {b: [(b * block, (b + 1) * block)] for b in range(8)}
-    p = L.plan_stream(ranges, 4 * MIB, 8, 0)
+    p = L.plan_stream(ranges, 4 * MIB, 8, 0, LIMITS)
     assert p["read_size"] == 4 * MIB and p["chunks_per_block"] == 25
-    assert p["depth"] == L.MAX_DEPTH and p["prefetch_blocks"] == 2 and p["prefetch_asked"] == 8
-    tiny = L.plan_stream({0: [(0, 1000)], 1: [(1000, 2000)]}, 0, 3, 0)
+    assert p["depth"] == LIMITS.max_depth and p["prefetch_blocks"] == 2 and p["prefetch_asked"] == 8
+    tiny = L.plan_stream({0: [(0, 1000)], 1: [(1000, 2000)]}, 0, 3, 0, LIMITS)
     assert tiny["read_size"] == MIB and tiny["depth"] == 4  # at least a MiB, never past what a block needs
 
 
 def test_plan_resident_blocks_come_from_preload_in_file_bytes():
     block = 10 * MIB
     ranges = {b: [(b * block, (b + 1) * block)] for b in range(6)}
-    assert L.plan_stream(ranges, 0, 1, 25 * MIB)["resident"] == [0, 1]
-    assert L.plan_stream(ranges, 0, 1, 10 ** 12)["resident"] == list(range(6))
-    assert L.plan_stream(ranges, 0, 1, 25 * MIB)["streamed_bytes_per_pass"] == 4 * block
+    assert L.plan_stream(ranges, 0, 1, 25 * MIB, LIMITS)["resident"] == [0, 1]
+    assert L.plan_stream(ranges, 0, 1, 10 ** 12, LIMITS)["resident"] == list(range(6))
+    assert L.plan_stream(ranges, 0, 1, 25 * MIB, LIMITS)["streamed_bytes_per_pass"] == 4 * block
     with pytest.raises(ValueError):
-        L.plan_stream({}, 0, 1, 0)
+        L.plan_stream({}, 0, 1, 0, LIMITS)
 
 
 def test_direct_reads_take_same_type_or_16_bit_floats_into_fp32():
@@ -223,16 +225,25 @@ def test_a_file_rewritten_in_place_with_size_and_mtime_put_back_is_seen(tmp_path
 
 
 def test_profile_defaults_read_the_plan_and_ignore_junk():
-    assert L.profile_defaults({}) == {"page_cache": "use", "preload_bytes": 0, "shard_size_bytes": 0,
-                                      "prefetch_blocks": 1}
+    def defaults(settings):
+        return L.profile_defaults(P.PackProfile(settings=settings).dit_loader())
+
+    assert defaults({}) == {"page_cache": "use", "preload_bytes": 0, "shard_size_bytes": 0, "prefetch_blocks": 1}
     s = {"preload_bytes": 5 * MIB, "shard_size_bytes": 7 * MIB,
          "streaming": {"prefetch_blocks": 3, "enabled": True, "page_cache": "bypass"}}
-    assert L.profile_defaults(s) == {"page_cache": "bypass", "preload_bytes": 5 * MIB, "shard_size_bytes": 7 * MIB,
-                                     "prefetch_blocks": 3}
-    s = {"preload_bytes": "auto", "shard_size_bytes": -1, "prefetch_blocks": 99,
-         "streaming": {"page_cache": "sometimes"}}
-    assert L.profile_defaults(s) == {"page_cache": "use", "preload_bytes": 0, "shard_size_bytes": 0,
-                                     "prefetch_blocks": 8}
+    assert defaults(s) == {"page_cache": "bypass", "preload_bytes": 5 * MIB, "shard_size_bytes": 7 * MIB,
+                           "prefetch_blocks": 3}
+    s = {"preload_bytes": "auto", "shard_size_bytes": -1, "streaming": {"page_cache": "sometimes", "prefetch_blocks": 99}}
+    assert defaults(s) == {"page_cache": "use", "preload_bytes": 0, "shard_size_bytes": 0, "prefetch_blocks": 8}
+
+
+def test_profile_defaults_read_the_keys_where_the_plan_writes_them():
+    """PlanSettings: shard_size_bytes at the top, prefetch_blocks in streaming, the streamed run's preload_bytes
+    over the top-level one; a key at another level is not the plan's and is not read."""
+    s = {"preload_bytes": 5 * MIB, "prefetch_blocks": 4, "streaming": {"preload_bytes": 2 * MIB,
+                                                                        "shard_size_bytes": 9 * MIB}}
+    assert L.profile_defaults(P.PackProfile(settings=s).dit_loader()) == {
+        "page_cache": "use", "preload_bytes": 2 * MIB, "shard_size_bytes": 0, "prefetch_blocks": 1}
 
 
 def test_stats_file_has_the_interface_keys_and_is_written_whole(tmp_path):
@@ -261,8 +272,8 @@ def test_node_module_imports_without_comfyui_and_registers():
         assert pack.NODE_DISPLAY_NAME_MAPPINGS["H3kitStreamedDiTLoader"].startswith("h3kit")
         node = pack.NODE_CLASS_MAPPINGS["H3kitStreamedDiTLoader"]
         assert node.RETURN_TYPES == ("MODEL",) and node.CATEGORY == "h3kit"
-        assert not any(m.startswith("h3kit_pack_probe.h3kit_streaming") and m.endswith("streaming")
-                       for m in sys.modules)  # the torch side loads only when the node runs
+        assert not {"h3kit_pack_probe.h3kit_streaming.blocks", "h3kit_pack_probe.h3kit_streaming.load"} & set(
+            sys.modules)  # the torch side loads only when the node runs
     finally:
         for m in [m for m in sys.modules if m.startswith("h3kit_pack_probe")]:
             del sys.modules[m]
@@ -275,7 +286,7 @@ def test_expected_nodes_lists_the_loader():
 
 
 def test_a_page_cache_value_it_does_not_know_is_one_sentence_before_anything_loads(tmp_path):
-    load = pack_module("h3kit_streaming_load")  # no torch, no ComfyUI: the check comes first
+    load = pack_module("h3kit_streaming.load")  # no torch, no ComfyUI: the check comes first
     with pytest.raises(L.StreamError) as e:
         load.load_streamed(tmp_path / "dit.safetensors", page_cache="sometimes")
     assert str(e.value) == "h3kit streamed loader: page_cache is 'sometimes'; choose one of use, bypass."

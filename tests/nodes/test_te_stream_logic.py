@@ -1,4 +1,4 @@
-"""The streamed text encoder's pure logic (nodes/h3kit_te_stream_logic.py): no ComfyUI, no torch.
+"""The streamed text encoder's pure logic (nodes/h3kit_streaming/te_logic.py): no ComfyUI, no torch.
 
 Names in ComfyUI's form from both file kinds (llama.cpp's GGUF names mapped),
 the grouping into streamed layers / vision tower / embedding table / the
@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support" / "comfy_
 from gguf_container import write_gguf  # noqa: E402
 from test_streamed_loader import write_safetensors  # noqa: E402
 
-T = pack_module("h3kit_te_stream_logic")
-S = pack_module("h3kit_streaming_logic")
+T = pack_module("h3kit_streaming.te_logic")
+S = pack_module("h3kit_streaming.logic")
 Q8_0, F32 = 8, 0
 
 TE = [("model.embed_tokens.weight", "BF16", [10, 8]),
@@ -68,7 +68,7 @@ def test_a_gguf_encoder_in_llama_cpp_names_comes_out_in_comfyuis(tmp_path):
 @pytest.mark.parametrize("extra, says", [
     ([("model.layers.0.self_attn.q_proj.comfy_quant", "U8", [24])],
      "te.safetensors is a quantized ComfyUI text encoder (model.layers.0.self_attn.q_proj.comfy_quant); h3kit's "
-     "streamed text encoder reads plain bf16/fp16/fp32 safetensors and GGUF files only: use ComfyUI's Load CLIP "
+     "streamed text encoder reads plain bf16/fp16/fp32/fp8 safetensors and GGUF files only: use ComfyUI's Load CLIP "
      "(CLIPLoader, type minimax)."),
     ([("model.layers.0.self_attn.q_proj.weight_scale", "F32", [1])], "is a quantized ComfyUI text encoder"),
 ])

@@ -64,7 +64,7 @@ import comfy.ldm.minimax.model as h3
 spec = importlib.util.spec_from_file_location("h3kpack", os.path.join(pack_dir, "__init__.py"),
                                               submodule_search_locations=[pack_dir])
 pack = importlib.util.module_from_spec(spec); sys.modules["h3kpack"] = pack; spec.loader.exec_module(pack)
-from h3kpack import h3kit_streaming_load as hs, h3kit_streaming_logic as hsl
+from h3kpack.h3kit_streaming import load as hs, logic as hsl
 
 def call(patcher, t):
     g = torch.Generator().manual_seed(0)
@@ -322,7 +322,7 @@ def test_resident_deep_prefetch_multi_chunk_and_staged_reads_equal_stock(comfy, 
     assert out["shard1m"]["plan"]["chunks_per_block"] >= 2  # a block over several reads
     assert out["deep"]["plan"]["prefetch_blocks"] == 8 or out["deep"]["plan"]["depth"] == 64
     assert out["staged"]
-    # h3kit_compiler's feature detection, against what this tree holds: 0.33 has comfy/model_prefetch.py but
+    # h3kit_streaming.compiler's feature detection, against what this tree holds: 0.33 has comfy/model_prefetch.py but
     # neither pause_malloc_graph (#16148) nor the compiler's flag, so there is nothing to pause ("absent")
     def has(rel, text):
         path = Path(comfy) / rel

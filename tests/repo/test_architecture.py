@@ -7,8 +7,10 @@ import graph has no cycle even inside a layer.
 The ComfyUI side, nodes/ (the node pack as deployed, its packages included),
 runs in ComfyUI's Python: it never imports h3kit, imports only the standard
 library at import time, reaches its siblings only by relative imports that
-resolve inside the pack (a package never above itself), and its modules stay
-small too. h3kit reaches it only through `h3kit.bundled`.
+resolve inside the pack (a package that stands on its own, h3k_*, never above
+itself; a feature package of nodes, h3kit_*, up to the pack and no further),
+and its modules stay small too. h3kit reaches the h3k_* packages only through
+`h3kit.bundled`.
 """
 
 from __future__ import annotations
@@ -194,7 +196,9 @@ def test_h3kit_reaches_the_comfyui_side_through_one_place():
     imports them by another way (a path on sys.path, a top-level `import h3k_native`)."""
     from h3kit import bundled
 
-    assert sorted(bundled.PACKAGES) == sorted(p.name for p in NODES.iterdir() if (p / "__init__.py").is_file())
+    packages = sorted(p.name for p in NODES.iterdir() if (p / "__init__.py").is_file())
+    assert [p for p in packages if not p.startswith(("h3k_", "h3kit_"))] == []
+    assert sorted(bundled.PACKAGES) == [p for p in packages if p.startswith("h3k_")]
     assert bundled.PACK_SOURCE == NODES and bundled.NATIVE_BRIDGE.parent == NODES
     pack = pack_module_names()
     stray = []
@@ -214,15 +218,18 @@ def pack_module_names() -> set[str]:
 
 def unshipped_imports(path: Path, root: Path, shipped: set[str]) -> list[str]:
     """Relative imports of `path` under `root` (the pack) that name a module the pack's top level does not
-    hold, or that reach above the file's own package (the pack's packages are started on their own too)."""
+    hold, or that reach too high: a standalone package (h3k_*, also started on its own) never above itself,
+    a feature package of nodes (h3kit_*) up to the pack's top, naming what the pack holds."""
     bad = []
-    depth = len(path.relative_to(root).parts) - 1  # 0: a module at the top of the pack
+    parts = path.relative_to(root).parts
+    depth = len(parts) - 1  # 0: a module at the top of the pack
+    feature = depth > 0 and parts[0].startswith("h3kit_")
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if not isinstance(node, ast.ImportFrom) or not node.level:
             continue
-        if depth == 0 and node.level == 1:
+        if node.level == depth + 1 and (depth == 0 or feature):
             names = [node.module.split(".")[0]] if node.module else [a.name for a in node.names]
-            bad += [f"{path.name}:{node.lineno} imports .{n}, which the pack does not hold"
+            bad += [f"{path.name}:{node.lineno} imports {'.' * node.level}{n}, which the pack does not hold"
                     for n in names if n not in shipped]
         elif node.level > max(depth, 1):
             bad.append(f"{path.name}:{node.lineno} reaches above its package with {'.' * node.level}")
@@ -238,12 +245,19 @@ def test_the_pack_import_check_catches_a_violation(tmp_path):
     (tmp_path / "node.py").write_text("from . import h3k_native\nfrom .h3kit_missing import x\nfrom .. import y\n")
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "mod.py").write_text("from . import sibling\nfrom .. import h3kit_logic\n")
+    (tmp_path / "h3kit_feature").mkdir()
+    (tmp_path / "h3kit_feature" / "node.py").write_text("from .. import h3k_native\nfrom ..h3kit_gone import x\n"
+                                                        "from ... import y\n")
     assert unshipped_imports(tmp_path / "node.py", tmp_path, {"h3k_native"}) == [
         "node.py:2 imports .h3kit_missing, which the pack does not hold",
         "node.py:3 reaches above its package with ..",
     ]
     assert unshipped_imports(tmp_path / "pkg" / "mod.py", tmp_path, {"h3kit_logic"}) == [
         "mod.py:2 reaches above its package with ..",
+    ]
+    assert unshipped_imports(tmp_path / "h3kit_feature" / "node.py", tmp_path, {"h3k_native"}) == [
+        "node.py:2 imports ..h3kit_gone, which the pack does not hold",
+        "node.py:3 reaches above its package with ...",
     ]
 
 

@@ -79,11 +79,11 @@ def test_apply_backs_up_a_hand_edited_profile_and_uninstall_leaves_the_backup(co
 
 def test_a_reinstall_says_which_edited_files_it_moved(comfy, run_cli):
     _install(run_cli, comfy)
-    logic = comfy / "custom_nodes" / "ComfyUI-h3kit" / "h3kit_logic.py"
+    logic = comfy / "custom_nodes" / "ComfyUI-h3kit" / "h3kit_decode" / "logic.py"
     logic.write_text("# my fix\n")
     out, err = _install(run_cli, comfy)
-    [line] = [x for x in out.splitlines() if "h3kit_logic.py" in x]
-    assert line.startswith("note: moved your edited copy of h3kit_logic.py out of the way")
+    [line] = [x for x in out.splitlines() if "edited copy" in x]
+    assert line.startswith("note: moved your edited copy of logic.py out of the way")
     assert Path(line.split("it is in ")[1]).read_text() == "# my fix\n"
 
 

@@ -39,7 +39,7 @@ LOADER_FILES = {
     "UnetLoaderGGUF": ("unet_name", "diffusion_models"),
     "CLIPLoader": ("clip_name", "text_encoders"),
     "CLIPLoaderGGUF": ("clip_name", "text_encoders"),
-    "H3kitUnetLoaderGGUF": ("unet_name", "diffusion_models"),  # h3kit's own GGUF loaders (nodes/h3kit_gguf_node.py)
+    "H3kitUnetLoaderGGUF": ("unet_name", "diffusion_models"),  # h3kit's own GGUF loaders (nodes/h3kit_gguf/node.py)
     "H3kitCLIPLoaderGGUF": ("clip_name", "text_encoders"),
     "H3kitStreamedDiTLoader": ("unet_name", "diffusion_models"),  # h3kit's streamed loaders read the same files
     "H3kitStreamedTextEncoderLoader": ("clip_name", "text_encoders"),

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import h3kit
+from h3kit.bundled import h3k_profile
 from h3kit.comfyui import manifest as mf
 from h3kit.comfyui import workflows
 from h3kit.comfyui.backups import backup_root, move_to_backup
@@ -42,8 +43,8 @@ from h3kit.core.paths import asset_dir
 from h3kit.core.units import human_bytes
 from h3kit.data.plan_doc import PlanSettings
 
-PROFILE_FILE = "h3kit_profile.json"
-PROFILE_SCHEMA = "h3kit.node-profile/1"
+PROFILE_FILE = h3k_profile.PROFILE_FILE
+PROFILE_SCHEMA = h3k_profile.SCHEMA
 CALIBRATION_FILE = "h3kit_calibration.json"  # h3kit.calibrate.pack_summary writes it; a re-install keeps it
 STAGING_SUFFIX = ".h3kit-staging.disabled"
 STAGING_MARK = ".h3kit-staging"
@@ -100,9 +101,8 @@ def pack_contents(library: Path | None, settings: PlanSettings, profile: str,
 
 
 def profile_document(settings: PlanSettings, profile: str) -> bytes:
-    doc = {"schema": PROFILE_SCHEMA, "profile": profile, "h3kit_version": h3kit.__version__,
-           "settings": settings.to_json()}
-    return (json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+    return h3k_profile.PackProfile(profile=profile, h3kit_version=h3kit.__version__,
+                                   settings=settings.to_json()).to_bytes()
 
 
 def pack_dirs(files: dict[str, bytes]) -> list[str]:

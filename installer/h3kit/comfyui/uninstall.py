@@ -113,8 +113,8 @@ def _is_runtime_bytecode(path: Path) -> bool:
     return all(p.suffix == ".pyc" and p.is_file() and not p.is_symlink() for p in path.iterdir())
 
 
-# What h3kit's own nodes write into the pack while ComfyUI runs (nodes/h3kit_streaming_logic.py STATS_FILE, the
-# streamed text encoder's nodes/h3kit_te_stream_logic.py TE_STATS_FILE): recognised by name and schema, removed
+# What h3kit's own nodes write into the pack while ComfyUI runs (nodes/h3kit_streaming/logic.py STATS_FILE, the
+# streamed text encoder's nodes/h3kit_streaming/te_logic.py TE_STATS_FILE): recognised by name and schema, removed
 # with the pack instead of being called the user's.
 NODE_OUTPUTS = {"h3kit_streaming_stats.json": "h3kit.streaming_stats/",
                 "h3kit_te_streaming_stats.json": "h3kit.streaming_stats/"}

@@ -214,7 +214,7 @@ def build(kind: str, ws: WorkflowSettings, specs: dict) -> Graph:
     return g
 
 
-# h3kit's GGUF loaders (nodes/h3kit_gguf_node.py): every widget needs a value in the UI format
+# h3kit's GGUF loaders (nodes/h3kit_gguf/node.py): every widget needs a value in the UI format
 GGUF_DIT_DEFAULTS = {"dequant_dtype": "default", "patch_dtype": "default", "patch_on_device": False}
 GGUF_TE_DEFAULTS = {"mmproj_name": "(auto)"}
 

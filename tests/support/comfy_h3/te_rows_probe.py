@@ -4,7 +4,7 @@
 
 Writes a GGUF text-encoder table per type (Q8_0 quantized by gguf-py, Q4_K and Q6_K random blocks as
 make_tiny_gguf.py makes them; llama.cpp's name token_embd.weight) and reads rows of it through
-h3kit_te_stream's RowEmbedding (each row on its own, a whole number of ggml blocks) and, whole, through
+h3kit_streaming.te_load's RowEmbedding (each row on its own, a whole number of ggml blocks) and, whole, through
 ComfyUI-GGUF's dequantize. Prints one JSON line: per type whether the rows equal the whole table's rows.
 """
 
@@ -35,9 +35,9 @@ spec = importlib.util.spec_from_file_location("h3kpack", os.path.join(pack_dir, 
 pack = importlib.util.module_from_spec(spec)
 sys.modules["h3kpack"] = pack
 spec.loader.exec_module(pack)
-from h3kpack import h3kit_te_stream as ts, h3kit_te_stream_logic as tl  # noqa: E402
-from h3kpack.h3kit_streaming_load import gguf_dequantizer  # noqa: E402
-from h3kpack.h3kit_streaming_logic import file_stamp  # noqa: E402
+from h3kpack.h3kit_streaming import te_load as ts, te_logic as tl  # noqa: E402
+from h3kpack.h3kit_streaming.load import gguf_dequantizer  # noqa: E402
+from h3kpack.h3kit_common.files import file_stamp  # noqa: E402
 
 Q = gguf.GGMLQuantizationType
 ROWS, IDS = 40, [[7, 3, 7, 39, 0]]

@@ -34,8 +34,8 @@ def _load(name, init):
 
 _load("tiny_h3_testnode", os.path.join(comfy_dir, "custom_nodes", "tiny_h3_testnode", "__init__.py"))
 _load("h3kpack", os.path.join(comfy_dir, "custom_nodes", "ComfyUI-h3kit", "__init__.py"))
-from h3kpack import h3kit_te_stream as ts  # noqa: E402
-from h3kpack.h3kit_streaming_logic import StreamError  # noqa: E402
+from h3kpack.h3kit_streaming import te_load as ts  # noqa: E402
+from h3kpack.h3kit_streaming.logic import StreamError  # noqa: E402
 
 TE_DIR = os.path.join(comfy_dir, "models", "text_encoders")
 IMAGE = torch.rand(1, 64, 64, 3, generator=torch.Generator().manual_seed(0))

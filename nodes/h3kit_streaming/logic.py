@@ -1,6 +1,6 @@
 """What the streamed DiT loader decides, without importing ComfyUI or torch.
 
-The loader (`h3kit_streaming`) keeps a DiT's transformer blocks on disk and
+The loader (`blocks`, `load`) keeps a DiT's transformer blocks on disk and
 reads each one when the model reaches it. Everything here is arithmetic on
 the safetensors header and on the node's inputs, so it is tested on its own:
 
@@ -9,7 +9,7 @@ the safetensors header and on the node's inputs, so it is tested on its own:
   h3kit uses too), which refuses a file the header says is longer than it is --
   naming the first block that lies past the end, so a cut-short download
   is reported before any prompt runs;
-  `read_weights` does the same for a GGUF file (h3kit_gguf_logic), whose
+  `read_weights` does the same for a GGUF file (the GGUF feature's `logic`), whose
   quantized tensors (`is_quantized`) are read as bytes and dequantized per
   use;
 - `group_blocks` sorts tensor names into `blocks.N.*` (streamed) and the
@@ -21,7 +21,7 @@ the safetensors header and on the node's inputs, so it is tested on its own:
 - `upcoming` is the prefetch order: the blocks after the current one, round
   the end of the model to the start of the next call (the sampler calls the
   model again for the next step);
-- `file_stamp` / `stamp_change` and `block_heads` / `head_change` tell a
+- `stamp_change` (over h3kit_common's `file_stamp`) and `block_heads` / `head_change` tell a
   file that changed under the model (gone, shrunk, rewritten in place)
   before its next block is read, in one sentence naming file and block;
 - `stats_document` / `write_json_atomic` write `h3kit_streaming_stats.json`.
@@ -34,26 +34,16 @@ import os
 import re
 from pathlib import Path
 
-from .h3kit_gguf_logic import GGML_TYPES, PLAIN_TYPES, GGUFError, dit_prefix, read_gguf
+from ..h3k_loader import MIB, PAGE_CACHE_CHOICES, QUANT_MARKERS, STREAMED_DTYPES, STREAMED_FILES, clamp_prefetch
+from ..h3k_profile import DiTLoaderSettings
+from ..h3kit_common.files import file_stamp
+from ..h3kit_gguf.logic import GGML_TYPES, PLAIN_TYPES, GGUFError, dit_prefix, read_gguf
 
 STATS_FILE = "h3kit_streaming_stats.json"
 STATS_SCHEMA = "h3kit.streaming_stats/1"
 BLOCK_RE = re.compile(r"^blocks\.(\d+)\.")
-MIB = 1 << 20
-# The loader's page_cache input: read through the OS's page cache, or past it (a file larger than the cache can
-# keep next to the run misses it on every pass); the plan picks one (plan/page_cache.py), "use" when it says none.
-PAGE_CACHE_CHOICES = ("use", "bypass")
-BYPASS_READ = 64 * MIB  # a read past the cache with shard_size 0: pieces small enough to widen behind the disk
-# The native streamer's limits (payload/streamer.c h3k_streamer_open): one read at most 2 GiB, at most 64 buffers.
-MAX_READ = 1 << 31
-MAX_DEPTH = 64
-# The safetensors dtypes this loader streams (h3kit_streaming._dtype has their torch types); the header reader
-# knows every dtype of the format, and refuse_unsupported names the others.
-STREAMED_DTYPES = frozenset({"F64", "F32", "F16", "BF16", "I64", "I32", "I16", "I8", "U8", "BOOL", "F8_E4M3",
-                             "F8_E5M2", "U16", "U32", "U64"})
-# Keys of ComfyUI's quantized formats (scaled fp8, comfy_quant): their weights need ComfyUI's own converters.
+# What the loaders read is h3k_loader's (STREAMED_DTYPES, QUANT_MARKERS; blocks._dtype has the torch types).
 GGUF_QUANT_TYPES = {name for name, _, _ in GGML_TYPES.values()} - PLAIN_TYPES
-QUANT_MARKERS = ("scale_weight", "scale_input", "weight_scale", "input_scale", "comfy_quant", "scaled_fp8")
 
 
 class StreamError(RuntimeError):
@@ -68,7 +58,7 @@ def _block_of(name: str) -> int | None:
 def _shared_reader():
     """The pack's h3k_safetensors, the header reader h3kit uses too (beside this module in nodes/ and in the pack)."""
     try:
-        from . import h3k_safetensors
+        from .. import h3k_safetensors
     except ImportError as exc:
         raise StreamError("h3kit's safetensors reader (h3k_safetensors) is missing from the node pack; run "
                           "'h3kit apply' again (or use ComfyUI's Load Diffusion Model).") from exc
@@ -88,7 +78,7 @@ def read_header(path: str | os.PathLike) -> dict:
 
 
 def read_weights(path: str | os.PathLike) -> dict:
-    """`read_header` for safetensors, `h3kit_gguf_logic.read_gguf` for a .gguf file (its names without the
+    """`read_header` for safetensors, the GGUF feature's `logic.read_gguf` for a .gguf file (its names without the
     prefix in front of the H3 names, its metadata the GGUF KV fields), both as StreamError when wrong."""
     if not str(path).lower().endswith(".gguf"):
         return read_header(path)
@@ -117,8 +107,7 @@ def refuse_unsupported(path: str | os.PathLike, tensors: dict) -> None:
     quant = sorted(n for n in tensors if n.rsplit(".", 1)[-1] in QUANT_MARKERS)
     if quant:
         raise StreamError(f"{name} is a quantized ComfyUI checkpoint ({quant[0]}); the streamed loader streams "
-                          "plain bf16/fp16/fp32/fp8 safetensors and GGUF files only: use ComfyUI's Load Diffusion "
-                          "Model (UNETLoader).")
+                          f"{STREAMED_FILES} only: use ComfyUI's Load Diffusion Model (UNETLoader).")
     if not any(_block_of(n) is not None for n in tensors):
         raise StreamError(f"{name} has no blocks.N.* tensors, so there is nothing to stream; it is not an H3 "
                           "DiT file: use ComfyUI's Load Diffusion Model (UNETLoader).")
@@ -184,12 +173,13 @@ def direct_types(file_dtype: str, compute_dtype: str) -> tuple[str, str] | None:
 
 
 def plan_stream(block_ranges: dict[int, list[tuple[int, int]]], shard_size_bytes: int, prefetch_blocks: int,
-                preload_bytes: int) -> dict:
+                preload_bytes: int, limits) -> dict:
     """Read size, ring depth and resident blocks for the native streamer.
 
     A read is `shard_size_bytes` (0: one block, the largest); the ring holds
     the chunks of `prefetch_blocks` blocks ahead plus the one in use, at most
-    MAX_DEPTH buffers, so a small shard with a deep prefetch is cut down and
+    the native streamer's depth (`limits`: h3k_native.streamer_limits(), the
+    library's own `max_read_bytes` and `max_depth`) buffers, so a small shard with a deep prefetch is cut down and
     the depth really reached is reported. `preload_bytes` of blocks (file
     bytes, like the plan's budget) stay resident once read: the first ones.
     """
@@ -198,11 +188,11 @@ def plan_stream(block_ranges: dict[int, list[tuple[int, int]]], shard_size_bytes
     sizes = {b: sum(e - s for s, e in r) for b, r in block_ranges.items()}
     largest = max(sizes.values())
     want = int(shard_size_bytes) if shard_size_bytes and shard_size_bytes > 0 else largest
-    read_size = max(MIB, min(MAX_READ, -(-want // MIB) * MIB))  # whole MiB: the buffers are page-aligned
+    read_size = max(MIB, min(limits.max_read_bytes, -(-want // MIB) * MIB))  # whole MiB: the buffers are page-aligned
     read_size = min(read_size, max(MIB, -(-largest // MIB) * MIB))  # never a buffer bigger than a block needs
     per_block = max(chunk_count(r, read_size) for r in block_ranges.values())
-    prefetch = max(1, int(prefetch_blocks or 1))
-    depth = min(MAX_DEPTH, prefetch * per_block + 1)
+    prefetch = clamp_prefetch(prefetch_blocks or 1)
+    depth = min(limits.max_depth, prefetch * per_block + 1)
     reached = max(0, (depth - 1) // per_block)
     order = sorted(block_ranges)
     resident_n = min(len(order), max(0, int(preload_bytes or 0)) // largest) if largest else 0
@@ -231,19 +221,6 @@ def upcoming(current: int, order: list[int], skip, count: int) -> list[int]:
         if len(out) == count:
             break
     return out
-
-
-def file_stamp(path: str | os.PathLike) -> tuple | None:
-    """What identifies the file's content cheaply (device, inode, size, mtime, ctime); None when it is gone.
-
-    ctime is in it because a file rewritten in place with its size and mtime put back (os.utime) still gets a
-    new ctime on POSIX: the system sets it on every write and no call can set it back. On Windows st_ctime is
-    the creation time, which a rewrite keeps; `block_heads` covers that case."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def stamp_change(path: str | os.PathLike, was: tuple, block: int) -> str | None:
@@ -298,22 +275,11 @@ def head_change(path: str | os.PathLike, ranges: dict, heads: dict, block: int) 
     return _changed(path, block)
 
 
-def profile_defaults(settings: dict) -> dict:
-    """The loader's widget defaults from the pack's profile (plan.settings and plan.settings.streaming)."""
-    streaming = settings.get("streaming") if isinstance(settings.get("streaming"), dict) else {}
-
-    def number(*values, default=0):
-        for v in values:
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0:
-                return int(v)
-        return default
-
-    cache = streaming.get("page_cache")
-    return {"page_cache": cache if cache in PAGE_CACHE_CHOICES else PAGE_CACHE_CHOICES[0],
-            "preload_bytes": number(streaming.get("preload_bytes"), settings.get("preload_bytes")),
-            "shard_size_bytes": number(streaming.get("shard_size_bytes"), settings.get("shard_size_bytes")),
-            "prefetch_blocks": max(1, min(8, number(streaming.get("prefetch_blocks"), settings.get("prefetch_blocks"),
-                                                    default=1)))}
+def profile_defaults(plan: DiTLoaderSettings) -> dict:
+    """The loader's input defaults from what the pack's profile set (h3k_profile.DiTLoaderSettings)."""
+    return {"page_cache": plan.page_cache if plan.page_cache in PAGE_CACHE_CHOICES else PAGE_CACHE_CHOICES[0],
+            "preload_bytes": plan.preload_bytes or 0, "shard_size_bytes": plan.shard_size_bytes or 0,
+            "prefetch_blocks": clamp_prefetch(plan.prefetch_blocks)}
 
 
 def stats_document(file: str, blocks: int, counters: dict, plan: dict, read_mode: str | None = None,

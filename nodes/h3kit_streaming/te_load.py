@@ -6,7 +6,7 @@ the same CLIP object with ComfyUI's own code -- `load_text_encoder_state_dicts`
 on a state dict of shapes only (`meta`), so detection, classes, ops and
 dtypes are exactly the stock load's -- and then holds almost nothing:
 
-- the language model's layers go to `h3kit_streaming.BlockStream`, the DiT
+- the language model's layers go to `blocks.BlockStream`, the DiT
   streamer's machinery (native reads, in place on the CPU or through the
   ring, past the page cache with page_cache "bypass"; GGUF layers dequantized
   by ComfyUI-GGUF's code): a forward pre-hook reads a layer into the
@@ -35,11 +35,12 @@ import logging
 import math
 from pathlib import Path
 
-from .h3kit_streaming import BlockStream, _dtype, _Spec
-from .h3kit_streaming_load import ATTR, _native, gguf_dequantizer, patcher_class, read_gguf_tensor
-from .h3kit_streaming_logic import (BYPASS_READ, StreamError, check_page_cache, file_stamp, is_quantized,
-                                    merge_ranges, plan_stream, range_starts)
-from .h3kit_te_stream_logic import EMBED, group_layers, layer_file_bytes, refuse_unsupported_te, row_span, te_tensors
+from .blocks import BlockStream, _dtype, _Spec
+from .load import ATTR, _native, gguf_dequantizer, patcher_class, read_gguf_tensor
+from ..h3k_loader import BYPASS_READ_BYTES
+from ..h3kit_common.files import file_stamp
+from .logic import StreamError, check_page_cache, is_quantized, merge_ranges, plan_stream, range_starts
+from .te_logic import EMBED, group_layers, layer_file_bytes, refuse_unsupported_te, row_span, te_tensors
 
 LOG = logging.getLogger("h3kit")
 MINIMAX = "MINIMAX"
@@ -147,8 +148,8 @@ def _meta_state_dict(path: Path, header: dict, mmproj, folder_lookup):
     tensors = header["tensors"]
     if not header.get("gguf"):
         return {n: torch.empty(e["shape"], dtype=_dtype(e["dtype"]), device="meta") for n, e in tensors.items()}, None
-    from .h3kit_gguf import mmproj_path
-    from .h3kit_gguf_logic import comfy_shapes, has_vision, read_gguf, te_missing, vision_problem
+    from ..h3kit_gguf.load import mmproj_path
+    from ..h3kit_gguf.logic import comfy_shapes, has_vision, read_gguf, te_missing, vision_problem
 
     shapes = comfy_shapes(read_gguf(path)["tensors"], header["kv"])
     vision_file = None
@@ -178,7 +179,7 @@ def _tower_reader(path: Path, header: dict, vision_file):
 
     def read_gguf_tower():
         import torch
-        from .h3kit_gguf import gguf_pack, tower_state_dict
+        from ..h3kit_gguf.load import gguf_pack, tower_state_dict
         pack = gguf_pack()
         return {n: pack.dequant.dequantize_tensor(t, dtype=torch.float32).as_subclass(torch.Tensor)
                 for n, t in tower_state_dict(vision_file or path).items()}
@@ -189,10 +190,6 @@ def load_streamed_text_encoder(path, mmproj=None, page_cache: str = "use", prefe
                                stats_path=None, bridge=None, folder_lookup=None, embedding_directory=None):
     """ComfyUI's CLIP object for MiniMax H3's text encoder in `path`, its layers streamed from the file."""
     check_page_cache(page_cache, "h3kit streamed text encoder")
-    import torch
-    import comfy.model_management as mm
-    import comfy.sd
-
     path = Path(path)
     header = te_tensors(path)
     tensors = header["tensors"]
@@ -203,12 +200,7 @@ def load_streamed_text_encoder(path, mmproj=None, page_cache: str = "use", prefe
     gguf = bool(header.get("gguf"))
     dequantize = gguf_dequantizer() if gguf and any(is_quantized(e) for e in tensors.values()) else None
     meta, vision_file = _meta_state_dict(path, header, mmproj, folder_lookup)
-    kind = getattr(comfy.sd.CLIPType, MINIMAX, None)
-    if kind is None:
-        raise StreamError("this ComfyUI has no MiniMax text encoder type; MiniMax H3 needs ComfyUI 0.30 or later.")
-    options = {"initial_device": torch.device("meta")}  # built shape-only: nothing of the 32B is allocated
-    clip = comfy.sd.load_text_encoder_state_dicts([meta], embedding_directory=embedding_directory, clip_type=kind,
-                                                  model_options=options, disable_dynamic=True)
+    clip = _shape_only_clip(meta, embedding_directory)
     te = clip.cond_stage_model
     inner = getattr(te, te.clip)
     prefix = f"{te.clip}.transformer."
@@ -222,18 +214,49 @@ def load_streamed_text_encoder(path, mmproj=None, page_cache: str = "use", prefe
     tower = TowerOnDemand(inner.transformer.visual, "visual.", _tower_reader(path, header, vision_file))
     _load_rest(te, prefix, rest, tensors, path, dequantize)
     ranges = {b: merge_ranges((s.start, s.end) for s in ss) for b, ss in specs.items()}
-    plan = plan_stream(ranges, BYPASS_READ if page_cache == "bypass" else 0, prefetch_layers, 0)
+    plan = plan_stream(ranges, BYPASS_READ_BYTES if page_cache == "bypass" else 0, prefetch_layers, 0,
+                       bridge.streamer_limits())
     stream = BlockStream(path, stamp, bridge, specs, plan, stats_path, dequantize, page_cache=page_cache)
     setattr(te, ATTR, stream)
+    _hook_encode(inner.transformer, stream, tower)
+    reader = _stream_patcher(clip, stream, specs)
+    LOG.info("h3kit streamed text encoder: %s, %d layers read as reached (%s, %d-byte reads, layer %d bytes in the "
+             "file), %d vision tensors read per image encode, compute dtype %s", path.name, len(specs), reader.name,
+             plan["read_size"], layer_file_bytes(tensors, layers), len(vision), embed_dtype)
+    return clip
+
+
+def _shape_only_clip(meta: dict, embedding_directory):
+    """ComfyUI's own CLIP (type minimax) built from a shape-only state dict: nothing of the 32B is allocated."""
+    import torch
+    import comfy.sd
+
+    kind = getattr(comfy.sd.CLIPType, MINIMAX, None)
+    if kind is None:
+        raise StreamError("this ComfyUI has no MiniMax text encoder type; MiniMax H3 needs ComfyUI 0.30 or later.")
+    return comfy.sd.load_text_encoder_state_dicts([meta], embedding_directory=embedding_directory, clip_type=kind,
+                                                  model_options={"initial_device": torch.device("meta")},
+                                                  disable_dynamic=True)
+
+
+def _hook_encode(transformer, stream: BlockStream, tower) -> None:
+    """Each layer read before it runs and freed after; the tower read for an image; the encode's start and end."""
     encode = _Encode(stream, tower)
-    for b, layer in enumerate(lm.layers):
+    for b, layer in enumerate(transformer.model.layers):
         layer.register_forward_pre_hook(lambda m, args, kwargs, b=b: stream.before(b, (kwargs.get("x", args[0] if
                                         args else None),)), with_kwargs=True)
         layer.register_forward_hook(lambda m, args, out, b=b: stream.after(b))
-    inner.transformer.visual.register_forward_pre_hook(lambda m, args: tower.load())
-    inner.transformer.register_forward_pre_hook(lambda m, args: encode.started())
-    inner.transformer.register_forward_hook(lambda m, args, out: encode.finished())
-    old = clip.patcher
+    transformer.visual.register_forward_pre_hook(lambda m, args: tower.load())
+    transformer.register_forward_pre_hook(lambda m, args: encode.started())
+    transformer.register_forward_hook(lambda m, args, out: encode.finished())
+
+
+def _stream_patcher(clip, stream: BlockStream, specs: dict):
+    """Put the streaming ModelPatcher in place of the CLIP's own, sized for what it holds; the reader it uses."""
+    import torch
+    import comfy.model_management as mm
+
+    te, old = clip.cond_stage_model, clip.patcher
     reader = stream.reader_for(old.load_device)
     layer_held = max(sum(s.placeholder.element_size() * math.prod(s.shape) for s in ss) for ss in specs.values())
     held = mm.module_size(te) + layer_held * reader.buffer_sets + reader.ring_bytes()
@@ -242,10 +265,7 @@ def load_streamed_text_encoder(path, mmproj=None, page_cache: str = "use", prefe
     patcher.hook_mode = old.hook_mode
     patcher.is_clip = True
     clip.patcher = patcher
-    LOG.info("h3kit streamed text encoder: %s, %d layers read as reached (%s, %d-byte reads, layer %d bytes in the "
-             "file), %d vision tensors read per image encode, compute dtype %s", path.name, len(specs), reader.name,
-             plan["read_size"], layer_file_bytes(tensors, layers), len(vision), embed_dtype)
-    return clip
+    return reader
 
 
 def _strip_layers(lm, layers: dict, tensors: dict, path: Path, prefix: str) -> dict:

@@ -1,4 +1,4 @@
-"""The two ways a `BlockStream` (h3kit_streaming) gets a block's weights, one class each.
+"""The two ways a `BlockStream` (`blocks`) gets a block's weights, one class each.
 
 - `DirectRead` (the CPU): the native library reads each tensor straight
   into its compute buffer, widening bf16/fp16 to fp32 there, on every core,
@@ -40,7 +40,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 
-from .h3kit_streaming_logic import MIB, StreamError, pieces, upcoming
+from .logic import MIB, StreamError, pieces, upcoming
 
 
 class DirectRead:

@@ -1,18 +1,15 @@
 """H3kitStreamedTextEncoderLoader: Load CLIP for MiniMax H3 with the encoder's layers streamed from disk.
 
-The logic is in h3kit_te_stream (the model) and h3kit_te_stream_logic (the file's header)."""
+The logic is in `te_load` (the model) and `te_logic` (the file's header)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from ..h3k_loader import MAX_PREFETCH, PAGE_CACHE_CHOICES
+from ..h3kit_common.files import AUTO, gguf_files, stamp_of
+from ..h3kit_common.pack import PACK_DIR
+from .te_logic import TE_STATS_FILE
 
-from .h3kit_gguf_node import AUTO, gguf_files
-from .h3kit_streaming_logic import PAGE_CACHE_CHOICES
-from .h3kit_streaming_node import stamp_of
-from .h3kit_te_stream_logic import TE_STATS_FILE
-
-HERE = Path(__file__).resolve().parent
-STATS_PATH = HERE / TE_STATS_FILE
+STATS_PATH = PACK_DIR / TE_STATS_FILE
 
 
 def _text_encoder_files() -> list[str]:
@@ -34,9 +31,9 @@ class H3kitStreamedTextEncoderLoader:
                                     {"default": AUTO, "tooltip": "GGUF only: the vision tower's file; (auto): the one "
                                                                  "inside the file, else an mmproj*.gguf beside it."}),
                     "page_cache": (list(PAGE_CACHE_CHOICES), {
-                        "default": "use", "tooltip": "use: read the layers through the OS's page cache. bypass: "
+                        "default": PAGE_CACHE_CHOICES[0], "tooltip": "use: read the layers through the OS's page cache. bypass: "
                                                      "read them past it, for a file larger than the cache can keep."}),
-                    "prefetch_layers": ("INT", {"default": 1, "min": 1, "max": 8,
+                    "prefetch_layers": ("INT", {"default": 1, "min": 1, "max": MAX_PREFETCH,
                                                 "tooltip": "Layers read ahead while the current one computes."}),
                 }}
 
@@ -56,7 +53,7 @@ class H3kitStreamedTextEncoderLoader:
     def load(self, clip_name, mmproj_name=AUTO, page_cache="use", prefetch_layers=1):
         import folder_paths
 
-        from .h3kit_te_stream import load_streamed_text_encoder
+        from .te_load import load_streamed_text_encoder
 
         path = folder_paths.get_full_path_or_raise("text_encoders", clip_name)
         return (load_streamed_text_encoder(

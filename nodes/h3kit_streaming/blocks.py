@@ -8,7 +8,7 @@ device (so a bf16 file computes in fp32 on --cpu, exactly as stock) and
 applies the patcher's weight patches (LoRA) to them with ComfyUI's own
 `patch_weight_to_device`; the forward hook (`after`) puts the placeholders
 back. Two ways to read, by where the block computes (one class each in
-h3kit_streaming_read, picked in `BlockStream.reader_for`):
+`read`, picked in `BlockStream.reader_for`):
 
 - on the CPU ("direct"): the native library reads each tensor straight into
   its buffer and widens bf16/fp16 to fp32 there, on every core, while the
@@ -53,11 +53,11 @@ import logging
 import time
 import weakref
 
-from .h3kit_compiler import prepare as prepare_compiler
-from .h3kit_streaming_logic import (GGUF_QUANT_TYPES, StreamError, chunk_count, direct_types, is_quantized,
+from .compiler import prepare as prepare_compiler
+from .logic import (GGUF_QUANT_TYPES, StreamError, chunk_count, direct_types, is_quantized,
                                     merge_ranges, block_heads, head_change, stamp_change, stats_document,
                                     write_json_atomic)
-from .h3kit_streaming_read import DirectRead, RingRead, UncachedRead
+from .read import DirectRead, RingRead, UncachedRead
 
 LOG = logging.getLogger("h3kit")
 

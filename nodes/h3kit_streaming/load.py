@@ -7,7 +7,7 @@ dict whose block tensors are shape-only (`meta`), builds the model with
 ComfyUI's own classes, replaces every block parameter by an empty
 placeholder (recording the dtype ComfyUI gave it, which is what a block is
 converted to when it is read) and wraps it in `patcher_class()`, a
-ModelPatcher that leaves those blocks to `h3kit_streaming.BlockStream`.
+ModelPatcher that leaves those blocks to `blocks.BlockStream`.
 MiniMax H3 DiTs in safetensors or GGUF are streamed (a GGUF's tensors
 outside the blocks are dequantized once, its block tensors per use, by
 ComfyUI-GGUF's own dequantize); anything else is refused with a sentence
@@ -22,10 +22,11 @@ import logging
 import weakref
 from pathlib import Path
 
-from .h3kit_streaming import BlockStream, _dtype, _Spec
-from .h3kit_streaming_logic import (BYPASS_READ, StreamError, check_page_cache, file_stamp, group_blocks,
-                                    is_quantized, merge_ranges, plan_stream, range_starts, read_weights,
-                                    refuse_unsupported)
+from ..h3k_loader import BYPASS_READ_BYTES
+from ..h3kit_common.files import file_stamp
+from .blocks import BlockStream, _dtype, _Spec
+from .logic import (StreamError, check_page_cache, group_blocks, is_quantized, merge_ranges, plan_stream,
+                    range_starts, read_weights, refuse_unsupported)
 
 LOG = logging.getLogger("h3kit")
 ATTR = "h3kit_stream"
@@ -36,7 +37,7 @@ def _native(bridge=None):
     """The h3k_native bridge (the pack's copy), loaded, or one sentence saying why not."""
     if bridge is None:
         try:
-            from . import h3k_native as bridge
+            from .. import h3k_native as bridge
         except ImportError:
             try:
                 import h3k_native as bridge
@@ -127,15 +128,10 @@ def load_streamed(path, weight_dtype: str = "default", preload_bytes: int = 0, s
                   prefetch_blocks: int = 1, stats_path=None, bridge=None, page_cache: str = "use"):
     """A ModelPatcher for the H3 DiT in `path` with its blocks streamed (comfy.sd.load_diffusion_model's steps).
 
-    `page_cache` "bypass" reads the blocks past the OS's page cache (h3kit_streaming_read.UncachedRead), in
-    BYPASS_READ pieces when `shard_size_bytes` is 0."""
+    `page_cache` "bypass" reads the blocks past the OS's page cache (read.UncachedRead), in
+    BYPASS_READ_BYTES pieces when `shard_size_bytes` is 0."""
     check_page_cache(page_cache, "h3kit streamed loader")
-    import torch
-    import safetensors
-    import comfy.model_detection
     import comfy.model_management as mm
-    import comfy.supported_models
-    import comfy.utils
 
     path = Path(path)
     header = read_weights(path)
@@ -144,53 +140,19 @@ def load_streamed(path, weight_dtype: str = "default", preload_bytes: int = 0, s
     bridge = _native(bridge)
     stamp = file_stamp(path)
     blocks, rest = group_blocks(sorted(tensors, key=lambda n: tensors[n]["start"]))
-    dequantize = None
-    if header.get("gguf"):
-        dequantize = gguf_dequantizer() if any(is_quantized(tensors[n]) for n in tensors) else None
-        small = {n: read_gguf_tensor(path, tensors[n], dequantize) for n in rest}
-    else:
-        with safetensors.safe_open(str(path), framework="pt", device="cpu") as f:
-            small = {n: f.get_tensor(n) for n in rest}
-    sd = dict(small)
-    for names in blocks.values():
-        for n in names:
-            # a GGUF block type stands for the bf16 weights it was made from (what ComfyUI picks dtypes by)
-            like = torch.bfloat16 if is_quantized(tensors[n]) else _dtype(tensors[n]["dtype"])
-            sd[n] = torch.empty(tensors[n]["shape"], dtype=like, device="meta")
-    options = model_options_for(weight_dtype)
-    metadata = header["metadata"] or None
-    parameters = comfy.utils.calculate_parameters(sd)
-    weight_dtype_found = comfy.utils.weight_dtype(sd)
-    load_device = mm.get_torch_device()
-    config = comfy.model_detection.model_config_from_unet(sd, "", metadata=metadata)
-    if config is None or not isinstance(config, comfy.supported_models.MiniMaxH3):
-        raise StreamError(f"{path.name} is not a MiniMax H3 DiT (ComfyUI detects it as "
-                          f"{type(config).__name__ if config else 'nothing it knows'}); h3kit's streamed loader "
-                          "streams H3 only: use ComfyUI's Load Diffusion Model for it.")
-    offload_device = mm.unet_offload_device()
-    dtype = options.get("dtype")
-    if dtype is None:
-        dtype = mm.unet_dtype(model_params=parameters, supported_dtypes=list(config.supported_inference_dtypes),
-                              weight_dtype=weight_dtype_found)
-    manual_cast = mm.unet_manual_cast(dtype, load_device, config.supported_inference_dtypes)
-    try:
-        config.set_inference_dtype(dtype, manual_cast, device=load_device)
-    except TypeError:  # releases before the device argument
-        config.set_inference_dtype(dtype, manual_cast)
-    if options.get("fp8_optimizations"):
-        config.optimizations["fp8"] = True
+    small, dequantize = _outside_blocks(path, header, rest)
+    sd = _shape_only(small, blocks, tensors)
+    config, dtype = _h3_config(path, sd, header["metadata"] or None, weight_dtype)
     model = config.get_model(sd, "")
     specs, compute_block_bytes = _strip_blocks(model.diffusion_model, blocks, tensors, path)
     ranges = {b: merge_ranges((s.start, s.end) for s in ss) for b, ss in specs.items()}
     if page_cache == "bypass" and not shard_size_bytes:
-        shard_size_bytes = BYPASS_READ
-    plan = plan_stream(ranges, shard_size_bytes, prefetch_blocks, preload_bytes)
+        shard_size_bytes = BYPASS_READ_BYTES
+    plan = plan_stream(ranges, shard_size_bytes, prefetch_blocks, preload_bytes, bridge.streamer_limits())
     stream = BlockStream(path, stamp, bridge, specs, plan, stats_path, dequantize, page_cache=page_cache)
     setattr(model, ATTR, stream)
-    for b, block in enumerate(model.diffusion_model.blocks):
-        block.register_forward_pre_hook(lambda m, args, b=b: stream.before(b, args))
-        block.register_forward_hook(lambda m, args, out, b=b: stream.after(b))
-    model.diffusion_model.register_forward_pre_hook(lambda m, args: stream.model_call(args))
+    _hook_blocks(model, stream)
+    load_device, offload_device = mm.get_torch_device(), mm.unet_offload_device()
     # reading in place on the CPU needs one set of block buffers and no ring; the ring way needs two sets
     # (one computes while the helper fills the other) and the ring itself
     reader = stream.reader_for(load_device)
@@ -199,27 +161,94 @@ def load_streamed(path, weight_dtype: str = "default", preload_bytes: int = 0, s
     patcher = patcher_class()(model, load_device=load_device, offload_device=offload_device, size=held)
     if not mm.is_device_cpu(offload_device):
         model.to(offload_device)
-    to_load = config.process_unet_state_dict(small)
-    missing, unexpected = model.diffusion_model.load_state_dict(to_load, strict=False)
+    _load_outside_blocks(model, config, small, stream, path)
+    _log_reading(path, stream, reader, plan, len(specs), dtype)
+    return patcher
+
+
+def _outside_blocks(path: Path, header: dict, rest: list[str]) -> tuple[dict, object]:
+    """({name: tensor} of everything outside the blocks, read now; the GGUF dequantizer or None)."""
+    tensors = header["tensors"]
+    if header.get("gguf"):
+        dequantize = gguf_dequantizer() if any(is_quantized(tensors[n]) for n in tensors) else None
+        return {n: read_gguf_tensor(path, tensors[n], dequantize) for n in rest}, dequantize
+    import safetensors
+
+    with safetensors.safe_open(str(path), framework="pt", device="cpu") as f:
+        return {n: f.get_tensor(n) for n in rest}, None
+
+
+def _shape_only(small: dict, blocks: dict, tensors: dict) -> dict:
+    """The state dict ComfyUI detects and builds from: the small tensors, the block tensors on `meta`."""
+    import torch
+
+    sd = dict(small)
+    for names in blocks.values():
+        for n in names:
+            # a GGUF block type stands for the bf16 weights it was made from (what ComfyUI picks dtypes by)
+            like = torch.bfloat16 if is_quantized(tensors[n]) else _dtype(tensors[n]["dtype"])
+            sd[n] = torch.empty(tensors[n]["shape"], dtype=like, device="meta")
+    return sd
+
+
+def _h3_config(path: Path, sd: dict, metadata, weight_dtype: str):
+    """ComfyUI's model config for the file, its inference dtype set as UNETLoader sets it; (config, dtype)."""
+    import comfy.model_detection
+    import comfy.model_management as mm
+    import comfy.supported_models
+    import comfy.utils
+
+    options = model_options_for(weight_dtype)
+    config = comfy.model_detection.model_config_from_unet(sd, "", metadata=metadata)
+    if config is None or not isinstance(config, comfy.supported_models.MiniMaxH3):
+        raise StreamError(f"{path.name} is not a MiniMax H3 DiT (ComfyUI detects it as "
+                          f"{type(config).__name__ if config else 'nothing it knows'}); h3kit's streamed loader "
+                          "streams H3 only: use ComfyUI's Load Diffusion Model for it.")
+    load_device = mm.get_torch_device()
+    dtype = options.get("dtype")
+    if dtype is None:
+        dtype = mm.unet_dtype(model_params=comfy.utils.calculate_parameters(sd),
+                              supported_dtypes=list(config.supported_inference_dtypes),
+                              weight_dtype=comfy.utils.weight_dtype(sd))
+    manual_cast = mm.unet_manual_cast(dtype, load_device, config.supported_inference_dtypes)
+    try:
+        config.set_inference_dtype(dtype, manual_cast, device=load_device)
+    except TypeError:  # releases before the device argument
+        config.set_inference_dtype(dtype, manual_cast)
+    if options.get("fp8_optimizations"):
+        config.optimizations["fp8"] = True
+    return config, dtype
+
+
+def _hook_blocks(model, stream: BlockStream) -> None:
+    for b, block in enumerate(model.diffusion_model.blocks):
+        block.register_forward_pre_hook(lambda m, args, b=b: stream.before(b, args))
+        block.register_forward_hook(lambda m, args, out, b=b: stream.after(b))
+    model.diffusion_model.register_forward_pre_hook(lambda m, args: stream.model_call(args))
+
+
+def _load_outside_blocks(model, config, small: dict, stream: BlockStream, path: Path) -> None:
+    missing, unexpected = model.diffusion_model.load_state_dict(config.process_unet_state_dict(small), strict=False)
     missing = [k for k in missing if k not in {s.key.split(".", 1)[1] for s in stream.keys_specs()}]
     if missing:
         LOG.warning("h3kit streamed loader: %s lacks %s", path.name, ", ".join(missing[:8]))
     if unexpected:
         LOG.info("h3kit streamed loader: left over keys in %s: %s", path.name, ", ".join(unexpected[:8]))
+
+
+def _log_reading(path: Path, stream: BlockStream, reader, plan: dict, blocks: int, dtype) -> None:
+    streamed, resident = blocks - len(plan["resident"]), len(plan["resident"])
     if reader is stream.uncached:
         LOG.info("h3kit streamed loader: %s, %d blocks read past the page cache in %d-byte reads (ring %d, "
-                 "prefetch %d) and widened on the CPU, %d resident, compute dtype %s", path.name,
-                 len(specs) - len(plan["resident"]), plan["read_size"], plan["depth"], plan["prefetch_blocks"],
-                 len(plan["resident"]), dtype)
+                 "prefetch %d) and widened on the CPU, %d resident, compute dtype %s", path.name, streamed,
+                 plan["read_size"], plan["depth"], plan["prefetch_blocks"], resident, dtype)
     elif reader is stream.direct:
         LOG.info("h3kit streamed loader: %s, %d blocks read in place on the CPU (read-ahead %d blocks), "
-                 "%d resident, compute dtype %s", path.name, len(specs) - len(plan["resident"]),
-                 plan["prefetch_blocks"], len(plan["resident"]), dtype)
+                 "%d resident, compute dtype %s", path.name, streamed, plan["prefetch_blocks"], resident, dtype)
     else:
         LOG.info("h3kit streamed loader: %s, %d blocks streamed in %d-byte reads, ring %d x %d, prefetch %d, "
-                 "%d resident, compute dtype %s", path.name, len(specs) - len(plan["resident"]), plan["read_size"],
-                 plan["depth"], plan["read_size"], plan["prefetch_blocks"], len(plan["resident"]), dtype)
-    return patcher
+                 "%d resident, compute dtype %s", path.name, streamed, plan["read_size"], plan["depth"],
+                 plan["read_size"], plan["prefetch_blocks"], resident, dtype)
 
 
 def _strip_blocks(dm, blocks: dict, tensors: dict, path: Path):
@@ -259,7 +288,7 @@ def _strip_blocks(dm, blocks: dict, tensors: dict, path: Path):
 
 def gguf_dequantizer():
     """(bytes, ggml type id, shape, dtype) -> tensor, through the installed ComfyUI-GGUF's torch dequantize."""
-    from .h3kit_gguf import GGUFError, gguf_pack
+    from ..h3kit_gguf.load import GGUFError, gguf_pack
 
     try:
         pack = gguf_pack()

@@ -7,7 +7,7 @@ its arch list has no H3 (DiT: "Unknown model architecture"; text encoder:
 "incompatible with llama.cpp", and no Qwen3-VL vision tower). These
 loaders use the installed pack's classes as they are (found among
 ComfyUI's loaded custom nodes, never a copy) and add only the detection
-and the renaming of `h3kit_gguf_logic`:
+and the renaming of `logic`:
 
 - `load_dit`: an H3 DiT by ComfyUI's own H3 keys, metadata or not, into
   `comfy.sd.load_diffusion_model_state_dict` with the pack's ops; any other
@@ -18,7 +18,7 @@ and the renaming of `h3kit_gguf_logic`:
   does, through the pack's CLIPLoaderGGUF.load_patcher.
 
 Every file is read and checked by the pack's own reader (`h3k_gguf`, through
-`h3kit_gguf_logic`) before ComfyUI-GGUF's gguf-py sees it: a crafted or
+`logic`) before ComfyUI-GGUF's gguf-py sees it: a crafted or
 damaged file is one sentence in a header read, the same one the streamed
 loader gives, never gguf-py's memory blow-up or raw error; anything gguf-py
 still raises comes back as a sentence naming the file.
@@ -35,7 +35,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from .h3kit_gguf_logic import (LOADERS_HINT, PATCH_SPLITS, GGUFError, comfy_shapes, dit_prefix, find_mmproj,
+from .logic import (LOADERS_HINT, PATCH_SPLITS, GGUFError, comfy_shapes, dit_prefix, find_mmproj,
                                has_vision, is_h3_dit, read_gguf, split_qkv_groups, te_missing, te_names, vision_problem)
 
 LOG = logging.getLogger("h3kit")

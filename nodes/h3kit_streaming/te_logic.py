@@ -2,13 +2,13 @@
 
 MiniMax H3's text encoder is Qwen3-VL-32B cut to 50 language-model layers
 (ComfyUI's `Qwen3VL_32BConfig`); its conditioning is the last layer's
-output. `h3kit_te_stream` keeps those layers on disk and reads each one as
+output. `te_load` keeps those layers on disk and reads each one as
 the encoder reaches it, like the streamed DiT loader does with the DiT's
 blocks. Decided here, on the file's header alone:
 
 - `te_tensors` reads the header (safetensors or GGUF, the checked readers of
-  `h3kit_streaming_logic`) and puts every tensor under the name ComfyUI's
-  encoder loads it by (`h3kit_gguf_logic.te_names` for llama.cpp's names);
+  `logic`) and puts every tensor under the name ComfyUI's
+  encoder loads it by (the GGUF feature's `logic.te_names` for llama.cpp's names);
 - `refuse_unsupported_te` is one sentence for what the loader does not
   stream: ComfyUI's quantized safetensors (their layers need ComfyUI's own
   quantized ops: CLIPLoader loads them) and files that are no Qwen3-VL
@@ -27,8 +27,9 @@ import os
 import re
 from pathlib import Path
 
-from .h3kit_gguf_logic import GGML_TYPES, PATCH_SPLITS, te_names
-from .h3kit_streaming_logic import (QUANT_MARKERS, STREAMED_DTYPES, StreamError, is_quantized, read_weights)
+from ..h3k_loader import QUANT_MARKERS, STREAMED_DTYPES, STREAMED_FILES
+from ..h3kit_gguf.logic import GGML_TYPES, PATCH_SPLITS, te_names
+from .logic import StreamError, is_quantized, read_weights
 
 TE_STATS_FILE = "h3kit_te_streaming_stats.json"
 LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.")
@@ -51,7 +52,7 @@ def refuse_unsupported_te(path: str | os.PathLike, tensors: dict) -> None:
     quant = sorted(n for n in tensors if n.rsplit(".", 1)[-1] in QUANT_MARKERS)
     if quant:
         raise StreamError(f"{name} is a quantized ComfyUI text encoder ({quant[0]}); h3kit's streamed text encoder "
-                          f"reads plain bf16/fp16/fp32 safetensors and GGUF files only: {CLIP_LOADER_HINT}.")
+                          f"reads {STREAMED_FILES} only: {CLIP_LOADER_HINT}.")
     odd = sorted({e["dtype"] for e in tensors.values() if e["dtype"] not in STREAMED_DTYPES and not is_quantized(e)})
     if odd:
         raise StreamError(f"{name} holds tensors of type {', '.join(odd)}, which the streamed text encoder does not "

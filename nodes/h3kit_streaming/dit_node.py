@@ -1,26 +1,15 @@
-"""H3kitStreamedDiTLoader: UNETLoader for MiniMax H3 with the blocks streamed from disk (logic in h3kit_streaming)."""
+"""H3kitStreamedDiTLoader: UNETLoader for MiniMax H3 with the blocks streamed from disk (the model: `load`, `blocks`)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from ..h3k_loader import MAX_PREFETCH, PAGE_CACHE_CHOICES
+from ..h3kit_common.files import gguf_files, stamp_of
+from ..h3kit_common.pack import PACK_DIR, PROFILE
+from .logic import STATS_FILE, profile_defaults
 
-from .h3kit_gguf_node import gguf_files
-from .h3kit_logic import PROFILE_FILE, ProfileStore
-from .h3kit_streaming_logic import PAGE_CACHE_CHOICES, STATS_FILE, file_stamp, profile_defaults
-
-HERE = Path(__file__).resolve().parent
-STORE = ProfileStore(HERE / PROFILE_FILE)
-STATS_PATH = HERE / STATS_FILE
+STATS_PATH = PACK_DIR / STATS_FILE
 WEIGHT_DTYPES = ["default", "fp8_e4m3fn", "fp8_e4m3fn_fast", "fp8_e5m2"]  # UNETLoader's choices
 BYTES_MAX = 1 << 50
-
-
-def stamp_of(folder: str, name: str) -> str:
-    """A streamed loader's IS_CHANGED: a replaced or removed file is loaded (or refused) again."""
-    import folder_paths
-
-    path = folder_paths.get_full_path(folder, name)
-    return str(file_stamp(path) if path else None)
 
 
 class H3kitStreamedDiTLoader:
@@ -30,7 +19,7 @@ class H3kitStreamedDiTLoader:
     def INPUT_TYPES(cls):
         import folder_paths
 
-        d = profile_defaults(STORE.settings())
+        d = profile_defaults(PROFILE.current().dit_loader())
         return {"required": {
             # ComfyUI's list leaves .gguf out (ComfyUI-GGUF keeps its own): both, once each
             "unet_name": (sorted(set(folder_paths.get_filename_list("diffusion_models"))
@@ -41,7 +30,7 @@ class H3kitStreamedDiTLoader:
             "shard_size_bytes": ("INT", {"default": d["shard_size_bytes"], "min": 0, "max": BYTES_MAX,
                                          "step": 1 << 20,
                                          "tooltip": "Size of one read buffer; 0 means one block."}),
-            "prefetch_blocks": ("INT", {"default": d["prefetch_blocks"], "min": 1, "max": 8,
+            "prefetch_blocks": ("INT", {"default": d["prefetch_blocks"], "min": 1, "max": MAX_PREFETCH,
                                         "tooltip": "Blocks read ahead while the current one computes."}),
         }, "optional": {  # optional: a prompt saved before it existed still validates (and reads through the cache)
             "page_cache": (list(PAGE_CACHE_CHOICES), {"default": d["page_cache"],
@@ -67,7 +56,7 @@ class H3kitStreamedDiTLoader:
              page_cache="use"):
         import folder_paths
 
-        from .h3kit_streaming_load import load_streamed
+        from .load import load_streamed
 
         path = folder_paths.get_full_path_or_raise("diffusion_models", unet_name)
         return (load_streamed(path, weight_dtype, preload_bytes, shard_size_bytes, prefetch_blocks,

@@ -1,15 +1,16 @@
-"""The node classes: declare inputs, delegate to h3kit_logic. ComfyUI and torch are imported only when a node runs."""
+"""The profile, tiled-decode and memory-guard nodes: declare inputs, delegate to `logic`.
+
+ComfyUI and torch are imported only when a node runs."""
 
 from __future__ import annotations
 
 import gc
 import logging
-from pathlib import Path
 
-from .h3kit_logic import (DEFAULT_CHUNK_FRAMES, PROFILE_FILE, ProfileStore, attributes_set, chunked_decode, describe,
-                          frame_chunks, memory_report, plan_decode, tile_values)
+from ..h3kit_common.pack import PROFILE, profile_stamp
+from .logic import (DEFAULT_CHUNK_FRAMES, attributes_set, chunked_decode, describe, frame_chunks, memory_report,
+                    plan_decode, tile_values)
 
-STORE = ProfileStore(Path(__file__).resolve().parent / PROFILE_FILE)
 CATEGORY = "h3kit"
 
 
@@ -26,7 +27,7 @@ ANY = _AnyType("*")
 def native_status() -> str:
     """Whether h3kit's native library loads here; a sentence, never an exception."""
     try:
-        from . import h3k_native
+        from .. import h3k_native
     except Exception as exc:  # the bridge is optional: the pack must import without it
         return f"not available ({type(exc).__name__}: {exc})"
     try:
@@ -35,11 +36,6 @@ def native_status() -> str:
         return f"loaded (version {version})"
     except Exception as exc:
         return f"not loaded ({exc}); run 'h3kit build' and 'h3kit apply'"
-
-
-def _profile_stamp():
-    STORE.document()
-    return STORE.stamp()
 
 
 class H3kitProfileInfo:
@@ -57,12 +53,12 @@ class H3kitProfileInfo:
 
     @classmethod
     def IS_CHANGED(cls, **kwargs):
-        return str(_profile_stamp())
+        return str(profile_stamp())
 
     def info(self):
-        settings = STORE.settings()
-        t = tile_values(settings)
-        text = describe(STORE.profile, settings, native_status(), STORE.error)
+        profile = PROFILE.current()
+        t = tile_values(profile.tiles())
+        text = describe(profile.name, profile.shown_settings(), native_status(), PROFILE.error)
         return (text, t["tile_size"], t["overlap"], t["temporal_tile"], t["max_frames"])
 
 
@@ -91,7 +87,7 @@ class H3kitTiledVAEDecode:
 
     @classmethod
     def IS_CHANGED(cls, **kwargs):
-        return str(_profile_stamp())
+        return str(profile_stamp())
 
     def decode(self, samples, vae, frames_per_chunk=DEFAULT_CHUNK_FRAMES):
         import torch
@@ -102,7 +98,7 @@ class H3kitTiledVAEDecode:
             latent = latent.unbind()[0]
         if latent.ndim == 5 and getattr(vae, "latent_dim", 3) == 2:
             latent = latent[:, :, 0]
-        t = tile_values(STORE.settings())
+        t = tile_values(PROFILE.current().tiles())
         model = getattr(vae, "first_stage_model", None)
         plan = plan_decode(model, getattr(vae, "handles_tiling", False), t["tile_size"], t["overlap"],
                            t["temporal_tile"], 8, vae.spacial_compression_decode(), vae.temporal_compression_decode())

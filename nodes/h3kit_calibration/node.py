@@ -1,12 +1,11 @@
-"""H3kitCalibrationReport: shows the latest calibration summary (logic in h3kit_calibration)."""
+"""H3kitCalibrationReport: shows the latest calibration summary (logic in `summary`)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from ..h3kit_common.pack import PACK_DIR
+from .summary import SUMMARY_FILE, summary_stamp, summary_text
 
-from .h3kit_calibration import SUMMARY_FILE, summary_stamp, summary_text
-
-SUMMARY_PATH = Path(__file__).resolve().parent / SUMMARY_FILE
+SUMMARY_PATH = PACK_DIR / SUMMARY_FILE  # calibration writes it at the top of the pack
 
 
 class H3kitCalibrationReport:

@@ -1,20 +1,10 @@
-"""H3kitUnetLoaderGGUF and H3kitCLIPLoaderGGUF: H3's GGUF files through ComfyUI-GGUF's ops (logic in h3kit_gguf)."""
+"""H3kitUnetLoaderGGUF and H3kitCLIPLoaderGGUF: H3's GGUF files through ComfyUI-GGUF's ops (the loading in `load`)."""
 
 from __future__ import annotations
 
+from ..h3kit_common.files import AUTO, gguf_files
+
 DTYPES = ["default", "target", "float32", "float16", "bfloat16"]  # UnetLoaderGGUFAdvanced's choices
-AUTO = "(auto)"
-
-
-def gguf_files(folder: str) -> list[str]:
-    """The .gguf files under ComfyUI's `folder` paths (its own lists leave .gguf out without ComfyUI-GGUF)."""
-    import folder_paths
-
-    found = {n for n in folder_paths.get_filename_list(folder) if n.lower().endswith(".gguf")}
-    for root in getattr(folder_paths, "get_folder_paths", lambda _: [])(folder):
-        files, _ = folder_paths.recursive_search(root, excluded_dir_names=[".git"])
-        found.update(folder_paths.filter_files_extensions(files, {".gguf"}))
-    return sorted(found)
 
 
 class H3kitUnetLoaderGGUF:
@@ -38,7 +28,7 @@ class H3kitUnetLoaderGGUF:
     def load(self, unet_name, dequant_dtype="default", patch_dtype="default", patch_on_device=False):
         import folder_paths
 
-        from .h3kit_gguf import load_dit
+        from .load import load_dit
 
         path = folder_paths.get_full_path_or_raise("diffusion_models", unet_name)
         return (load_dit(path, dequant_dtype, patch_dtype, patch_on_device),)
@@ -67,7 +57,7 @@ class H3kitCLIPLoaderGGUF:
     def load(self, clip_name, mmproj_name=AUTO, type="minimax"):
         import folder_paths
 
-        from .h3kit_gguf import load_text_encoder
+        from .load import load_text_encoder
 
         path = folder_paths.get_full_path_or_raise("text_encoders", clip_name)
         return (load_text_encoder(path, None if mmproj_name == AUTO else mmproj_name, type,

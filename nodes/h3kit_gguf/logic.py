@@ -3,7 +3,7 @@
 H3's published GGUF files come from stable-diffusion.cpp, whose GGUF writer
 writes no KV fields at all (no `general.architecture`), and ComfyUI-GGUF
 refuses such files before it looks at the tensors. The loaders in
-`h3kit_gguf` keep ComfyUI-GGUF's dequantizing ops and patcher and add only
+`load` keep ComfyUI-GGUF's dequantizing ops and patcher and add only
 what is decided here, on names, shapes and byte ranges:
 
 - `read_gguf` is the pack's one checked GGUF reader (`h3k_gguf`, shared with
@@ -32,7 +32,7 @@ import re
 from pathlib import Path
 
 # the loaders take these from here: one import for everything GGUF they decide on
-from .h3k_gguf import DEFAULT_ALIGNMENT, GGML_TYPES, PLAIN_TYPES, GGUFError, read_gguf  # noqa: F401
+from ..h3k_gguf import DEFAULT_ALIGNMENT, GGML_TYPES, PLAIN_TYPES, GGUFError, read_gguf  # noqa: F401
 
 DIT_PREFIXES = ("model.diffusion_model.", "diffusion_model.", "transformer.")
 H3_KEYS = ("video_patch_proj.weight", "audio_patch_proj.weight")

@@ -1,8 +1,7 @@
-"""What the h3kit nodes compute, without importing ComfyUI or torch.
+"""What the profile and decode nodes compute, without importing ComfyUI or torch.
 
-- `ProfileStore` reads `h3kit_profile.json` (written by `h3kit install` and
-  `h3kit apply`) and reads it again whenever the file changes, so a profile
-  switch takes effect at the next node run without restarting ComfyUI.
+- `tile_values` gives the profile's tile sizes (h3k_profile.VaeTiles) as
+  the four INTs the profile node outputs.
 - `decode_tile_args` turns pixel tile sizes into the latent units
   `VAE.decode_tiled` takes, the same way ComfyUI's VAEDecodeTiled does.
 - `plan_decode` decides how the profile's tiles reach a VAE: as
@@ -17,66 +16,17 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import math
-import os
-from pathlib import Path
 
-PROFILE_FILE = "h3kit_profile.json"
-# Used when the pack has no profile file (copied by hand, or the file was removed).
-FALLBACK = {"vae_tile_size": 512, "vae_tile_overlap": 64, "vae_temporal_tile": 64, "max_frames": 121}
+from ..h3k_profile import VaeTiles
+
 DEFAULT_CHUNK_FRAMES = 8
 
 
-class ProfileStore:
-    """The active profile settings, re-read when the file's mtime or size changes."""
-
-    def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
-        self._stamp: object = "never read"
-        self._doc: dict = {}
-        self.error: str | None = None
-
-    def stamp(self):
-        try:
-            st = self.path.stat()
-            return (st.st_mtime_ns, st.st_size)
-        except OSError:
-            return None
-
-    def document(self) -> dict:
-        stamp = self.stamp()
-        if stamp != self._stamp:
-            self._stamp = stamp
-            self._doc, self.error = {}, None
-            if stamp is None:
-                self.error = f"{self.path.name} is missing; using built-in defaults (run 'h3kit apply')"
-            else:
-                try:
-                    doc = json.loads(self.path.read_text(encoding="utf-8"))
-                    self._doc = doc if isinstance(doc, dict) else {}
-                except (OSError, ValueError) as exc:
-                    self.error = f"{self.path.name} is unreadable ({exc}); using built-in defaults (run 'h3kit apply')"
-        return self._doc
-
-    @property
-    def profile(self) -> str:
-        return str(self.document().get("profile") or "none")
-
-    def settings(self) -> dict:
-        merged = dict(FALLBACK)
-        merged.update({k: v for k, v in (self.document().get("settings") or {}).items() if v is not None})
-        return merged
-
-
-def tile_values(settings: dict) -> dict:
-    """The four INTs the nodes expose, from profile settings (pixels and frames)."""
-    return {
-        "tile_size": int(settings.get("vae_tile_size") or FALLBACK["vae_tile_size"]),
-        "overlap": int(settings.get("vae_tile_overlap") or 0),
-        "temporal_tile": int(settings.get("vae_temporal_tile") or FALLBACK["vae_temporal_tile"]),
-        "max_frames": int(settings.get("max_frames") or FALLBACK["max_frames"]),
-    }
+def tile_values(tiles: VaeTiles) -> dict:
+    """The four INTs the nodes expose (pixels and frames)."""
+    return {"tile_size": tiles.tile_size, "overlap": tiles.overlap, "temporal_tile": tiles.temporal_tile,
+            "max_frames": tiles.max_frames}
 
 
 def describe(profile: str, settings: dict, native_status: str, note: str | None = None) -> str:

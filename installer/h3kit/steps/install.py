@@ -276,7 +276,5 @@ def _without_comfyui(options: InstallOptions, ctx: Session, planned: Planned, no
     result = InstallResult(plan.profile if plan else (options.profile or "none"), notes=notes, warnings=warnings,
                            plan_fits=plan.fits if plan else None)
     _calibrate(options, ctx, None, result, planned)
-    details = result.to_json()
-    details["comfyui"] = None
     raise NotReady(missing.message + (f" The calibration report is at {result.report}." if result.report else ""),
-                   missing.fix, details=details)
+                   missing.fix, details=result.to_json())

@@ -10,7 +10,7 @@ once their step ran.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 SCHEMA = "h3kit.install/1"
 
@@ -28,7 +28,7 @@ class ComfyFound:
     torch_build: str | None
 
     def to_json(self) -> dict:
-        return dict(self.__dict__)
+        return asdict(self)
 
 
 @dataclass

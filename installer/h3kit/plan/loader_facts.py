@@ -1,4 +1,4 @@
-"""What h3kit's streamed DiT loader (nodes/h3kit_streaming*.py) does, as the planner and calibration count it.
+"""What h3kit's streamed DiT loader (nodes/h3kit_streaming/) does, as the planner and calibration count it.
 
 The one installer home of these facts: the read-ahead cap, the files the
 loader streams, and which reader it picks on a CPU -- which decides whether
@@ -7,17 +7,16 @@ a ring of read-ahead buffers sits in the process's memory.
 
 from __future__ import annotations
 
-# The deepest read-ahead the loader node accepts (its prefetch_blocks input, nodes profile_defaults).
-MAX_PREFETCH = 8
+from h3kit.bundled import h3k_loader
 
-# What H3kitStreamedDiTLoader reads (nodes/h3kit_streaming_logic.py refuse_unsupported turns away ComfyUI's
-# quantized safetensors, whose weights need ComfyUI's converters): plain safetensors of the first three, GGUF
-# files of the rest (the catalog's format names), their blocks dequantized per use by ComfyUI-GGUF's code --
-# tests/real_comfyui/test_gguf_loaders_real_comfyui.py runs a GGUF DiT through it.
-SAFETENSORS_STREAMABLE = ("bf16", "fp16", "fp32")
-GGUF_STREAMABLE = ("q8_0", "q6_k", "q5_0", "q5_k_m", "q4_k_m", "q3_k_m", "q2_k")
-STREAMABLE_FORMATS = SAFETENSORS_STREAMABLE + GGUF_STREAMABLE
-
+# The loaders' own facts, from the pack module the nodes read: the read-ahead cap (their prefetch_blocks input)
+# and what H3kitStreamedDiTLoader streams, in the catalog's format names (ComfyUI's quantized safetensors are
+# turned away; GGUF blocks are dequantized per use by ComfyUI-GGUF's code).
+MAX_PREFETCH = h3k_loader.MAX_PREFETCH
+SAFETENSORS_STREAMABLE = h3k_loader.SAFETENSORS_STREAMABLE
+GGUF_STREAMABLE = h3k_loader.GGUF_STREAMABLE
+STREAMABLE_FORMATS = h3k_loader.STREAMABLE_FORMATS
+STREAMED_FILES = h3k_loader.STREAMED_FILES
 
 def streamable(weight) -> bool:
     """Can h3kit's streamed loader read this DiT file?"""

@@ -11,6 +11,8 @@ import pytest
 
 from h3kit.calibrate import report
 
+pytestmark = pytest.mark.slow
+
 
 def _positive(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0

@@ -342,16 +342,3 @@ def find_library() -> Path | None:
     except (OSError, ValueError, KeyError, TypeError, NotReady):
         return None
     return lib if lib.is_file() else None
-
-
-def library_files() -> list[Path]:
-    """Every variant of the current build, baseline first ([] when not built).
-
-    Deploy copies all of them into the pack's lib/, so the pack still loads
-    (as baseline) on a CPU that lacks the tuned build's features.
-    """
-    lib = find_library()
-    if lib is None:
-        return []
-    present = [lib.parent / h3k_native.library_filename(v) for v in h3k_native.VARIANTS]
-    return [p for p in present if p.is_file()]

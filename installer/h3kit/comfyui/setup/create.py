@@ -166,15 +166,16 @@ def new_comfyui(ctx, target_dir, source: str | None, fingerprint: Fingerprint, *
     a source without H3 is refused (BadInput) and removed again.
     """
     table = setup_table()
+    opts = opts or PipOptions.from_env()
     target = Path(target_dir).expanduser().absolute()
     source = source or table["source_url"]
     choice = torch_build.choose(fingerprint)
     if choice["status"] == "refuse":
         raise NotReady(choice["rationale"][-1], choice["fix"])
     state_file = state_path(ctx, target)
+    state = _load_state(state_file, target, source)
     man = manifest_mod.load_or_new(ctx.locations.state_dir, target)
-    run = _SetupRun(ctx, target, source, fingerprint, opts or PipOptions.from_env(), table, man, Journal(man),
-                    state_file, _load_state(state_file, target, source))
+    run = _SetupRun(ctx, target, source, fingerprint, opts, table, man, Journal(man), state_file, state)
     interrupted = "source" not in run.done and _fetch_interrupted(man, target)
     if target.exists() and "source" not in run.done and not interrupted and any(target.iterdir()):
         raise BadInput(f"{target} already exists and is not empty; h3kit sets up a new ComfyUI only in a new "

@@ -347,7 +347,7 @@ def _stats(comfy: Path) -> dict | None:
     return json.loads(p.read_text()) if p.is_file() else None
 
 
-def main(argv=None) -> int:
+def _arguments() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/h3kit-bench-streaming"))
     ap.add_argument("--comfyui", type=Path, default=Path(os.environ.get("H3KIT_COMFYUI_DIR") or "/work/comfy33"))
@@ -368,7 +368,11 @@ def main(argv=None) -> int:
     ap.add_argument("--frames", type=int, default=22, help="--floor: frames")
     ap.add_argument("--page-cache", choices=("use", "bypass", "both"), default="both",
                     help="--floor: the streamed loader's page_cache (both: each in turn; judged on bypass)")
-    a = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> int:
+    a = _arguments().parse_args(argv)
     if a.floor:
         import bench_streaming_floor
 
@@ -389,45 +393,12 @@ def main(argv=None) -> int:
     comfy = make_comfy(real, a.workdir / "comfy", library, python)
     t0 = time.perf_counter()
     dit = write_dit(python, comfy, "h3bench_dit_bf16.safetensors", dims)
-    file_bytes = dit.stat().st_size
     stream = {"preload_bytes": a.preload_bytes, "shard_size_bytes": a.shard_size_bytes,
               "prefetch_blocks": a.prefetch_blocks}
     stock, streamed = measure(comfy, python, a.workdir, dit.name, stream, a.rounds, a.steps, cold=not a.no_cold)
     same = compare(python, Path(stock["latent"]), Path(streamed["latent"]))
-    st = streamed["stats"] or {}
-    bytes_per_step = st.get("bytes_read", 0) / max(1, st.get("steps", 1))
-    doc = {"schema": "h3kit.bench_streaming/1", "dit_file_bytes": file_bytes, "dims": dims, "steps_timed": a.steps * a.rounds,
-           "timing_note": "seconds per step: the fastest model call of each loader (median beside it), both "
-                          "processes timed in turns on a shared machine",
-           "canvas": [64, 64, 22], "cfg": 1.0, "stream": stream, "latents": same,
-           "latents_note": "bit-identical" if same["identical"] else
-           f"max abs diff {same['max_abs_diff']} ({same['dtype']}); both compute in the same dtype",
-           "stock": stock, "streamed": streamed,
-           "peak_rss_ratio": streamed["peak_rss_bytes"] / max(1, stock["peak_rss_bytes"]),
-           "seconds_per_step_ratio": streamed["seconds_per_step"] / max(1e-9, stock["seconds_per_step"]),
-           "io_wait_fraction": _fraction(st, "wait_s"), "reader_wait_fraction": _fraction(st, "reader_wait_s"),
-           "block_hook_fraction": _fraction(st, "load_s"),
-           "read_mode": st.get("read_mode"),
-           "io_wait_note": "io_wait: share of sampling time the model waited for block weights (read_mode "
-                           "direct, the CPU case: reading and widening them on every core while compute "
-                           "waits, the next blocks only handed to the OS's read-ahead; ring: what the helper "
-                           "thread did not hide); reader_wait: ring only, share the converting thread waited "
-                           "for the disk (overlapped with compute)",
-           "bytes_read_per_step": bytes_per_step}
-    if streamed.get("cache_dropped"):
-        drop_weights(dit)
-        speed = read_speed(dit)
-        doc["cold"] = {"measured": True, "disk_bytes_per_s": speed, "dropped_how": streamed["cache_dropped_how"],
-                       "resident_after_drop": streamed["resident_after_drop"],
-                       "seconds_per_step": streamed["cold_seconds_per_step"],
-                       "disk_floor_seconds_per_step": bytes_per_step / speed,
-                       "io_wait_fraction": _fraction(streamed.get("cold_stats"), "wait_s"),
-                       "reader_wait_fraction": _fraction(streamed.get("cold_stats"), "reader_wait_s")}
-    else:
-        doc["cold"] = {"measured": False, "why": "skipped (--no-cold)" if a.no_cold else
-                       "not measured: the weight file's pages could not be dropped from the page cache "
-                       f"({streamed.get('cache_dropped_how') or 'no way here'}; resident after: "
-                       f"{streamed.get('resident_after_drop')})"}
+    doc = _document(a, dims, dit.stat().st_size, stream, stock, streamed, same)
+    doc["cold"] = _cold(a, dit, streamed, doc["bytes_read_per_step"])
     doc["targets"] = {"peak_rss_ratio <= 0.30": doc["peak_rss_ratio"] <= RSS_TARGET,
                       "seconds_per_step_ratio <= 1.3": doc["seconds_per_step_ratio"] <= STEP_TARGET,
                       "latents identical": bool(same["identical"])}
@@ -440,6 +411,47 @@ def main(argv=None) -> int:
               f"{streamed['seconds_per_step']:.2f} ({doc['seconds_per_step_ratio']:.2f}x), latents "
               f"{doc['latents_note']}, waiting {doc['io_wait_fraction']}")
     return 0 if all(doc["targets"].values()) else 1
+
+
+def _document(a, dims: dict, file_bytes: int, stream: dict, stock: dict, streamed: dict, same: dict) -> dict:
+    """The h3kit.bench_streaming/1 document of the warm turns: stock against streamed."""
+    st = streamed["stats"] or {}
+    return {"schema": "h3kit.bench_streaming/1", "dit_file_bytes": file_bytes, "dims": dims,
+            "steps_timed": a.steps * a.rounds,
+            "timing_note": "seconds per step: the fastest model call of each loader (median beside it), both "
+                           "processes timed in turns on a shared machine",
+            "canvas": [64, 64, 22], "cfg": 1.0, "stream": stream, "latents": same,
+            "latents_note": "bit-identical" if same["identical"] else
+            f"max abs diff {same['max_abs_diff']} ({same['dtype']}); both compute in the same dtype",
+            "stock": stock, "streamed": streamed,
+            "peak_rss_ratio": streamed["peak_rss_bytes"] / max(1, stock["peak_rss_bytes"]),
+            "seconds_per_step_ratio": streamed["seconds_per_step"] / max(1e-9, stock["seconds_per_step"]),
+            "io_wait_fraction": _fraction(st, "wait_s"), "reader_wait_fraction": _fraction(st, "reader_wait_s"),
+            "block_hook_fraction": _fraction(st, "load_s"),
+            "read_mode": st.get("read_mode"),
+            "io_wait_note": "io_wait: share of sampling time the model waited for block weights (read_mode "
+                            "direct, the CPU case: reading and widening them on every core while compute "
+                            "waits, the next blocks only handed to the OS's read-ahead; ring: what the helper "
+                            "thread did not hide); reader_wait: ring only, share the converting thread waited "
+                            "for the disk (overlapped with compute)",
+            "bytes_read_per_step": st.get("bytes_read", 0) / max(1, st.get("steps", 1))}
+
+
+def _cold(a, dit: Path, streamed: dict, bytes_per_step: float) -> dict:
+    """The streamed run with the weight file's pages dropped first, against the disk's floor; or why not."""
+    if not streamed.get("cache_dropped"):
+        return {"measured": False, "why": "skipped (--no-cold)" if a.no_cold else
+                "not measured: the weight file's pages could not be dropped from the page cache "
+                f"({streamed.get('cache_dropped_how') or 'no way here'}; resident after: "
+                f"{streamed.get('resident_after_drop')})"}
+    drop_weights(dit)
+    speed = read_speed(dit)
+    return {"measured": True, "disk_bytes_per_s": speed, "dropped_how": streamed["cache_dropped_how"],
+            "resident_after_drop": streamed["resident_after_drop"],
+            "seconds_per_step": streamed["cold_seconds_per_step"],
+            "disk_floor_seconds_per_step": bytes_per_step / speed,
+            "io_wait_fraction": _fraction(streamed.get("cold_stats"), "wait_s"),
+            "reader_wait_fraction": _fraction(streamed.get("cold_stats"), "reader_wait_s")}
 
 
 if __name__ == "__main__":

@@ -126,7 +126,6 @@ def run(bench, a) -> int:
     """The measurement; prints the JSON document (or a summary) and returns the exit code."""
     import psutil
     import comfy_h3
-    from h3kit.comfyui import client
 
     real, python, why = comfy_h3.h3_comfyui()
     if real is None:
@@ -138,35 +137,59 @@ def run(bench, a) -> int:
     comfy = bench.make_comfy(real, a.workdir / "comfy", library, python)
     models = comfy / "models" / "diffusion_models"
     big, big_facts = write_dit(python, models, a.blocks)
-    small, small_facts = write_dit(python, models, a.resident_blocks)
+    small, _small_facts = write_dit(python, models, a.resident_blocks)
     ram = psutil.virtual_memory().total
-    canvas = (a.canvas, a.canvas)
     stream = {"preload_bytes": 0, "shard_size_bytes": a.shard_size_bytes, "prefetch_blocks": a.prefetch_blocks}
+    alone = _compute_alone(bench, a, comfy, python, small)
+    modes = ["use", "bypass"] if a.page_cache == "both" else [a.page_cache]
+    by_mode, reads = _streamed_and_disk(bench, a, comfy, python, big, stream, modes)
+    judged = "bypass" if "bypass" in modes else modes[0]  # what the plan picks for a file the cache cannot hold
+    doc = _document(a, ram, big, big_facts, stream, alone, by_mode, reads, judged)
+    doc["seconds"] = round(time.perf_counter() - t_start, 1)
+    if a.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        _summary(a, doc, big_facts, ram)
+    return 0 if all(doc["targets"].values()) else 1
+
+
+def _prompt(bench, a, server, dit: Path, st: dict, steps: int, seed: int, name: str) -> list[float]:
+    """One timed prompt of the text-to-video graph on `dit` with streaming settings `st`: its model calls' seconds."""
+    from h3kit.comfyui import client
+
+    api = bench.graph(dit.name, st, steps, seed, canvas=(a.canvas, a.canvas), frames=a.frames,
+                      prefix=f"floor/{name}", timed=name)
+    r = client.run_workflow(server, api, timeout=7200)
+    if not r["ran"]:
+        raise RuntimeError(f"prompt {name} failed: {r['message']}\n{server.log_tail(3000)}")
+    return bench.call_times(server.workdir, name)
+
+
+def _compute_alone(bench, a, comfy: Path, python, small: Path) -> dict:
+    """Compute alone: every block of the small DiT resident, warmed up, then timed; scaled to a.blocks."""
+    from h3kit.comfyui import client
+
     resident = {"preload_bytes": 1 << 40, "shard_size_bytes": 0, "prefetch_blocks": 1}
-
-    def prompt(server, dit, st, steps, seed, name):
-        api = bench.graph(dit.name, st, steps, seed, canvas=canvas, frames=a.frames, prefix=f"floor/{name}", timed=name)
-        r = client.run_workflow(server, api, timeout=7200)
-        if not r["ran"]:
-            raise RuntimeError(f"prompt {name} failed: {r['message']}\n{server.log_tail(3000)}")
-        return bench.call_times(server.workdir, name)
-
-    # compute alone: every block resident, warmed up, then timed
     with client.ComfyServer(comfy, python, ["--cpu"], a.workdir / "run-resident") as server:
         (server.workdir / "output" / "bench_calls.jsonl").unlink(missing_ok=True)
         server.start(timeout=300)
-        prompt(server, small, resident, 1, 1, "resident-warm")
-        steps = prompt(server, small, resident, a.steps, 3, "resident")
+        _prompt(bench, a, server, small, resident, 1, 1, "resident-warm")
+        steps = _prompt(bench, a, server, small, resident, a.steps, 3, "resident")
         st = _stats(bench, comfy)
         resident_rss = server.peak_rss_bytes
     calls = max(1, st.get("model_calls") or len(steps))
     per_block = st["compute_s"] / calls / a.resident_blocks
     fixed = max(0.0, statistics.median(steps) - a.resident_blocks * per_block)
-    compute_alone = fixed + a.blocks * per_block
+    return {"seconds_per_step": fixed + a.blocks * per_block, "per_block_s": per_block, "fixed_s": fixed,
+            "steps": steps, "peak_rss_bytes": resident_rss}
 
-    # streamed (each page_cache mode in turn), the disk alone, streamed again; one server per mode, so the
-    # peak RSS is each mode's own
-    modes = ["use", "bypass"] if a.page_cache == "both" else [a.page_cache]
+
+def _streamed_and_disk(bench, a, comfy: Path, python, big: Path, stream: dict,
+                       modes: list[str]) -> tuple[dict, list[dict]]:
+    """Streamed (each page_cache mode in turn), the disk alone, streamed again; one server per mode, so the
+    peak RSS is each mode's own. ({mode: rounds, cold shares, peak RSS}, the plain reads of the file)."""
+    from h3kit.comfyui import client
+
     by_mode = {m: {"rounds": [], "cold": [], "rss": 0} for m in modes}
     reads = []
     servers = {m: client.ComfyServer(comfy, python, ["--cpu"], a.workdir / f"run-streamed-{m}") for m in modes}
@@ -182,7 +205,7 @@ def run(bench, a) -> int:
                     reads.append(uncached)
             for m, server in servers.items():
                 by_mode[m]["cold"].append(drop(big))
-                t = prompt(server, big, dict(stream, page_cache=m), 1, 5 + r, f"streamed{r}-{m}")
+                t = _prompt(bench, a, server, big, dict(stream, page_cache=m), 1, 5 + r, f"streamed{r}-{m}")
                 by_mode[m]["rounds"].append({"seconds": round(t[0], 2), "stats": _stats(bench, comfy)})
                 print(f"bench_streaming --floor: round {r + 1}, page_cache {m}: {t[0]:.2f} s", file=sys.stderr)
         if not reads:
@@ -192,8 +215,14 @@ def run(bench, a) -> int:
     finally:
         for server in servers.values():
             server.stop()
-    block_bytes = big_facts["block_bytes"]
-    judged = "bypass" if "bypass" in modes else modes[0]  # what the plan picks for a file the cache cannot hold
+    return by_mode, reads
+
+
+def _document(a, ram: int, big: Path, big_facts: dict, stream: dict, alone: dict, by_mode: dict, reads: list[dict],
+              judged: str) -> dict:
+    """The h3kit.bench_streaming_floor/1 document: the floor, the streamed step against it (judged on `judged`),
+    each page_cache mode, the targets."""
+    compute_alone = alone["seconds_per_step"]
     rounds, cold, streamed_rss = by_mode[judged]["rounds"], by_mode[judged]["cold"], by_mode[judged]["rss"]
     bytes_per_step = statistics.median(r["stats"].get("bytes_read", 0) for r in rounds)
     # the disk's rate: the faster way of reading it, through the page cache or past it (the median of each)
@@ -202,43 +231,48 @@ def run(bench, a) -> int:
     disk_alone = bytes_per_step / rate
     floor = max(compute_alone, disk_alone)
     streamed = statistics.median(r["seconds"] for r in rounds)
-    waits = [r["stats"].get("wait_s", 0.0) for r in rounds]
-    each_mode = {m: {"seconds_per_step": statistics.median(r["seconds"] for r in v["rounds"]),
-                     "rounds": [r["seconds"] for r in v["rounds"]],
-                     "wait_s": [round(r["stats"].get("wait_s", 0.0), 2) for r in v["rounds"]],
-                     "read_mode": v["rounds"][0]["stats"].get("read_mode"),
-                     "page_cache": v["rounds"][0]["stats"].get("page_cache"),
-                     "ratio_to_floor": round(statistics.median(r["seconds"] for r in v["rounds"]) / floor, 3),
-                     "peak_rss_bytes": v["rss"]} for m, v in by_mode.items()}
     doc = {"schema": "h3kit.bench_streaming_floor/1", "ram_bytes": ram,
-           "dit": {"path": big.name, "bytes": big_facts["bytes"], "blocks": a.blocks, "block_bytes": block_bytes,
-                   "dims": big_facts["dims"], "larger_than_ram": big_facts["bytes"] > ram},
+           "dit": {"path": big.name, "bytes": big_facts["bytes"], "blocks": a.blocks,
+                   "block_bytes": big_facts["block_bytes"], "dims": big_facts["dims"],
+                   "larger_than_ram": big_facts["bytes"] > ram},
            "canvas": [a.canvas, a.canvas, a.frames], "stream": stream,
-           "compute_alone": {"seconds_per_step": round(compute_alone, 2), "per_block_s": round(per_block, 3),
-                             "fixed_s": round(fixed, 2), "resident_blocks": a.resident_blocks,
-                             "resident_step_seconds": [round(x, 2) for x in steps],
-                             "peak_rss_bytes": resident_rss},
+           "compute_alone": {"seconds_per_step": round(compute_alone, 2), "per_block_s": round(alone["per_block_s"], 3),
+                             "fixed_s": round(alone["fixed_s"], 2), "resident_blocks": a.resident_blocks,
+                             "resident_step_seconds": [round(x, 2) for x in alone["steps"]],
+                             "peak_rss_bytes": alone["peak_rss_bytes"]},
            "disk_alone": {"seconds_per_step": round(disk_alone, 2), "bytes_per_step": bytes_per_step,
                           "bytes_per_s": round(rate), "reads": reads},
            "streamed": {"seconds_per_step": streamed, "rounds": [r["seconds"] for r in rounds],
-                        "wait_s": [round(w, 2) for w in waits],
+                        "wait_s": [round(r["stats"].get("wait_s", 0.0), 2) for r in rounds],
                         "compute_s": [round(r["stats"].get("compute_s", 0.0), 2) for r in rounds],
                         "read_mode": rounds[0]["stats"].get("read_mode"), "resident_share_at_start": cold,
                         "page_cache": judged, "peak_rss_bytes": streamed_rss},
-           "page_cache_modes": each_mode,
+           "page_cache_modes": _each_mode(by_mode, floor),
            "floor_seconds_per_step": round(floor, 2), "floor_is": "compute" if compute_alone >= disk_alone else "disk",
            "ratio_to_floor": round(streamed / floor, 3), "peak_rss_share_of_ram": round(streamed_rss / ram, 3)}
     doc["targets"] = {f"ratio_to_floor <= {FLOOR_TARGET}": doc["ratio_to_floor"] <= FLOOR_TARGET,
                       f"peak_rss_share_of_ram < {RSS_SHARE_TARGET}": doc["peak_rss_share_of_ram"] < RSS_SHARE_TARGET}
-    doc["seconds"] = round(time.perf_counter() - t_start, 1)
-    if a.json:
-        print(json.dumps(doc, indent=2))
-    else:
-        print(f"{a.blocks} blocks ({big_facts['bytes'] / 1e9:.1f} GB, RAM {ram / 1e9:.1f} GB): compute alone "
-              f"{compute_alone:.1f} s, disk alone {disk_alone:.1f} s ({rate / 1e9:.2f} GB/s), streamed "
-              f"{streamed:.1f} s: {doc['ratio_to_floor']:.2f}x the floor; peak RSS {streamed_rss / 1e9:.2f} GB "
-              f"({doc['peak_rss_share_of_ram']:.0%} of RAM), page_cache {judged}")
-        for m, v in each_mode.items():
-            print(f"  page_cache {m}: {v['seconds_per_step']:.1f} s = {v['ratio_to_floor']:.2f}x the floor "
-                  f"(rounds {v['rounds']}, read mode {v['read_mode']}, page cache {v['page_cache']})")
-    return 0 if all(doc["targets"].values()) else 1
+    return doc
+
+
+def _each_mode(by_mode: dict, floor: float) -> dict:
+    return {m: {"seconds_per_step": statistics.median(r["seconds"] for r in v["rounds"]),
+                "rounds": [r["seconds"] for r in v["rounds"]],
+                "wait_s": [round(r["stats"].get("wait_s", 0.0), 2) for r in v["rounds"]],
+                "read_mode": v["rounds"][0]["stats"].get("read_mode"),
+                "page_cache": v["rounds"][0]["stats"].get("page_cache"),
+                "ratio_to_floor": round(statistics.median(r["seconds"] for r in v["rounds"]) / floor, 3),
+                "peak_rss_bytes": v["rss"]} for m, v in by_mode.items()}
+
+
+def _summary(a, doc: dict, big_facts: dict, ram: int) -> None:
+    streamed = doc["streamed"]
+    print(f"{a.blocks} blocks ({big_facts['bytes'] / 1e9:.1f} GB, RAM {ram / 1e9:.1f} GB): compute alone "
+          f"{doc['compute_alone']['seconds_per_step']:.1f} s, disk alone {doc['disk_alone']['seconds_per_step']:.1f} s "
+          f"({doc['disk_alone']['bytes_per_s'] / 1e9:.2f} GB/s), streamed "
+          f"{streamed['seconds_per_step']:.1f} s: {doc['ratio_to_floor']:.2f}x the floor; peak RSS "
+          f"{streamed['peak_rss_bytes'] / 1e9:.2f} GB ({doc['peak_rss_share_of_ram']:.0%} of RAM), page_cache "
+          f"{streamed['page_cache']}")
+    for m, v in doc["page_cache_modes"].items():
+        print(f"  page_cache {m}: {v['seconds_per_step']:.1f} s = {v['ratio_to_floor']:.2f}x the floor "
+              f"(rounds {v['rounds']}, read mode {v['read_mode']}, page cache {v['page_cache']})")

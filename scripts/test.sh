@@ -3,7 +3,8 @@
 # venv with h3kit and its test extras, then runs the whole suite. pytest's
 # exit 5 ("no tests ran") is a failure here, never a pass.
 #
-#   scripts/test.sh                 # the whole suite
+#   scripts/test.sh                 # the whole suite (what CI runs: .ci/run)
+#   scripts/test.sh --fast          # the quick check: no test marked slow (pytest -m "not slow")
 #   scripts/test.sh -k workflows    # anything else is passed to pytest
 #
 # Offline: put wheels in wheelhouse/ (python -m pip wheel -w wheelhouse '.[test]')
@@ -30,11 +31,22 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.h3kit-test-stamp" 2>/dev/null
   echo "$stamp" > "$venv/.h3kit-test-stamp"
 fi
 
+# --fast, anywhere in the arguments: leave out the tests marked slow (a real ComfyUI, the C library's own
+# tests and compile step, the big fixtures); the rest goes to pytest as given.
+args=()
+for arg in "$@"; do
+  if [ "$arg" = "--fast" ]; then
+    args+=(-m "not slow")
+  else
+    args+=("$arg")
+  fi
+done
+
 # Tests never touch the real home: every test gets its own H3KIT_HOME, and so does the run.
 export H3KIT_HOME="${H3KIT_HOME:-$(mktemp -d)}"
 cd "$repo"
 set +e
-"$venv/bin/python" -m pytest -q "$@"
+"$venv/bin/python" -m pytest -q ${args[@]+"${args[@]}"}
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then

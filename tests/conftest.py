@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -18,19 +19,24 @@ if str(SUPPORT) not in sys.path:
     sys.path.insert(0, str(SUPPORT))
 
 
-_NATIVE_ONCE: dict = {}
+@pytest.fixture(scope="session")
+def native_build(tmp_path_factory) -> Path | None:
+    """The native library compiled once per test session, the first time a test asks (a test marked `native`,
+    or one of the fixtures below): the folder of its variants, or None when it cannot be built here."""
+    from native_support import build_into
+
+    try:
+        return build_into(tmp_path_factory.mktemp("native-once"))
+    except Exception:  # no compiler here: the tests that need one say so themselves
+        return None
 
 
-def _native_build_once(tmp_path_factory) -> Path | None:
-    """Compile the native library once per test session; the folder of its variants, or None when it cannot."""
-    if "folder" not in _NATIVE_ONCE:
-        from native_support import build_into
-
-        try:
-            _NATIVE_ONCE["folder"] = build_into(tmp_path_factory.mktemp("native-once"))
-        except Exception:  # no compiler here: the tests that need one say so themselves
-            _NATIVE_ONCE["folder"] = None
-    return _NATIVE_ONCE["folder"]
+@pytest.fixture(scope="session")
+def native_build_dir(native_build) -> Path:
+    """The session's build folder, for tests that cannot run without it (a build that failed fails them)."""
+    if native_build is None:
+        pytest.fail("the native library could not be built in this session (see 'h3kit build')")
+    return native_build
 
 
 @pytest.fixture(autouse=True)
@@ -45,19 +51,60 @@ def _fresh_host_probes():
 
 @pytest.fixture(autouse=True)
 def h3kit_home(tmp_path_factory, monkeypatch, request) -> Path:
-    """A fresh H3KIT_HOME per test, holding a copy of the session's native build.
+    """A fresh H3KIT_HOME per test; for a test marked `native`, holding a copy of the session's native build.
 
     The copy is the build folder only (no current.json), so `h3kit build` in
     the test still runs its self-test and writes its own record, but does not
-    compile again. Tests of the compile step itself are marked `fresh_native`.
+    compile again. Only tests marked `native` make the session compile at all,
+    so a run of the arithmetic tests compiles nothing. A test that is not
+    marked but compiles into its home anyway (an install that builds) is an
+    error here: left alone it would compile once per test and slow the suite.
+    Tests of the compile step itself are marked `fresh_native` and may.
     """
     home = tmp_path_factory.mktemp("h3kit-home")
     monkeypatch.setenv("H3KIT_HOME", str(home))
-    if request.node.get_closest_marker("fresh_native") is None and request.node.get_closest_marker("no_native") is None:
-        folder = _native_build_once(tmp_path_factory)
+    if request.node.get_closest_marker("native") is not None:
+        folder = request.getfixturevalue("native_build")
         if folder is not None:
             shutil.copytree(folder, home / "cache" / "native" / folder.name)
-    return home
+    yield home
+    if request.node.get_closest_marker("native") is None and request.node.get_closest_marker("fresh_native") is None:
+        native = os.path.join(home, "cache", "native")  # os, not pathlib: a test may have patched Path's reads
+        built = [d for d in (os.listdir(native) if os.path.isdir(native) else [])
+                 if os.path.isfile(os.path.join(native, d, "build.json"))]
+        assert not built, ("this test compiled the native library in its H3KIT_HOME: mark it "
+                           "@pytest.mark.native so it gets the session's build instead")
+
+
+# What a test sees of this machine when h3kit probes it in-process (`this_machine()`: install, plan, doctor,
+# calibrate without --fingerprint): the real probe with RAM and free disk set to these, so no plan a test makes
+# depends on how much memory or disk the box running the suite has (a full disk made installs "short by 0.1 GB"
+# on a fresh clone). The real figures are read by the tests of the probe (tests/fingerprint/, or marked
+# `real_machine`) and by `h3kit fingerprint` (`collect`), which shows them. The GPUs stay this machine's.
+MACHINE_RAM_BYTES = 64 * 2**30
+MACHINE_FREE_DISK_BYTES = 10**12
+
+
+@pytest.fixture(autouse=True)
+def _machine_with_room(request, monkeypatch):
+    if request.node.get_closest_marker("real_machine") is not None or request.path.parent.name == "fingerprint":
+        return
+    import h3kit.fingerprint as fingerprint
+    from h3kit.calibrate import orchestrate
+    from h3kit.data.fingerprint import Fingerprint
+
+    def with_room(timeout: float | None = None, extra_disk_paths=()) -> Fingerprint:
+        doc = fingerprint.collect(timeout, extra_disk_paths)
+        doc["memory"] = {**(doc.get("memory") or {}), "total_bytes": MACHINE_RAM_BYTES,
+                         "available_bytes": MACHINE_RAM_BYTES * 3 // 4}
+        for disk in doc.get("disks") or []:
+            disk.update(total_bytes=max(disk.get("total_bytes") or 0, 2 * MACHINE_FREE_DISK_BYTES),
+                        free_bytes=MACHINE_FREE_DISK_BYTES)
+        return Fingerprint.from_json(doc)
+
+    monkeypatch.setattr(fingerprint, "this_machine", with_room)
+    # calibration took the name when it was imported
+    monkeypatch.setattr(orchestrate, "this_machine", with_room, raising=False)
 
 
 @pytest.fixture
@@ -82,25 +129,16 @@ def h3kit_exe() -> list[str]:
 # -- one native library for the calibration tests, built once per session ------------------------
 
 @pytest.fixture(scope="session")
-def native_library(tmp_path_factory) -> Path:
-    """The native library file for this session: the one H3KIT_NATIVE_LIB names when it exists, else
-    built once now into a session H3KIT_HOME cache. A build that fails fails the tests that need it."""
-    import os
+def native_library(request) -> Path:
+    """The native library file for this session: the one H3KIT_NATIVE_LIB names when it exists, else the
+    session's build's. A build that fails fails the tests that need it."""
+    import json
 
     found = os.environ.get("H3KIT_NATIVE_LIB")
     if found and Path(found).is_file():
         return Path(found)
-    from h3kit.native import build
-
-    old = os.environ.get("H3KIT_HOME")
-    os.environ["H3KIT_HOME"] = str(tmp_path_factory.mktemp("native-library-home"))
-    try:
-        return Path(build.build()["library"])
-    finally:
-        if old is None:
-            os.environ.pop("H3KIT_HOME", None)
-        else:
-            os.environ["H3KIT_HOME"] = old
+    folder = request.getfixturevalue("native_build_dir")  # compiled only when no library was named
+    return Path(json.loads((folder / "build.json").read_text(encoding="utf-8"))["library"])
 
 
 @pytest.fixture

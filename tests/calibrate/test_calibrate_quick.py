@@ -12,6 +12,8 @@ import pytest
 from h3kit.calibrate import report
 from h3kit.data.plan_doc import PlanSettings
 
+pytestmark = pytest.mark.slow
+
 
 def _positive(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0

@@ -16,10 +16,13 @@ from types import SimpleNamespace
 
 import pytest
 
+import comfy_h3
 from h3kit.data.fingerprint import Fingerprint
 from h3kit.calibrate import format_probe as fp
 from h3kit.core.session import Session
 from h3kit.data.format_evidence import PARTS, parse
+
+pytestmark = pytest.mark.native  # installs: the session's native library, not a compile per test
 
 REC = json.loads((Path(__file__).parents[1] / "fixtures" / "format_probe" / "cpu-comfyui-0.33.json").read_text())
 INFO = {"comfyui_version": "0.33.0", "torch": "2.14.1+cu130"}
@@ -175,10 +178,8 @@ def test_install_plans_with_the_probe_before_any_download(tmp_path, h3kit_home, 
 
 def test_install_for_a_saved_fingerprint_does_not_plan_with_this_machines_probe(tmp_path, h3kit_home, run_cli):
     comfy, _path, _doc = _stand_in_with_probe(tmp_path)
-    code, out, _err = run_cli("fingerprint", "--json")
-    saved = tmp_path / "fp.json"
-    saved.write_text(out, encoding="utf-8")
-    code, out, err = run_cli("install", "--comfyui", str(comfy), "--fingerprint", str(saved), "--yes",
+    saved = comfy_h3.roomy_fingerprint(run_cli, tmp_path)  # this machine's, saved, with room on its disks
+    code, out, err = run_cli("install", "--comfyui", str(comfy), "--fingerprint", saved, "--yes",
                              "--skip-calibrate", "--no-models", "--json")
     assert code == 0, err
     assert not any(n.startswith("planned with") for n in json.loads(out)["notes"])

@@ -281,6 +281,7 @@ def _paths(d: dict, depth: int, path: tuple = ()):
             yield from _paths(value, depth - 1, path + (key,))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted({c[0] for c in CASES.values()}))
 def test_a_part_missing_or_of_another_type_never_stops_the_report(name):
     """Older and hand-edited documents: every key down to depth 3 deleted, None or a string, one at a time."""

@@ -45,6 +45,7 @@ def test_json_flag_in_either_position(run_cli, position):
     assert doc["exit_code"] == 2 and "invalid choice" in doc["error"]
 
 
+@pytest.mark.slow
 def test_every_command_has_help(h3kit_exe):
     for name in COMMANDS:
         proc = subprocess.run(h3kit_exe + [name, "--help"], capture_output=True, text=True, timeout=60)

@@ -24,6 +24,8 @@ from h3kit.fingerprint.schema import load_file
 from h3kit.plan import torch_build
 from tests.conftest import FIXTURES
 
+pytestmark = pytest.mark.native  # installs: the session's native library, not a compile per test
+
 
 # -- pure parts ------------------------------------------------------------------
 
@@ -137,6 +139,7 @@ def test_probe_reads_metadata_without_torch(tmp_path):
 
 # -- doctor --fix / --undo in a throwaway venv ------------------------------------------
 
+@pytest.mark.slow
 def test_fix_then_undo_in_a_throwaway_venv(tmp_path, wheelhouse, offline_pip, venv_template):
     python = make_venv(venv_template, tmp_path / "comfy-venv")
     pip_install(python, "torch==2.13.0+cpu", "torchvision==0.28.0+cpu", wheelhouse=wheelhouse)

@@ -23,6 +23,8 @@ from h3kit.fingerprint.schema import load_file
 from tests.conftest import FIXTURES
 from tests.fixtures.comfyui.comfy_tree import FAKE_FOLDER_PATHS, H3_FILES
 
+pytestmark = pytest.mark.slow
+
 MAIN_PY = '''import sys
 from pathlib import Path
 if "--help" in sys.argv:

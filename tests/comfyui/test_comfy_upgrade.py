@@ -29,6 +29,8 @@ from h3kit.core.tools import PipOptions
 from h3kit.data import catalog as catalog_mod
 from tests.fixtures.comfyui.comfy_tree import FAKE_FOLDER_PATHS, make_comfyui
 
+pytestmark = pytest.mark.native  # installs: the session's native library, not a compile per test
+
 CAT = catalog_mod.load()
 H3_FILES = list(CAT.comfyui_h3.files)
 OLD_REQS = "torch\ntorchvision\nh3-test-dep==1.0\n"
@@ -171,6 +173,7 @@ def test_undo_order_is_newest_first():
 
 # -- the fix and its undo ------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_upgrade_takes_the_newest_release_with_h3_then_undo_restores_tree_branch_and_packages(checkout, pip_here):
     install, python = checkout
     comfy = install.path
@@ -277,6 +280,7 @@ def test_portable_and_desktop_get_their_update_action_and_no_change(tmp_path):
 
 # -- through the CLI: doctor --fix / --undo, uninstall ---------------------------------------------
 
+@pytest.mark.slow
 def test_doctor_fix_then_undo_through_the_cli(checkout, run_cli):
     install, python = checkout
     pick = ("--comfyui", str(install.path), "--comfyui-python", python, "--fingerprint", str(FP_4090))
@@ -305,6 +309,7 @@ def test_doctor_fix_then_undo_through_the_cli(checkout, run_cli):
     assert (digest(install.path, ours), head(install.path), packages(python)) == (tree, where, pkgs)
 
 
+@pytest.mark.slow
 def test_uninstall_puts_the_checkout_and_packages_back(checkout, pip_here, run_cli):
     install, python = checkout
     tree, where, pkgs = digest(install.path), head(install.path), packages(python)

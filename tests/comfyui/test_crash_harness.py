@@ -57,7 +57,7 @@ _spec = importlib.util.spec_from_file_location("comfy_tree", FIXTURES / "comfyui
 comfy_tree = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(comfy_tree)
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
+pytestmark = [pytest.mark.native, pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")]
 
 FINGERPRINT = FIXTURES / "fingerprints" / "nvidia-rtx4060-8gb-16gb.json"  # a plan that fits: exit 0
 INSTALL = ("install", "--yes", "--skip-calibrate", "--no-models", "--fingerprint", str(FINGERPRINT))
@@ -255,6 +255,7 @@ def _native(h3kit_home: Path) -> Path:
     return Path(h3kit_home) / "cache" / "native"
 
 
+@pytest.mark.slow
 def test_kill_at_every_file_operation_then_rerun_and_uninstall(tmp_path, h3kit_home, capsys):
     rigs = {s: Rig(tmp_path / s, _native(h3kit_home)) for s in ("fresh", "reinstall")}
     with ThreadPoolExecutor(max_workers=2) as pool:

@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
+
 from comfy_setup_support import FP_4090, make_venv, pip_install
 from h3kit.comfyui import setup as comfy_setup
 from tests.fixtures.comfyui.comfy_tree import make_comfyui
+
+pytestmark = pytest.mark.native  # installs: the session's native library, not a compile per test
 
 
 def torch_finding(doc: dict) -> dict:
@@ -35,6 +39,7 @@ def test_doctor_bad_fingerprint_file_is_bad_input(tmp_path, run_cli):
     assert code == 2 and "does not exist" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_doctor_fix_and_undo_through_the_cli(tmp_path, run_cli, wheelhouse, offline_pip, venv_template):
     python = make_venv(venv_template, tmp_path / "venv")
     pip_install(python, "torch==2.13.0+cpu", "torchvision==0.28.0+cpu", wheelhouse=wheelhouse)
@@ -66,6 +71,7 @@ def test_doctor_fix_and_undo_through_the_cli(tmp_path, run_cli, wheelhouse, offl
     assert code == 2 and "no earlier torch to restore" in err
 
 
+@pytest.mark.slow
 def test_undo_after_a_fix_that_changed_nothing_does_nothing_and_says_so(tmp_path, run_cli, wheelhouse,
                                                                        venv_template, monkeypatch):
     """Issue 26 (8): --fix recorded the old torch, then pip failed (no wheels): torch is as it was, so --undo

@@ -11,6 +11,8 @@ from fixtures.comfyui import comfy_tree
 from h3kit.comfyui import h3_support, locate
 from h3kit.data import catalog as catalog_mod
 
+pytestmark = pytest.mark.native  # installs: the session's native library, not a compile per test
+
 CAT = catalog_mod.load()
 
 

@@ -115,6 +115,7 @@ def state(root: Path) -> dict:
     return {"tree": tree, "entries": sorted(entries)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("op", OPS)
 def test_a_kill_at_any_step_settles_and_a_rerun_converges(tmp_path, op):
     clean = tmp_path / "clean"

@@ -13,6 +13,8 @@ from h3kit.cli.context import Context
 from h3kit.comfyui import launcher
 from h3kit.comfyui.locate import find
 
+pytestmark = pytest.mark.native  # installs: the session's native library, not a compile per test
+
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "comfyui"
 FP = str(Path(__file__).parents[1] / "fixtures" / "fingerprints" / "nvidia-rtx4090-24gb-64gb.json")
 _spec = importlib.util.spec_from_file_location("comfy_tree", FIXTURES / "comfy_tree.py")

@@ -19,6 +19,8 @@ from h3kit.core import files
 from h3kit.core.files import sha256_bytes
 from h3kit.data.plan_doc import PlanSettings
 
+pytestmark = pytest.mark.native  # installs: the session's native library, not a compile per test
+
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "comfyui"
 _spec = importlib.util.spec_from_file_location("comfy_tree", FIXTURES / "comfy_tree.py")
 comfy_tree = importlib.util.module_from_spec(_spec)

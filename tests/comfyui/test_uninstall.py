@@ -13,6 +13,8 @@ import pytest
 from h3kit.comfyui import manifest as mf
 from h3kit.core.paths import locations
 
+pytestmark = pytest.mark.native  # installs: the session's native library, not a compile per test
+
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "comfyui"
 _spec = importlib.util.spec_from_file_location("comfy_tree", FIXTURES / "comfy_tree.py")
 comfy_tree = importlib.util.module_from_spec(_spec)
@@ -25,6 +27,7 @@ def _install(run_cli, comfy: Path):
     return json.loads(out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", ["plain", "portable"])
 def test_install_then_uninstall_is_byte_identical(tmp_path, run_cli, layout, monkeypatch):
     monkeypatch.setenv("H3KIT_HOME", str(tmp_path / "h3kit state ö"))  # h3kit's own paths odd too

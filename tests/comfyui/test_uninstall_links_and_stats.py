@@ -8,7 +8,11 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from pack_support import pack_module
+
+pytestmark = pytest.mark.native  # installs: the session's native library, not a compile per test
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "comfyui"
 _spec = importlib.util.spec_from_file_location("comfy_tree", FIXTURES / "comfy_tree.py")

@@ -14,6 +14,8 @@ from h3kit.data import catalog as catalog_mod
 from h3kit.data import comfy_nodes
 from h3kit.data.plan_doc import Plan, ReferenceRun
 
+pytestmark = pytest.mark.native  # installs: the session's native library, not a compile per test
+
 PLANS = Path(__file__).parents[1] / "fixtures" / "plans"
 CAT = catalog_mod.load()
 SPECS = comfy_nodes.load()

@@ -153,6 +153,8 @@ def test_a_log_file_on_a_full_disk_warns_once_without_a_traceback(tmp_path, caps
 from small_disk import fill as _fill  # noqa: E402
 from small_disk import mount_tmpfs as _small_tmpfs  # noqa: E402
 
+pytestmark = pytest.mark.native  # installs: the session's native library, not a compile per test
+
 
 def test_install_onto_a_full_tmpfs_is_exit_3_and_writes_nothing(tmp_path, run_cli):
     """The free-space check before staging: the folder, the bytes needed and free, nothing written."""

@@ -7,7 +7,11 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 from small_disk import fill, small_tmpfs
+
+pytestmark = pytest.mark.native  # installs: the session's native library, not a compile per test
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "comfyui"
 _spec = importlib.util.spec_from_file_location("comfy_tree", FIXTURES / "comfy_tree.py")
@@ -24,6 +28,7 @@ def _one_sentence_exit_3(rc: int, err: str, home: Path) -> str:
     return line
 
 
+@pytest.mark.slow
 def test_install_with_a_full_h3kit_home_is_exit_3_naming_the_home_and_leaves_comfyui_untouched(
         tmp_path, run_cli, monkeypatch):
     """A real 100 KB tmpfs as H3KIT_HOME; the native library really compiles into it and the linker fails."""

@@ -16,6 +16,8 @@ from h3kit.comfyui import locks
 from h3kit.core import lock
 from h3kit.core.paths import locations
 
+pytestmark = pytest.mark.native  # installs: the session's native library, not a compile per test
+
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "comfyui"
 _spec = importlib.util.spec_from_file_location("comfy_tree", FIXTURES / "comfy_tree.py")
 comfy_tree = importlib.util.module_from_spec(_spec)

@@ -47,6 +47,7 @@ def test_the_fingerprint_inside_each_calibration_report_round_trips(path):
     assert json.dumps(Fingerprint.from_json(doc).to_json()) == json.dumps(doc)
 
 
+@pytest.mark.real_machine
 def test_this_machine_is_what_collect_returns_parsed():
     doc = collect(timeout=5)
     typed = Fingerprint.from_json(doc)

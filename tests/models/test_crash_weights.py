@@ -29,7 +29,7 @@ import pytest
 
 from test_crash_harness import ALL, FINGERPRINT, TIMEOUT, comfy_tree
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
+pytestmark = [pytest.mark.native, pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")]
 
 # The child: a small catalog, then `h3kit` with the given arguments (or, with "make-usb", the files to fetch).
 CHILD = r"""
@@ -125,6 +125,7 @@ def run_point(root: Path, usb: Path, n: int, ops: list[tuple[str, str]], then: s
     return why
 
 
+@pytest.mark.slow
 def test_kill_while_fetching_weights_then_rerun_or_remove(tmp_path):
     usb = tmp_path / "usb"
     usb.mkdir()

@@ -35,6 +35,8 @@ from h3kit.models import files as model_files
 from h3kit.plan import make_plan
 from model_server import ModelServer, closed_port
 
+pytestmark = pytest.mark.native  # installs: the session's native library, not a compile per test
+
 FPS = Path(__file__).parents[1] / "fixtures" / "fingerprints"
 FP_4090 = FPS / "nvidia-rtx4090-24gb-64gb.json"
 FP_M2MAX = FPS / "apple-m2max-64gb.json"

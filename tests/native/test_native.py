@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from native_support import build_into
 
 from h3kit import bundled, native
 
@@ -29,8 +28,8 @@ def _gguf():
 
 
 @pytest.fixture(scope="session")
-def libdir(tmp_path_factory) -> Path:
-    return build_into(tmp_path_factory.mktemp("native-home"))
+def libdir(native_build_dir) -> Path:
+    return native_build_dir
 
 
 @pytest.fixture(scope="session")

@@ -21,6 +21,8 @@ from h3kit.native import compilers
 
 from h3kit.core import subproc
 
+pytestmark = pytest.mark.slow
+
 # float-cast-overflow is not part of "undefined" in gcc or clang: a NaN or an
 # out-of-range float converted to an integer is UB that only it reports.
 SANITIZE = ["-fsanitize=address,undefined,float-cast-overflow",
@@ -119,7 +121,6 @@ def _zig_cc() -> list[str]:
     return [sys.executable, "-m", "ziglang", "cc"]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("target, cpu", [
     ("x86_64-windows-gnu", "baseline"), ("x86_64-windows-gnu", "x86_64_v3"),
     ("aarch64-windows-gnu", "baseline"), ("aarch64-macos", "generic+dotprod+fullfp16"),
@@ -143,7 +144,6 @@ def test_other_platforms_compile_cleanly(target, cpu, tmp_path):
     assert lib.name.encode() in program.read_bytes()  # it loads the library by its own name, from beside itself
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("cpu", ["baseline", "generic+dotprod+fullfp16"])
 def test_neon_kernels_under_qemu(cpu, tmp_path):
     """The arm64 builds (NEON kernels, dotprod detection) pass the C tests under qemu-aarch64."""

@@ -12,7 +12,7 @@ import pytest
 import comfy_h3
 
 REAL, PYTHON, WHY = comfy_h3.h3_comfyui()
-pytestmark = [pytest.mark.comfyui, pytest.mark.slow, pytest.mark.skipif(REAL is None, reason=WHY)]
+pytestmark = [pytest.mark.native, pytest.mark.comfyui, pytest.mark.slow, pytest.mark.skipif(REAL is None, reason=WHY)]
 
 
 def test_pinokio_comfyui_is_found_and_told_its_flags(tmp_path, h3kit_home, run_cli, monkeypatch):

@@ -12,7 +12,7 @@ import comfy_h3
 from h3kit.data import catalog as catalog_mod
 
 REAL, PYTHON, WHY = comfy_h3.h3_comfyui()
-pytestmark = [pytest.mark.comfyui, pytest.mark.slow, pytest.mark.skipif(REAL is None, reason=WHY)]
+pytestmark = [pytest.mark.native, pytest.mark.comfyui, pytest.mark.slow, pytest.mark.skipif(REAL is None, reason=WHY)]
 
 CONFIG = """overrides:
   dit_weights: h3-dit-pruned-bf16

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 COMFY = os.environ.get("H3KIT_COMFYUI_DIR")
-pytestmark = [pytest.mark.comfyui, pytest.mark.slow,
+pytestmark = [pytest.mark.native, pytest.mark.comfyui, pytest.mark.slow,
               pytest.mark.skipif(not COMFY, reason="set H3KIT_COMFYUI_DIR to a real ComfyUI checkout to run")]
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "comfyui"

@@ -34,7 +34,7 @@ from h3kit.comfyui.client import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = os.environ.get("H3KIT_COMFYUI_SOURCE")
-pytestmark = [pytest.mark.comfyui, pytest.mark.slow,
+pytestmark = [pytest.mark.native, pytest.mark.comfyui, pytest.mark.slow,
               pytest.mark.skipif(not SOURCE, reason="set H3KIT_COMFYUI_SOURCE to a local ComfyUI >= 0.31 folder")]
 
 

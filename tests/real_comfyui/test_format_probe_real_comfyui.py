@@ -31,7 +31,7 @@ from h3kit.core.session import Session
 from h3kit.data.format_evidence import PARTS, STATUSES
 
 REAL, PYTHON, WHY = comfy_h3.h3_comfyui()
-pytestmark = [pytest.mark.comfyui, pytest.mark.slow, pytest.mark.skipif(REAL is None, reason=WHY)]
+pytestmark = [pytest.mark.native, pytest.mark.comfyui, pytest.mark.slow, pytest.mark.skipif(REAL is None, reason=WHY)]
 GGUF_GIT = Path(os.environ.get("H3KIT_COMFYUI_GGUF_GIT", "/work/.mirror/city96+ComfyUI-GGUF/repo"))
 SAFETENSORS = ("bf16", "fp8_scaled", "int8_convrot", "nvfp4", "nvfp4_awq", "w4a8")
 GGUF = ("q8_0", "q6_k", "q5_0", "q4_k", "q3_k", "q2_k")

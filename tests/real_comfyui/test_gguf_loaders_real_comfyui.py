@@ -39,7 +39,7 @@ import comfy_h3
 REPO = Path(__file__).resolve().parents[2]
 REAL, PYTHON, WHY = comfy_h3.h3_comfyui()
 PACK_GIT = Path(os.environ.get("H3KIT_COMFYUI_GGUF_GIT") or "/work/.mirror/city96+ComfyUI-GGUF/repo")
-pytestmark = [pytest.mark.comfyui, pytest.mark.slow, pytest.mark.skipif(REAL is None, reason=WHY),
+pytestmark = [pytest.mark.native, pytest.mark.comfyui, pytest.mark.slow, pytest.mark.skipif(REAL is None, reason=WHY),
               pytest.mark.skipif(not (PACK_GIT / "HEAD").is_file() and not (PACK_GIT / ".git").exists(),
                                  reason=f"no ComfyUI-GGUF git repository at {PACK_GIT} (set H3KIT_COMFYUI_GGUF_GIT)")]
 

@@ -25,7 +25,7 @@ from h3kit.data import catalog as catalog_mod
 from h3kit.data import comfy_nodes
 
 REAL, PYTHON, WHY = comfy_h3.h3_comfyui()
-pytestmark = [pytest.mark.comfyui, pytest.mark.slow, pytest.mark.skipif(REAL is None, reason=WHY)]
+pytestmark = [pytest.mark.native, pytest.mark.comfyui, pytest.mark.slow, pytest.mark.skipif(REAL is None, reason=WHY)]
 
 CONFIG, PART_OF = comfy_h3.TINY_CONFIG, comfy_h3.PART_OF
 COMFYUI_MAKES = ("user", "input/3d")  # ComfyUI itself creates these when it starts, with or without h3kit

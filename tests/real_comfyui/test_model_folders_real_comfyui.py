@@ -19,7 +19,7 @@ from h3kit.comfyui import model_folders as mf
 from h3kit.comfyui.locate import ComfyInstall, run_python
 
 REAL, PYTHON, WHY = comfy_h3.h3_comfyui()
-pytestmark = [pytest.mark.comfyui, pytest.mark.slow, pytest.mark.skipif(REAL is None, reason=WHY)]
+pytestmark = [pytest.mark.native, pytest.mark.comfyui, pytest.mark.slow, pytest.mark.skipif(REAL is None, reason=WHY)]
 WANTED = ["diffusion_models", "text_encoders", "vae", "loras", "checkpoints"]
 
 

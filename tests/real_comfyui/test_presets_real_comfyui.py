@@ -27,7 +27,7 @@ from h3kit.data import catalog as catalog_mod
 from h3kit.data import comfy_nodes
 
 REAL, PYTHON, WHY = comfy_h3.h3_comfyui()
-pytestmark = [pytest.mark.comfyui, pytest.mark.slow, pytest.mark.skipif(REAL is None, reason=WHY)]
+pytestmark = [pytest.mark.native, pytest.mark.comfyui, pytest.mark.slow, pytest.mark.skipif(REAL is None, reason=WHY)]
 
 CONFIG = comfy_h3.TINY_CONFIG + "  preset: fast\n  stream_dit: off\n"
 PART_OF = comfy_h3.PART_OF

@@ -28,7 +28,7 @@ import comfy_h3
 
 REPO = Path(__file__).resolve().parents[2]
 REAL, PYTHON, WHY = comfy_h3.h3_comfyui()
-pytestmark = [pytest.mark.comfyui, pytest.mark.slow, pytest.mark.skipif(REAL is None, reason=WHY)]
+pytestmark = [pytest.mark.native, pytest.mark.comfyui, pytest.mark.slow, pytest.mark.skipif(REAL is None, reason=WHY)]
 
 _spec = importlib.util.spec_from_file_location("bench_streaming", REPO / "scripts" / "bench_streaming.py")
 bench = importlib.util.module_from_spec(_spec)

@@ -27,6 +27,8 @@ import pytest
 
 import comfy_h3
 
+pytestmark = pytest.mark.native  # installs: the session's native library, not a compile per test
+
 REPO = Path(__file__).resolve().parents[2]
 MAKE = REPO / "scripts" / "make_h3_dit.py"
 REAL, PYTHON, WHY = comfy_h3.h3_comfyui()

@@ -24,7 +24,7 @@ import comfy_h3
 
 REPO = Path(__file__).resolve().parents[2]
 REAL, PYTHON, WHY = comfy_h3.h3_comfyui()
-pytestmark = [pytest.mark.comfyui, pytest.mark.slow, pytest.mark.skipif(REAL is None, reason=WHY)]
+pytestmark = [pytest.mark.native, pytest.mark.comfyui, pytest.mark.slow, pytest.mark.skipif(REAL is None, reason=WHY)]
 PROBE = REPO / "tests" / "support" / "comfy_h3" / "te_stream_probe.py"
 TE = "h3tiny_qwen3vl_te_bf16.safetensors"
 QUANTIZED = "h3tiny_te_int8.safetensors"

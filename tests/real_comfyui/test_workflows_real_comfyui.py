@@ -25,7 +25,7 @@ from h3kit.data import comfy_nodes
 from test_presets_real_comfyui import FRAMES_DIGEST, tiny_lora
 
 REAL, PYTHON, WHY = comfy_h3.h3_comfyui()
-pytestmark = [pytest.mark.comfyui, pytest.mark.slow, pytest.mark.skipif(REAL is None, reason=WHY)]
+pytestmark = [pytest.mark.native, pytest.mark.comfyui, pytest.mark.slow, pytest.mark.skipif(REAL is None, reason=WHY)]
 
 CONFIG = comfy_h3.TINY_CONFIG + "  preset: fast\n  stream_dit: off\n  reference_to_video: on\n"
 KINDS = ("t2v", "i2v", "flf2v", "r2v")

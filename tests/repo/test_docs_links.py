@@ -61,3 +61,52 @@ def test_the_readme_layout_names_every_folder_of_the_package_and_the_repository(
             assert f"  {d.name}/" in block, f"installer/h3kit/{d.name}/ is missing from the README's layout"
     for d in ("nodes", "payload", "profiles", "scripts", "tests", "docs"):
         assert f"\n{d}/" in block
+
+
+# Paths written into the text: every word of an inline `code` span that starts with one of the repository's
+# top folders, and every file path (a name with a suffix) in the prose, must name something there. Relative to
+# the repository or to the page's own folder (payload/README.md says `tests/test_h3k.c`); `file::test` and
+# `file:line` count as the file, a glob must match something. Fenced blocks are left out: they hold commands
+# and sample output, with paths on the reader's machine.
+TOP_FOLDERS = ("installer", "nodes", "scripts", "tests", "payload", "profiles", "docs", ".ci")
+CODE_SPAN = re.compile(r"`([^`\n]+)`")
+PROSE_FILE = re.compile(r"(?<![\w/.-])((?:%s)/[\w./-]*\w\.[a-z]{1,4})\b" % "|".join(re.escape(f) for f in TOP_FOLDERS))
+
+
+def cited_paths(text: str) -> list[str]:
+    """The repository paths `text` (a page's markdown) cites, in order, each as written."""
+    text = FENCE.sub("", text)
+    found = [word for span in CODE_SPAN.findall(text) for word in span.split()
+             if word.split("/")[0] in TOP_FOLDERS and "/" in word]
+    found += PROSE_FILE.findall(CODE_SPAN.sub("", LINK.sub("", text)))
+    return found
+
+
+def missing_paths(page: Path, root: Path = REPO) -> list[str]:
+    """The paths `page` cites that name nothing under `root` or beside the page."""
+    def there(base: Path, path: str) -> bool:
+        return any(base.glob(path)) if any(c in path for c in "*?[") else (base / path).exists()
+
+    missing = []
+    for cited in cited_paths(page.read_text(encoding="utf-8")):
+        path = re.split(r"::|:(?=\d)", cited)[0].rstrip(".,;:)'\"")
+        if "<" in path or "{" in path or "..." in path:  # a placeholder (tests/<layer>/), not a path
+            continue
+        if not (there(root, path) or there(page.parent, path)):
+            missing.append(cited)
+    return missing
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_cited_path_exists(page):
+    assert missing_paths(page) == [], f"{page.relative_to(REPO)} cites paths that are not in the repository"
+
+
+def test_the_path_check_catches_a_stale_path(tmp_path):
+    (tmp_path / "tests" / "plan").mkdir(parents=True)
+    (tmp_path / "tests" / "plan" / "test_plan.py").write_text("")
+    page = tmp_path / "page.md"
+    page.write_text("Run `pytest tests/plan/test_plan.py::test_a` and `tests/plan/test_*.py`; see\n"
+                    "tests/test_plan.py and `scripts/gone.py --flag`, not `tests/<layer>/` or [a](tests/x.py).\n"
+                    "```\npython scripts/also_gone.py\n```\n")
+    assert missing_paths(page, tmp_path) == ["scripts/gone.py", "tests/test_plan.py"]

@@ -13,9 +13,6 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-import pytest
-
-pytestmark = pytest.mark.no_native
 
 TESTS = Path(__file__).resolve().parents[1]
 PKG = TESTS.parent / "installer" / "h3kit"

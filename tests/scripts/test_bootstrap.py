@@ -104,6 +104,7 @@ def test_no_python_found_is_exit_3_with_fix(tmp_path):
     assert "Python 3.10 or newer" in proc.stderr and "fix:" in proc.stderr
 
 
+@pytest.mark.slow
 def test_offline_install_odd_path_then_fast_rerun(wheelhouse, odd_checkout, tmp_path):
     home = tmp_path / "state home ñ"
     env = _env(home)
@@ -170,6 +171,7 @@ def test_offline_install_odd_path_then_fast_rerun(wheelhouse, odd_checkout, tmp_
     assert failed.stderr.strip().splitlines()[-1].startswith(f"'h3kit' in the lines above is \"{python}\" -m h3kit")
 
 
+@pytest.mark.slow
 def test_changed_source_upgrades_in_place(wheelhouse, odd_checkout, tmp_path):
     env = _env(tmp_path / "home")
     args = ["bash", odd_checkout / "install.sh", "--setup-only", "--no-path", "--wheelhouse", wheelhouse, "--offline"]
@@ -193,6 +195,7 @@ def test_target_layout_for_interpreters_without_venv(wheelhouse, tmp_path):
     assert "usage: h3kit profile" in run.stdout
 
 
+@pytest.mark.slow
 def test_path_launcher_runs_private_h3kit(wheelhouse, tmp_path):
     env = _env(tmp_path / "home", HOME=str(tmp_path / "user"))
     proc = _run([sys.executable, REPO / "scripts" / "bootstrap.py", "--wheelhouse", wheelhouse, "--offline",
@@ -214,6 +217,7 @@ def test_run_before_install_says_install_first(tmp_path):
     assert "not installed yet" in proc.stderr and "install.sh" in proc.stderr
 
 
+@pytest.mark.slow
 def test_failed_pip_names_the_log(tmp_path):
     empty = tmp_path / "empty wheelhouse"
     empty.mkdir()

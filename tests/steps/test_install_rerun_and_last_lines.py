@@ -19,6 +19,8 @@ from h3kit.comfyui.journal import Journal
 from h3kit.core.paths import locations
 from h3kit.steps.next_steps import shell_quoted
 
+pytestmark = pytest.mark.native  # installs: the session's native library, not a compile per test
+
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 _spec = importlib.util.spec_from_file_location("comfy_tree", FIXTURES / "comfyui" / "comfy_tree.py")
 comfy_tree = importlib.util.module_from_spec(_spec)

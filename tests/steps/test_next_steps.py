@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from fixtures.comfyui import comfy_tree
 from h3kit.data.plan_doc import ClipTime, Estimates, Plan, PlanSettings
 from h3kit.steps import next_steps
+
+pytestmark = pytest.mark.native  # installs: the session's native library, not a compile per test
 
 PLAN = Plan(settings=PlanSettings(canvas=(864, 480), frames=124, steps=20))
 
@@ -43,6 +47,7 @@ def test_without_a_time_the_line_says_how_to_get_one():
     assert "Desktop app" in next_steps.lines(None, PLAN, cpu_only=False)[0]
 
 
+@pytest.mark.slow
 def test_install_ends_with_the_three_lines(tmp_path, run_cli):
     comfy = comfy_tree.make_comfyui(tmp_path / "Mein Comfy ü")
     code, out, err = run_cli("install", "--comfyui", str(comfy), "--yes", "--no-models")

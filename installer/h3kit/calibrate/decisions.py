@@ -306,7 +306,7 @@ def prefetch_figures(plan: Plan, estimates: dict, disk: dict, cpu: bool = False,
     if not streaming_enabled(plan) or disk.get("status") != "measured" or not disk.get("gb_per_s"):
         return None
     from h3kit.plan import page_cache
-    from h3kit.plan.prefetch import measured_pass_overhead, prefetch_for
+    from h3kit.plan.prefetch import prefetch_for
 
     st = plan.settings.streaming
     timing, t = estimates.get("timing") or {}, estimates.get("time") or {}
@@ -337,24 +337,35 @@ def prefetch_figures(plan: Plan, estimates: dict, disk: dict, cpu: bool = False,
     if cpu and not rate:
         out["pass_overhead"] = None
     else:
-        copy = (out.get("copy_s_per_block") or 0.0) / compute if compute > 0 else 0.0
-        out["pass_overhead_disk"] = measured_pass_overhead(res, 1.0, out.get("copy_s_per_block"))
-        if cpu and share.case == page_cache.DOES_NOT_FIT:
-            # page_cache "bypass" (the plan's for such a file): the C thread reads past the cache the whole
-            # time and the model widens each block as it arrives, so the widening is part of what a block
-            # costs while the next ones are read (plan.page_cache.bypassed_overhead)
-            out["pass_overhead_disk"] = page_cache.bypassed_overhead(
-                prefetch_for(disk["gb_per_s"] * 1e9, block_bytes, compute + out["copy_s_per_block"]),
-                compute, out["copy_s_per_block"])
-            out["read_path"] = "bypass"
-        out["pass_overhead_cached"] = round(copy, 4)
-        out["pass_overhead"] = round(page_cache.stream_overhead(share.share, out["pass_overhead_disk"], copy,
-                                                                blocks - resident, blocks), 4)
+        _add_pass_overhead(out, res, share, cpu=cpu, disk_bytes_per_s=disk["gb_per_s"] * 1e9, compute=compute,
+                           streamed_blocks=blocks - resident, blocks=blocks)
     out["pass_overhead_planned"] = st.streamed.pass_overhead if st.streamed is not None else None
     if out["pass_overhead"] is None:
         out["pass_overhead_note"] = ("the CPU's in-place read of each block was not measured (no native "
                                      "library); the clip time keeps the plan's share")
     return out
+
+
+def _add_pass_overhead(out: dict, res: dict, share, *, cpu: bool, disk_bytes_per_s: float, compute: float,
+                       streamed_blocks: int, blocks: int) -> None:
+    """The measured pass overhead into `out` (prefetch_figures' answer, with its block size and copy time): the
+    disk's share, the cached share and, weighed by the page cache's `share`, the whole."""
+    from h3kit.plan import page_cache
+    from h3kit.plan.prefetch import measured_pass_overhead, prefetch_for
+
+    copy = (out.get("copy_s_per_block") or 0.0) / compute if compute > 0 else 0.0
+    out["pass_overhead_disk"] = measured_pass_overhead(res, 1.0, out.get("copy_s_per_block"))
+    if cpu and share.case == page_cache.DOES_NOT_FIT:
+        # page_cache "bypass" (the plan's for such a file): the C thread reads past the cache the whole
+        # time and the model widens each block as it arrives, so the widening is part of what a block
+        # costs while the next ones are read (plan.page_cache.bypassed_overhead)
+        out["pass_overhead_disk"] = page_cache.bypassed_overhead(
+            prefetch_for(disk_bytes_per_s, out["block_bytes"], compute + out["copy_s_per_block"]),
+            compute, out["copy_s_per_block"])
+        out["read_path"] = "bypass"
+    out["pass_overhead_cached"] = round(copy, 4)
+    out["pass_overhead"] = round(page_cache.stream_overhead(share.share, out["pass_overhead_disk"], copy,
+                                                            streamed_blocks, blocks), 4)
 
 
 def decide_page_cache(plan: Plan, fig: dict | None) -> dict | None:

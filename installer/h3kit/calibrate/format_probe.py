@@ -112,42 +112,44 @@ def format_evidence(ctx: Session, install, *, fingerprint: Fingerprint | None = 
     ComfyUI and torch versions); `fingerprint` is this machine's, when known (its devices key the cache).
     One finding (check `formats.probe`: where the probe came from, or why there is none) goes to `findings`."""
     said = findings if findings is not None else []
-
-    def _finding(status: str, message: str, fix: str | None = None) -> None:
-        said.append(finding(status, message, fix))
-
     if install is None or getattr(install, "python", None) is None:
-        _finding("warn", "No format probe: no ComfyUI with a Python is known.",
-                 "Pass --comfyui PATH (or set comfyui_path in the config).")
+        said.append(finding("warn", "No format probe: no ComfyUI with a Python is known.",
+                            "Pass --comfyui PATH (or set comfyui_path in the config)."))
         return None
     if info is None:
         try:
             info = inspect(install)
         except H3kitError as exc:
-            _finding("warn", f"No format probe: {exc.message}", exc.fix)
+            said.append(finding("warn", f"No format probe: {exc.message}", exc.fix))
             return None
     path = cache_file(ctx.locations.cache_dir, install.path)
     devices = machine_devices(fingerprint)
-    pack = has_gguf_pack(install.path)
     # a fresh probe reads nothing: whatever the file holds, the run below replaces it
     cached_doc, probe = (None, None) if fresh else _read_cache(ctx, path)
     changed = "asked for a fresh probe" if fresh else (
         still_valid(cached_doc, comfyui_version=info.get("comfyui_version"), torch=info.get("torch"),
-                    devices=devices, gguf_pack=pack) if probe is not None
+                    devices=devices, gguf_pack=has_gguf_pack(install.path)) if probe is not None
         else f"the cached probe {path} is not one h3kit wrote" if path.exists() else "no probe yet")
     if changed is None:
         said.append(dict(finding("ok", f"Format probe from the cache ({path})."), check="formats.cache"))
         return probe
     if not run or ctx.dry_run:
-        _finding("warn", f"No current format probe for this ComfyUI ({changed}); nothing was measured now.",
-                 "Run 'h3kit doctor' or 'h3kit calibrate' to measure it (about a minute).")
+        said.append(finding("warn", f"No current format probe for this ComfyUI ({changed}); nothing was measured now.",
+                            "Run 'h3kit doctor' or 'h3kit calibrate' to measure it (about a minute)."))
         return None
     ctx.progress(f"Probing which weight formats run on this device in ComfyUI's Python ({changed}; "
                  f"about {BUDGET_S} s of measuring, at most {TIMEOUT_S // 60} min in all)...")
+    return _measure_and_cache(ctx, install, path, devices, said)
+
+
+def _measure_and_cache(ctx: Session, install, path: Path, devices, said: list) -> FormatProbe | None:
+    """Run the probe in ComfyUI's Python and cache what it found in `path`; None (and a finding why) when it did
+    not run or wrote nothing usable."""
     doc, why, fix = _run(ctx, install, path.parent)
     if doc is None:
-        _finding("warn", f"The format probe did not run: {why}.",
-                 fix or "The planner falls back to reported evidence; check ComfyUI's Python with 'h3kit doctor'.")
+        said.append(finding("warn", f"The format probe did not run: {why}.",
+                            fix or "The planner falls back to reported evidence; check ComfyUI's Python with "
+                                   "'h3kit doctor'."))
         return None
     doc["machine_devices"] = devices
     doc["comfyui_path"] = str(install.path)
@@ -155,14 +157,14 @@ def format_evidence(ctx: Session, install, *, fingerprint: Fingerprint | None = 
         probe = parse(doc, path)
         atomic_write(path, json.dumps(doc, indent=2, default=str))
     except ValueError as exc:
-        _finding("warn", f"The format probe wrote no usable document ({exc}).",
-                 "Run 'h3kit doctor -v' and report the log.")
+        said.append(finding("warn", f"The format probe wrote no usable document ({exc}).",
+                            "Run 'h3kit doctor -v' and report the log."))
         return None
     except OSError as exc:
         full = translate(exc, str(path.parent))
-        _finding("warn", f"The format probe ran but its cache could not be written: {_sentence(full.message)}"
-                 if full else f"The format probe ran but its cache could not be written ({exc}).",
-                 full.fix if full else f"Check that {path.parent} is writable.")
+        said.append(finding("warn", f"The format probe ran but its cache could not be written: {_sentence(full.message)}"
+                            if full else f"The format probe ran but its cache could not be written ({exc}).",
+                            full.fix if full else f"Check that {path.parent} is writable."))
     said.append(dict(finding("ok", f"Format probe measured now ({probe.seconds or 0:.0f} s), cached in {path}."),
                      check="formats.cache"))
     return probe

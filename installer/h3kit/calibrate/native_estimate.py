@@ -102,23 +102,17 @@ def native_appendix(catalog: Catalog, plan: Plan, measured: dict, dit_bytes: int
     there is a GPU, disk GB/s, and the scaled DiT's measured vs predicted
     RSS growth. Every value carries its formula in `formulas`.
     """
-    arch = catalog.architecture
     s = plan.settings
     w, h = (s.max_canvas or CALIBRATION_CANVAS)[:2]
     frames = s.max_frames or CALIBRATION_CANVAS[2]
     tokens = tokens_for(catalog.tokens, w, h, frames)
-    flops = flops_per_pass(arch.blocks, arch.hidden, arch.ffn, tokens)
+    flops = flops_per_pass(catalog.architecture.blocks, catalog.architecture.hidden, catalog.architecture.ffn, tokens)
     device_tflops = measured.get("device_tflops")
     rate = device_tflops * 1e12 if device_tflops else (measured.get("native_gflops") or 0) * 1e9
     rate_name = "device bf16 matmul" if device_tflops else "native CPU matmul"
     compute_s = flops / rate if rate else None
     streamed, source = streamed_per_step(plan, dit_bytes)
-    if source == "disk":
-        link, link_name = measured.get("disk_gbps"), "disk read"
-    elif measured.get("h2d_gbps"):
-        link, link_name = measured.get("h2d_gbps"), "host-to-device copy"
-    else:  # CPU compute reads the weights where they lie: already in the measured matmul rate
-        link, link_name = None, None
+    link, link_name = _stream_link(measured, source)
     stream_s = streamed / (link * 1e9) if (streamed and link) else 0.0
     overlapped = (s.preload_bytes or 0) > 0
     step_s = None
@@ -128,7 +122,8 @@ def native_appendix(catalog: Catalog, plan: Plan, measured: dict, dit_bytes: int
     plan_est = plan.estimates
     plan_peak_ram = plan_est.peak_ram_bytes
     moving = (plan_est.activation_bytes or 0) + (s.shard_size_bytes or 0) + (s.preload_bytes or 0)
-    px, tc = catalog.tokens.spatial_tokens_px, catalog.tokens.temporal_compression
+    streaming = (f"streamed DiT bytes per step ({_g(streamed / 1e9)} GB from {source}) / measured {link_name} GB/s "
+                 f"({_g(link)})") if link_name else "0: the CPU reads the weights in RAM (counted in the matmul rate)"
     return {
         "label": "native-kernel estimate (appendix)",
         "canvas": [w, h, frames],
@@ -140,22 +135,35 @@ def native_appendix(catalog: Catalog, plan: Plan, measured: dict, dit_bytes: int
         "peak_ram_bytes": int(plan_peak_ram + (growth - 1.0) * moving) if plan_peak_ram else None,
         "peak_gpu_bytes": plan_est.peak_gpu_bytes,
         "memory_growth_ratio": growth,
-        "formulas": {
-            "tokens": f"(w/{px}) x (h/{px}) x ceil(frames/{tc}) = {tokens}",
-            "flops_per_pass": f"blocks x (2 x (4 h^2 + 3 h ffn) x T + 4 T^2 h) with blocks={arch.blocks}, "
-                              f"h={arch.hidden}, ffn={arch.ffn}, T={tokens} (one model pass per step; "
-                              "classifier-free guidance doubles it)",
-            "compute_seconds_per_step": f"flops_per_pass / measured {rate_name} rate "
-                                        f"({_g(rate / 1e9 if rate else None)} GFLOP/s)",
-            "stream_seconds_per_step": (f"streamed DiT bytes per step ({_g(streamed / 1e9)} GB from {source}) / "
-                                        f"measured {link_name} GB/s ({_g(link)})") if link_name else
-                                       "0: the CPU reads the weights in RAM (counted in the matmul rate)",
-            "seconds_per_step": ("max(compute, stream): the streamer reads the next block while this one runs"
-                                 if overlapped else "compute + stream: no preload, reads are not overlapped"),
-            "peak_ram_bytes": f"planner's peak RAM + (g - 1) x (activations + shard + preload), g = measured / "
-                              f"predicted RSS growth of the scaled DiT while streaming = {_g(growth)}",
-            "peak_gpu_bytes": "planner's estimate (a GPU run with the real model measures it: --with-model)",
-        },
+        "formulas": _appendix_formulas(catalog, tokens, f"{rate_name} rate ({_g(rate / 1e9 if rate else None)} GFLOP/s)",
+                                       streaming, overlapped, growth),
+    }
+
+
+def _stream_link(measured: dict, source: str) -> tuple[float | None, str | None]:
+    """The measured rate the streamed bytes cross each step, GB/s, and its name; (None, None) on a CPU run."""
+    if source == "disk":
+        return measured.get("disk_gbps"), "disk read"
+    if measured.get("h2d_gbps"):
+        return measured.get("h2d_gbps"), "host-to-device copy"
+    return None, None  # CPU compute reads the weights where they lie: already in the measured matmul rate
+
+
+def _appendix_formulas(catalog: Catalog, tokens: int, rate: str, streaming: str, overlapped: bool,
+                       growth: float) -> dict[str, str]:
+    arch, px, tc = catalog.architecture, catalog.tokens.spatial_tokens_px, catalog.tokens.temporal_compression
+    return {
+        "tokens": f"(w/{px}) x (h/{px}) x ceil(frames/{tc}) = {tokens}",
+        "flops_per_pass": f"blocks x (2 x (4 h^2 + 3 h ffn) x T + 4 T^2 h) with blocks={arch.blocks}, "
+                          f"h={arch.hidden}, ffn={arch.ffn}, T={tokens} (one model pass per step; "
+                          "classifier-free guidance doubles it)",
+        "compute_seconds_per_step": f"flops_per_pass / measured {rate}",
+        "stream_seconds_per_step": streaming,
+        "seconds_per_step": ("max(compute, stream): the streamer reads the next block while this one runs"
+                             if overlapped else "compute + stream: no preload, reads are not overlapped"),
+        "peak_ram_bytes": f"planner's peak RAM + (g - 1) x (activations + shard + preload), g = measured / "
+                          f"predicted RSS growth of the scaled DiT while streaming = {_g(growth)}",
+        "peak_gpu_bytes": "planner's estimate (a GPU run with the real model measures it: --with-model)",
     }
 
 

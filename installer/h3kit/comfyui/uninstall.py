@@ -134,18 +134,7 @@ def _is_node_output(path: Path) -> bool:
 def remove(record: mf.Manifest, install: ComfyInstall, state_dir: Path, *, dry_run: bool) -> Removal:
     """Replay the record backwards (deepest first). With dry_run nothing changes."""
     out = Removal()
-    out.staging_cleaned = (clean_staging(install, record) if not dry_run
-                           else [str(p) for p in staging_dirs(install, record)])
-    if dry_run:
-        for p in out.staging_cleaned:
-            record.forget(p)
-    out.settled = Journal(record).settle(dry_run=dry_run)
-    for found in out.settled:
-        if found["outcome"] == "not ours":
-            out.kept.append({"path": found["path"], "why": "h3kit was writing it when it was interrupted, and it "
-                                                           "holds something else now: not h3kit's, left alone"})
-    if out.settled and not dry_run:
-        record.save()
+    _finish_interrupted(record, install, out, dry_run)
     roots = _allowed_roots(install)
     backups = backup_root(state_dir, install.path)
     base = install.path.parent if install.launcher_dir == install.path.parent else install.path
@@ -162,16 +151,7 @@ def remove(record: mf.Manifest, install: ComfyInstall, state_dir: Path, *, dry_r
     known = record.extra.get("links") or {}
     for entry in entries:
         path = Path(entry.path)
-        if entry.role in KEEP_ROLES:
-            out.kept.append({"path": entry.path, "why": KEEP_ROLES[entry.role]})
-            continue
-        if not _inside(path, roots):
-            out.kept.append({"path": entry.path, "why": "outside the ComfyUI folder: h3kit never removes it"})
-            continue
-        link = path if entry.kind == "dir" and path.is_symlink() else link_on_the_way(path, roots, known)
-        if link is not None:
-            out.behind_links.append({"path": entry.path, "link": str(link)})
-            out.kept.append({"path": entry.path, "why": f"{link} is now a link; h3kit never follows links"})
+        if _left_alone(entry, roots, known, out):
             continue
         if not path.exists() and not path.is_symlink():
             out.missing.append(entry.path)
@@ -192,6 +172,39 @@ def remove(record: mf.Manifest, install: ComfyInstall, state_dir: Path, *, dry_r
         else:
             backup(path)  # changed by the user, or replaced by a link: theirs now
     return out
+
+
+def _finish_interrupted(record: mf.Manifest, install: ComfyInstall, out: Removal, dry_run: bool) -> None:
+    """What an interrupted run left: its staging folders cleaned, its half-done writes settled (into `out`)."""
+    out.staging_cleaned = (clean_staging(install, record) if not dry_run
+                           else [str(p) for p in staging_dirs(install, record)])
+    if dry_run:
+        for p in out.staging_cleaned:
+            record.forget(p)
+    out.settled = Journal(record).settle(dry_run=dry_run)
+    for found in out.settled:
+        if found["outcome"] == "not ours":
+            out.kept.append({"path": found["path"], "why": "h3kit was writing it when it was interrupted, and it "
+                                                           "holds something else now: not h3kit's, left alone"})
+    if out.settled and not dry_run:
+        record.save()
+
+
+def _left_alone(entry: mf.Entry, roots: list[Path], known: dict, out: Removal) -> bool:
+    """Whether the entry is kept whatever it holds (its role, outside ComfyUI, behind a link), said in `out`."""
+    path = Path(entry.path)
+    if entry.role in KEEP_ROLES:
+        out.kept.append({"path": entry.path, "why": KEEP_ROLES[entry.role]})
+        return True
+    if not _inside(path, roots):
+        out.kept.append({"path": entry.path, "why": "outside the ComfyUI folder: h3kit never removes it"})
+        return True
+    link = path if entry.kind == "dir" and path.is_symlink() else link_on_the_way(path, roots, known)
+    if link is not None:
+        out.behind_links.append({"path": entry.path, "link": str(link)})
+        out.kept.append({"path": entry.path, "why": f"{link} is now a link; h3kit never follows links"})
+        return True
+    return False
 
 
 def _empty_dir(path: Path, recorded: set[str], dry_run: bool, out: Removal, backup) -> None:

@@ -235,36 +235,8 @@ def check(data: dict, problems: Problems) -> None:
     """A problem for every runs_on / probe_as / placement entry that is not as the module docstring says."""
     formats = data.get("formats") or {}
     for name, spec in formats.items():
-        if not isinstance(spec, dict):
-            continue
-        kp = ("formats", name, "runs_on")
-        runs_on = spec.get("runs_on")
-        if not isinstance(runs_on, dict):
-            problems.add(kp, f"must map each backend ({', '.join(RUNS_ON_BACKENDS)}) to {{status, source}}")
-            continue
-        for backend in RUNS_ON_BACKENDS:
-            if backend not in runs_on:
-                problems.add(kp, f"is missing '{backend}'; write {{status: unknown, source: \"no report\"}} when nobody "
-                                 "has reported either way")
-        for backend, report in runs_on.items():
-            bkp = kp + (backend,)
-            if backend not in RUNS_ON_BACKENDS + ("directml",):
-                problems.add(bkp, f"is not a backend; allowed: {', '.join(RUNS_ON_BACKENDS + ('directml',))}")
-            elif not isinstance(report, dict) or report.get("status") not in RUN_STATUSES:
-                status = report.get("status") if isinstance(report, dict) else report
-                problems.add(bkp + ("status",), f"is {status!r}; allowed: {', '.join(RUN_STATUSES)}")
-            elif not isinstance(report.get("source"), str) or not report["source"].strip():
-                problems.add(bkp + ("source",), "must say where this was reported or measured (an issue, a PR, "
-                                                "or the format probe with its ComfyUI, torch, device and date)")
-            else:
-                _check_since(report.get("since"), bkp + ("since",), problems)
-        probe_as = spec.get("probe_as")
-        if probe_as is not None and not (isinstance(probe_as, list) and probe_as
-                                         and all(isinstance(p, str) for p in probe_as)):
-            problems.add(("formats", name, "probe_as"), "must be a list of the format probe's type names (q4_k, q6_k)")
-        bits = spec.get("bits_per_weight")
-        if bits is not None and (isinstance(bits, bool) or not isinstance(bits, (int, float)) or not 0 < bits <= 32):
-            problems.add(("formats", name, "bits_per_weight"), f"is {bits!r}; allowed: bits per weight, e.g. 4.5")
+        if isinstance(spec, dict):
+            _check_format(name, spec, problems)
     ids = {w.get("id") for part in PARTS for w in (data.get(part) or []) if isinstance(w, dict)}
     for i, setup in enumerate(data.get("reported_setups") or ()):
         files = setup.get("files") if isinstance(setup, dict) else None
@@ -275,20 +247,54 @@ def check(data: dict, problems: Problems) -> None:
             if wid not in ids:
                 problems.add(("reported_setups", i, "files", part), f"is {wid!r}, which no weight entry has as its id")
     for i, rule in enumerate(data.get("placement") or ()):
-        kp = ("placement", i)
-        if not isinstance(rule, dict):
-            problems.add(kp, f"must be a mapping with {', '.join(PLACEMENT_KEYS)}")
-            continue
-        for key in rule:
-            if key not in PLACEMENT_KEYS:
-                problems.add(kp + (key,), f"is not a placement key; allowed: {', '.join(PLACEMENT_KEYS)}")
-        if rule.get("part") not in PARTS:
-            problems.add(kp + ("part",), f"is {rule.get('part')!r}; allowed: {', '.join(PARTS)}")
-        for key in ("backend", "evidence_from"):
-            if rule.get(key) not in RUNS_ON_BACKENDS:
-                problems.add(kp + (key,), f"is {rule.get(key)!r}; allowed: {', '.join(RUNS_ON_BACKENDS)}")
-        fmts = rule.get("formats")
-        if not isinstance(fmts, list) or not all(f in formats for f in fmts):
-            problems.add(kp + ("formats",), "must list formats named under 'formats'")
-        if not isinstance(rule.get("source"), str):
-            problems.add(kp + ("source",), "must name where this placement is documented")
+        _check_placement(("placement", i), rule, formats, problems)
+
+
+def _check_format(name: str, spec: dict, problems: Problems) -> None:
+    kp = ("formats", name, "runs_on")
+    runs_on = spec.get("runs_on")
+    if not isinstance(runs_on, dict):
+        problems.add(kp, f"must map each backend ({', '.join(RUNS_ON_BACKENDS)}) to {{status, source}}")
+        return
+    for backend in RUNS_ON_BACKENDS:
+        if backend not in runs_on:
+            problems.add(kp, f"is missing '{backend}'; write {{status: unknown, source: \"no report\"}} when nobody "
+                             "has reported either way")
+    for backend, report in runs_on.items():
+        bkp = kp + (backend,)
+        if backend not in RUNS_ON_BACKENDS + ("directml",):
+            problems.add(bkp, f"is not a backend; allowed: {', '.join(RUNS_ON_BACKENDS + ('directml',))}")
+        elif not isinstance(report, dict) or report.get("status") not in RUN_STATUSES:
+            status = report.get("status") if isinstance(report, dict) else report
+            problems.add(bkp + ("status",), f"is {status!r}; allowed: {', '.join(RUN_STATUSES)}")
+        elif not isinstance(report.get("source"), str) or not report["source"].strip():
+            problems.add(bkp + ("source",), "must say where this was reported or measured (an issue, a PR, "
+                                            "or the format probe with its ComfyUI, torch, device and date)")
+        else:
+            _check_since(report.get("since"), bkp + ("since",), problems)
+    probe_as = spec.get("probe_as")
+    if probe_as is not None and not (isinstance(probe_as, list) and probe_as
+                                     and all(isinstance(p, str) for p in probe_as)):
+        problems.add(("formats", name, "probe_as"), "must be a list of the format probe's type names (q4_k, q6_k)")
+    bits = spec.get("bits_per_weight")
+    if bits is not None and (isinstance(bits, bool) or not isinstance(bits, (int, float)) or not 0 < bits <= 32):
+        problems.add(("formats", name, "bits_per_weight"), f"is {bits!r}; allowed: bits per weight, e.g. 4.5")
+
+
+def _check_placement(kp: tuple, rule, formats: dict, problems: Problems) -> None:
+    if not isinstance(rule, dict):
+        problems.add(kp, f"must be a mapping with {', '.join(PLACEMENT_KEYS)}")
+        return
+    for key in rule:
+        if key not in PLACEMENT_KEYS:
+            problems.add(kp + (key,), f"is not a placement key; allowed: {', '.join(PLACEMENT_KEYS)}")
+    if rule.get("part") not in PARTS:
+        problems.add(kp + ("part",), f"is {rule.get('part')!r}; allowed: {', '.join(PARTS)}")
+    for key in ("backend", "evidence_from"):
+        if rule.get(key) not in RUNS_ON_BACKENDS:
+            problems.add(kp + (key,), f"is {rule.get(key)!r}; allowed: {', '.join(RUNS_ON_BACKENDS)}")
+    fmts = rule.get("formats")
+    if not isinstance(fmts, list) or not all(f in formats for f in fmts):
+        problems.add(kp + ("formats",), "must list formats named under 'formats'")
+    if not isinstance(rule.get("source"), str):
+        problems.add(kp + ("source",), "must name where this placement is documented")

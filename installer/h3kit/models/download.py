@@ -291,17 +291,7 @@ class Downloader:
             log.info("%s: .part is larger than the file (%d > %d); starting over", want.name, have, want.bytes)
             part.unlink()
             have = 0
-        headers = {"Accept-Encoding": "identity"}
-        if have:
-            headers["Range"] = f"bytes={have}-"
-        token = self._token_for(url)
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-        try:
-            resp = self.session.get(url, headers=headers, stream=True, timeout=self.timeout, allow_redirects=True)
-        except (requests.ConnectionError, requests.Timeout) as exc:
-            raise _Transient(f"cannot connect ({type(exc).__name__})") from None
-
+        resp = self._get(url, have)
         with resp:
             status = resp.status_code
             if status in REFUSED_STATUS:
@@ -337,28 +327,45 @@ class Downloader:
                 total = int(length) if length and length.isdigit() else None
                 mode, hasher = "wb", hashlib.sha256()
             total = total or linked_size
-
-            bar = progress_bar(total, have, want.name, self.progress)
-            received = 0
-            try:
-                with core_files.naming(part), open(part, mode) as f:  # a full disk names the .part
-                    for block in resp.iter_content(NET_CHUNK):
-                        if not block:
-                            continue
-                        f.write(block)
-                        hasher.update(block)
-                        received += len(block)
-                        bar.update(len(block))
-                        if overall is not None:
-                            overall.update(len(block))
-            except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError, requests.Timeout) as exc:
-                raise _Transient(f"connection lost after {human_bytes(have + received)} ({type(exc).__name__})") from None
-            finally:
-                bar.close()
-            size = have + received
+            size = have + self._write_part(resp, want, mode, hasher, have, total, overall)
             if total is not None and size < total:
                 raise _Transient(f"stream ended at {size} of {total} bytes")
             return self._finish(want, url, hasher.hexdigest(), size, total, server_sha)
+
+    def _get(self, url: str, have: int):
+        """The server's streamed answer for `url` from byte `have` on (a token where the host needs one)."""
+        headers = {"Accept-Encoding": "identity"}
+        if have:
+            headers["Range"] = f"bytes={have}-"
+        token = self._token_for(url)
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        try:
+            return self.session.get(url, headers=headers, stream=True, timeout=self.timeout, allow_redirects=True)
+        except (requests.ConnectionError, requests.Timeout) as exc:
+            raise _Transient(f"cannot connect ({type(exc).__name__})") from None
+
+    def _write_part(self, resp, want: Want, mode: str, hasher, have: int, total: int | None,
+                    overall: tqdm | None) -> int:
+        """The answer's body onto the .part (appended or written anew, `mode`), hashed as it goes; the bytes received."""
+        bar = progress_bar(total, have, want.name, self.progress)
+        received = 0
+        try:
+            with core_files.naming(want.part), open(want.part, mode) as f:  # a full disk names the .part
+                for block in resp.iter_content(NET_CHUNK):
+                    if not block:
+                        continue
+                    f.write(block)
+                    hasher.update(block)
+                    received += len(block)
+                    bar.update(len(block))
+                    if overall is not None:
+                        overall.update(len(block))
+        except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError, requests.Timeout) as exc:
+            raise _Transient(f"connection lost after {human_bytes(have + received)} ({type(exc).__name__})") from None
+        finally:
+            bar.close()
+        return received
 
     def _finish(self, want: Want, url: str, digest: str, size: int, server_total: int | None,
                 server_sha: str | None) -> Fetched:

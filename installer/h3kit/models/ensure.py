@@ -103,14 +103,7 @@ def ensure_models(ctx, plan: Plan, comfyui_dir, *, skip: bool, with_loaders: boo
     comfyui_dir = Path(comfyui_dir)
     folders = folders or as_folders(comfyui_dir)
     if skip:
-        try:
-            total = plan_doc(plan)["total_bytes"]
-        except Exception:  # noqa: BLE001 - skipping must never fail the install
-            total = None
-        ctx.progress(f"Skipping the model files (--no-models); the plan needs {human_bytes(total)}: "
-                     "run 'h3kit models fetch' later.")
-        return {"schema": SCHEMA, "action": "ensure", "comfyui": str(comfyui_dir), "total_bytes": total,
-                "skipped": True, "reason": "--no-models"}
+        return _skipped(ctx, plan, comfyui_dir)
     doc = status_doc(ctx, plan, comfyui_dir, folders=folders)
     missing = [r for r in doc["files"] if r["state"] != "present"]
     total, todo = doc["total_bytes"], doc["missing_bytes"]
@@ -126,12 +119,7 @@ def ensure_models(ctx, plan: Plan, comfyui_dir, *, skip: bool, with_loaders: boo
     if ctx.dry_run:
         return dict(base, skipped=True, reason="dry run")
     files = files_for_plan(plan)
-    doubtful = {} if allow_unverified else distrusted(plan, files)
-    held = []
-    for r in missing:
-        why = doubtful.get(r["name"])
-        if why and not (ctx.interactive and ctx.confirm(f"{r['name']} is {why}. Download it anyway?", default=False)):
-            held.append({"name": r["name"], "why": why, "path": r.get("path")})
+    held = _held_back(ctx, {} if allow_unverified else distrusted(plan, files), missing)
     held_names = {h["name"] for h in held}
     wanted = [r for r in missing if r["name"] not in held_names]
     if held:
@@ -142,17 +130,9 @@ def ensure_models(ctx, plan: Plan, comfyui_dir, *, skip: bool, with_loaders: boo
         ctx.progress("Not downloading now; run 'h3kit models fetch' when you are ready.")
         return dict(base, skipped=True, reason="declined")
     # A file that loads only with its loader pack gets the pack too, or it would not load.
-    need_packs = with_loaders or any(f.loader_pack for f in files if f.name in {r["name"] for r in wanted})
     pack_failures: list[NotReady] = []
-    if need_packs:
-        cat_packs = {f.loader_pack.name: f.loader_pack for f in files if f.loader_pack}
-        base["loader_packs"] = []
-        for p in packs_needed:
-            try:
-                base["loader_packs"].append(install_loader_pack(ctx, cat_packs[p["name"]], comfyui_dir, config=config))
-            except NotReady as exc:  # GitHub unreachable: the weights may still come, and both are named at the end
-                ctx.progress(f"{exc.message} The model files are fetched anyway.")
-                pack_failures.append(exc)
+    if with_loaders or any(f.loader_pack for f in files if f.name in {r["name"] for r in wanted}):
+        base["loader_packs"], pack_failures = _install_packs(ctx, files, packs_needed, comfyui_dir, config)
     cut_off = None
     if wanted:
         try:
@@ -161,7 +141,49 @@ def ensure_models(ctx, plan: Plan, comfyui_dir, *, skip: bool, with_loaders: boo
             if "missing" not in exc.details:  # not "hosts unreachable": nothing more to say
                 raise
             cut_off = exc
-    # One error at the end, files last: what a loader pack lacks, what no host could send, what was held back.
+    failed = _one_error(base, pack_failures, cut_off, held)
+    if failed is not None:
+        raise failed
+    return dict(base, skipped=False, reason=None)
+
+
+def _skipped(ctx, plan: Plan, comfyui_dir: Path) -> dict:
+    """--no-models: the step's answer, with the plan's total when it can be had."""
+    try:
+        total = plan_doc(plan)["total_bytes"]
+    except Exception:  # noqa: BLE001 - skipping must never fail the install
+        total = None
+    ctx.progress(f"Skipping the model files (--no-models); the plan needs {human_bytes(total)}: "
+                 "run 'h3kit models fetch' later.")
+    return {"schema": SCHEMA, "action": "ensure", "comfyui": str(comfyui_dir), "total_bytes": total,
+            "skipped": True, "reason": "--no-models"}
+
+
+def _held_back(ctx, doubtful: dict[str, str], missing: list[dict]) -> list[dict]:
+    """The missing files not known to load that the user did not choose to download anyway (all, under --yes)."""
+    held = []
+    for r in missing:
+        why = doubtful.get(r["name"])
+        if why and not (ctx.interactive and ctx.confirm(f"{r['name']} is {why}. Download it anyway?", default=False)):
+            held.append({"name": r["name"], "why": why, "path": r.get("path")})
+    return held
+
+
+def _install_packs(ctx, files, packs_needed: list[dict], comfyui_dir: Path, config) -> tuple[list[dict], list[NotReady]]:
+    """Each loader pack still needed, installed: (their reports, the ones that could not be had)."""
+    cat_packs = {f.loader_pack.name: f.loader_pack for f in files if f.loader_pack}
+    installed, failures = [], []
+    for p in packs_needed:
+        try:
+            installed.append(install_loader_pack(ctx, cat_packs[p["name"]], comfyui_dir, config=config))
+        except NotReady as exc:  # GitHub unreachable: the weights may still come, and both are named at the end
+            ctx.progress(f"{exc.message} The model files are fetched anyway.")
+            failures.append(exc)
+    return installed, failures
+
+
+def _one_error(base: dict, pack_failures: list[NotReady], cut_off: NotReady | None, held: list[dict]) -> NotReady | None:
+    """One error at the end, files last: what a loader pack lacks, what no host could send, what was held back."""
     parts = [(e.message, e.fix or "") for e in pack_failures]
     details = dict(base)
     if cut_off is not None:
@@ -175,6 +197,6 @@ def ensure_models(ctx, plan: Plan, comfyui_dir, *, skip: bool, with_loaders: boo
             held_fix = f"the files not downloaded would go to:{paths}\n  {held_fix}"
         parts.append(("Not downloaded: " + "; ".join(f"{h['name']} ({h['why']})" for h in held) + ".", held_fix))
         details["held"] = held
-    if parts:
-        raise NotReady(" ".join(m for m, _ in parts), "\n".join(f for _, f in parts if f), details=details)
-    return dict(base, skipped=False, reason=None)
+    if not parts:
+        return None
+    return NotReady(" ".join(m for m, _ in parts), "\n".join(f for _, f in parts if f), details=details)

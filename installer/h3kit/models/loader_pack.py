@@ -101,25 +101,49 @@ def install_loader_pack(ctx, pack: LoaderPack, comfyui_dir: Path, *, git_url: st
                        f"Set {SOURCES_ENV} to a local checkout or .zip of {pack.name} ({pack.git}), "
                        "copied from a machine that reaches it, and run the same command again.")
     if wrong:
-        theirs = _not_ours(man, dest)
-        if theirs:
-            raise BadInput(f"{dest} is an earlier install of {pack.name} that is not the pack (no "
-                           f"{' or '.join(pack_markers(pack))}), and {theirs[0]} in it was not written by h3kit "
-                           "(or was changed since), so h3kit will not replace it.",
-                           f"Move {theirs[0]} (or the whole folder) out of {dest.parent} yourself, then run "
-                           "the same command again.")
+        _refuse_a_folder_not_ours(man, dest, pack)
     if ctx.dry_run:
         redo = (" (an interrupted clone would be redone)" if interrupted
                 else f" (an earlier install that is not {pack.name} would be replaced)" if wrong else "")
         return {"name": pack.name, "path": str(dest), "installed": False, "why": "dry run" + redo}
+    _put_in_place(ctx, man, pack, dest, source, local, replace=wrong, redo=interrupted)
+    req = dest / pack.requirements
+    if not req.is_file():
+        return {"name": pack.name, "path": str(dest), "installed": True, "python": None, "requirements": None}
+    python = comfy_python(comfyui_dir, session_config(ctx, config))
+    if python is None:
+        raise NotReady(f"Cannot find the Python that runs the ComfyUI in {comfyui_dir}, needed to install "
+                       f"{pack.name}'s requirements (the pack itself is in {dest}).",
+                       f"Run ComfyUI's python -m pip install -r {req} yourself, or set comfyui_python in config.yaml.")
+    run_pip(ctx, python, ["install", "-r", str(req)], f"Installing {pack.name}'s requirements with {python}",
+            timeout=PIP_TIMEOUT, opts=opts)
+    return {"name": pack.name, "path": str(dest), "installed": True, "python": str(python),
+            "requirements": str(req)}
+
+
+def _refuse_a_folder_not_ours(man, dest: Path, pack: LoaderPack) -> None:
+    """An earlier install in `dest` that is not the pack is replaced only when all of it is h3kit's."""
+    theirs = _not_ours(man, dest)
+    if theirs:
+        raise BadInput(f"{dest} is an earlier install of {pack.name} that is not the pack (no "
+                       f"{' or '.join(pack_markers(pack))}), and {theirs[0]} in it was not written by h3kit "
+                       "(or was changed since), so h3kit will not replace it.",
+                       f"Move {theirs[0]} (or the whole folder) out of {dest.parent} yourself, then run "
+                       "the same command again.")
+
+
+def _put_in_place(ctx, man, pack: LoaderPack, dest: Path, source: str, local: Path | None, *, replace: bool,
+                  redo: bool) -> None:
+    """The pack's files into `dest` (copied from a local source, else cloned), every one recorded; `replace`: an
+    earlier install that is not the pack goes first, `redo`: an interrupted clone does."""
     kind = source_kind(str(local)) if local is not None else None
     with tempfile.TemporaryDirectory(prefix=".h3kit-pack-") as scratch:
         # Checked before anything lands in custom_nodes: a refusal leaves no folder for ComfyUI to load.
         tree = _local_tree(pack, local, kind, Path(scratch)) if kind in ("archive", "folder") else None
-        if wrong:
+        if replace:
             ctx.progress(f"Replacing the earlier install in {dest}, which is not {pack.name} ...")
             _remove_ours(man, dest)
-        if interrupted:
+        if redo:
             # The record named this folder before it existed, so a half-made clone in it is ours to redo.
             ctx.progress(f"Removing the interrupted clone of {pack.name} in {dest} ...")
             files.remove_tree(dest)
@@ -143,18 +167,6 @@ def install_loader_pack(ctx, pack: LoaderPack, comfyui_dir: Path, *, git_url: st
         man.save()
         raise BadInput(f"{source} is not {pack.name}: the clone has no {' and '.join(pack_markers(pack))} at its top.",
                        f"Set {SOURCES_ENV} to a checkout or .zip of {pack.name} ({pack.git}), then run again.")
-    req = dest / pack.requirements
-    if not req.is_file():
-        return {"name": pack.name, "path": str(dest), "installed": True, "python": None, "requirements": None}
-    python = comfy_python(comfyui_dir, session_config(ctx, config))
-    if python is None:
-        raise NotReady(f"Cannot find the Python that runs the ComfyUI in {comfyui_dir}, needed to install "
-                       f"{pack.name}'s requirements (the pack itself is in {dest}).",
-                       f"Run ComfyUI's python -m pip install -r {req} yourself, or set comfyui_python in config.yaml.")
-    run_pip(ctx, python, ["install", "-r", str(req)], f"Installing {pack.name}'s requirements with {python}",
-            timeout=PIP_TIMEOUT, opts=opts)
-    return {"name": pack.name, "path": str(dest), "installed": True, "python": str(python),
-            "requirements": str(req)}
 
 
 # -- a local source, checked and copied ----------------------------------------------------------------

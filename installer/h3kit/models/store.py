@@ -77,6 +77,28 @@ def fetch(ctx, plan: Plan, comfyui_dir: Path, *, from_dir: Path | None = None, d
     _unlink_stray_links(ctx, man)
     if [o for o in journal.settle(roles={ROLE}) if o["outcome"] != "partial"]:  # a crash's weights, before looking
         man.save()
+    states = _states_without_conflicts(files, folders, man)
+    todo = [f for f in files if states[f.name]["state"] != "present" and f.name not in skip_names]
+    for f in todo:
+        _refuse_in_the_way(f.dest(folders))
+    results = [{"name": f.name, "path": states[f.name]["path"], "method": "present"} for f in files if f not in todo]
+    if not todo:
+        return {"schema": SCHEMA, "action": "fetch", "comfyui": str(comfyui_dir), "files": results,
+                "downloaded_bytes": 0, "total_bytes": sum(f.bytes for f in files)}
+    sources = _local_sources(from_dir, todo)
+    need = _check_room(todo, folders, sources, states, free_bytes)
+    where = ", ".join(str(t) for t in dict.fromkeys(f.dest(folders).parent for f in todo))
+    ctx.progress(f"Fetching {len(todo)} file(s), {human_bytes(need)} to write into {where}.")
+    dl = downloader or Downloader(mirror=mirror_base(session_config(ctx, config)))
+    downloaded, unreachable = _get_all(ctx, journal, dl, todo, folders, sources, states, results)
+    if unreachable:
+        raise missing_files_error(comfyui_dir, unreachable, results)
+    return {"schema": SCHEMA, "action": "fetch", "comfyui": str(comfyui_dir), "files": results,
+            "downloaded_bytes": downloaded, "total_bytes": sum(f.bytes for f in files)}
+
+
+def _states_without_conflicts(files: list, folders: ModelFolders, man) -> dict[str, dict]:
+    """Each file's state by name; VerificationFailed when a file of another size sits where one goes."""
     states = {f.name: file_state(f, folders, man) for f in files}
     conflicts = [s for s in states.values() if s["state"] == "conflict"]
     if conflicts:
@@ -86,31 +108,33 @@ def fetch(ctx, plan: Plan, comfyui_dir: Path, *, from_dir: Path | None = None, d
             "overwrite a file it did not download.",
             "Rename or move that file (it may be another version of the model), then run 'h3kit models fetch' again.",
             details={"conflicts": conflicts})
-    todo = [f for f in files if states[f.name]["state"] != "present" and f.name not in skip_names]
-    for f in todo:
-        _refuse_in_the_way(f.dest(folders))
-    results = [{"name": f.name, "path": states[f.name]["path"], "method": "present"} for f in files if f not in todo]
-    if not todo:
-        return {"schema": SCHEMA, "action": "fetch", "comfyui": str(comfyui_dir), "files": results,
-                "downloaded_bytes": 0, "total_bytes": sum(f.bytes for f in files)}
+    return states
 
+
+def _local_sources(from_dir: Path | None, todo: list) -> dict[str, Path]:
+    """With --from, where in that folder each missing file is ({} without it, when every file has an address)."""
     sources: dict[str, Path] = {}
-    if from_dir is not None:
-        from_dir = Path(from_dir)
-        if not from_dir.is_dir():
-            raise BadInput(f"--from {from_dir} is not a folder.", "Pass the folder (or USB disk) that holds the model files.")
-        for f in todo:
-            src = find_local(from_dir, f.name, f.folder)
-            if src is None:
-                raise NotReady(f"{f.name} is not in {from_dir}.",
-                               f"Copy it there (from {f.urls[0] if f.urls else 'its model page'}) and run again.")
-            sources[f.name] = src
-    else:
+    if from_dir is None:
         for f in todo:
             if not f.urls:
                 raise NotReady(f"No download address is known for {f.name} ({f.unverified or 'catalog has no URL'}).",
                                "Download it yourself and run 'h3kit models fetch --from DIR'.")
+        return sources
+    from_dir = Path(from_dir)
+    if not from_dir.is_dir():
+        raise BadInput(f"--from {from_dir} is not a folder.", "Pass the folder (or USB disk) that holds the model files.")
+    for f in todo:
+        src = find_local(from_dir, f.name, f.folder)
+        if src is None:
+            raise NotReady(f"{f.name} is not in {from_dir}.",
+                           f"Copy it there (from {f.urls[0] if f.urls else 'its model page'}) and run again.")
+        sources[f.name] = src
+    return sources
 
+
+def _check_room(todo: list, folders: ModelFolders, sources: dict[str, Path], states: dict[str, dict],
+                free_bytes) -> int:
+    """Every target folder usable and each disk with room for what lands on it; the bytes to write."""
     for target in dict.fromkeys(f.dest(folders).parent for f in todo):
         _check_target(target, folders)
     by_target: dict[Path, int] = {}
@@ -120,11 +144,13 @@ def fetch(ctx, plan: Plan, comfyui_dir: Path, *, from_dir: Path | None = None, d
             by_target[target] = by_target.get(target, 0) + remaining(f, states[f.name])
     for target, need_here in _per_disk(by_target).items():
         check_free_space(target, need_here, free_bytes=free_bytes)
-    need = sum(by_target.values())
-    where = ", ".join(str(t) for t in dict.fromkeys(f.dest(folders).parent for f in todo))
-    ctx.progress(f"Fetching {len(todo)} file(s), {human_bytes(need)} to write into {where}.")
+    return sum(by_target.values())
 
-    dl = downloader or Downloader(mirror=mirror_base(session_config(ctx, config)))
+
+def _get_all(ctx, journal: Journal, dl: Downloader, todo: list, folders: ModelFolders, sources: dict[str, Path],
+             states: dict[str, dict], results: list[dict]) -> tuple[int, list[tuple]]:
+    """Copy or download each file of `todo`, appending to `results`; (bytes written, the files whose hosts did
+    not answer with why)."""
     downloaded = 0
     unreachable: list[tuple] = []
     reported: set[str] = set()
@@ -144,10 +170,7 @@ def fetch(ctx, plan: Plan, comfyui_dir: Path, *, from_dir: Path | None = None, d
                     got = dl.fetch(want, overall)
                 except HostsUnreachable as dead:
                     # The other files may come from hosts that answer: get them, then name what is missing.
-                    for host, why in dead.hosts.items():
-                        if host not in reported:
-                            reported.add(host)
-                            ctx.progress(f"{host} cannot be reached ({why}); the files from it are skipped.")
+                    _say_unreachable(ctx, dead, reported)
                     ctx.progress(f"Skipping {f.name} (from {', '.join(dead.hosts)}).")
                     unreachable.append((f, dead))
                     continue
@@ -158,10 +181,15 @@ def fetch(ctx, plan: Plan, comfyui_dir: Path, *, from_dir: Path | None = None, d
                             "bytes": got.bytes, "sha256": got.sha256, "verified_by": got.verified_by})
     finally:
         overall.close()
-    if unreachable:
-        raise missing_files_error(comfyui_dir, unreachable, results)
-    return {"schema": SCHEMA, "action": "fetch", "comfyui": str(comfyui_dir), "files": results,
-            "downloaded_bytes": downloaded, "total_bytes": sum(f.bytes for f in files)}
+    return downloaded, unreachable
+
+
+def _say_unreachable(ctx, dead: HostsUnreachable, reported: set[str]) -> None:
+    """Each host that did not answer, once per fetch."""
+    for host, why in dead.hosts.items():
+        if host not in reported:
+            reported.add(host)
+            ctx.progress(f"{host} cannot be reached ({why}); the files from it are skipped.")
 
 
 def _unlink_stray_links(ctx, man) -> None:

@@ -263,27 +263,9 @@ def build(force: bool = False, progress=None, *, prefer: str | None = None, env:
     folder = root / key
     libs = {v: folder / h3k_native.library_filename(v) for v in flags}
     programs = {v: folder / h3k_native.selftest_filename(v) for v in flags}
-    made = {p.name for p in [*libs.values(), *programs.values()]}
     cached = not force and folder.is_dir() and all(p.is_file() for p in [*libs.values(), *programs.values()])
     if not cached:
-        root.mkdir(parents=True, exist_ok=True)
-        work = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))
-        try:
-            for i, (variant, vflags) in enumerate(flags.items(), 1):
-                lib, program = work / libs[variant].name, work / programs[variant].name
-                say(f"Compiling {lib.name} ({i}/{len(flags)}) with {compiler.describe()} ...")
-                _compile(compiler, compile_command(compiler, src, lib, vflags, work), lib, work)
-                _compile(compiler, selftest_command(compiler, src, lib, program, work), program, work)
-            for p in work.iterdir():  # objects and import libraries stay behind
-                if p.name not in made:
-                    p.unlink()
-            if folder.exists():
-                shutil.rmtree(folder)
-            os.replace(work, folder)
-            folder.chmod(0o755)  # mkdtemp made it private; the libraries are not secret
-        finally:
-            if work.exists():
-                shutil.rmtree(work, ignore_errors=True)
+        _compile_into(folder, compiler, src, flags, say)
     say("Running the native self-test ...")
     test = run_selftest(folder, list(flags))
     selected = test.get("selected")
@@ -305,7 +287,38 @@ def build(force: bool = False, progress=None, *, prefer: str | None = None, env:
         "sources_sha256": src_hash,
         "arch": arch(),
     }
-    if not doc["selftest"]["passed"] or selected not in libs:
+    _make_current(root, folder, doc, compiler)
+    return doc
+
+
+def _compile_into(folder: Path, compiler: compilers.Compiler, src: Path, flags: dict[str, list[str]], say) -> None:
+    """Every variant's library and self-test program, compiled in a private folder beside `folder` that then
+    takes its place, so a build cut short never leaves a half-made folder under the cache key."""
+    root = folder.parent
+    made = {h3k_native.library_filename(v) for v in flags} | {h3k_native.selftest_filename(v) for v in flags}
+    root.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=root))
+    try:
+        for i, (variant, vflags) in enumerate(flags.items(), 1):
+            lib, program = work / h3k_native.library_filename(variant), work / h3k_native.selftest_filename(variant)
+            say(f"Compiling {lib.name} ({i}/{len(flags)}) with {compiler.describe()} ...")
+            _compile(compiler, compile_command(compiler, src, lib, vflags, work), lib, work)
+            _compile(compiler, selftest_command(compiler, src, lib, program, work), program, work)
+        for p in work.iterdir():  # objects and import libraries stay behind
+            if p.name not in made:
+                p.unlink()
+        if folder.exists():
+            shutil.rmtree(folder)
+        os.replace(work, folder)
+        folder.chmod(0o755)  # mkdtemp made it private; the libraries are not secret
+    finally:
+        if work.exists():
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _make_current(root: Path, folder: Path, doc: dict, compiler: compilers.Compiler) -> None:
+    """Record the build and point current.json at it, only when its self-test passed (else VerificationFailed)."""
+    if not doc["selftest"]["passed"] or doc["library"] is None:
         raise VerificationFailed(
             f"the native library built with {compiler.describe()} failed its self-test: "
             f"{doc['selftest']['message'] or 'no result'}",
@@ -315,9 +328,8 @@ def build(force: bool = False, progress=None, *, prefer: str | None = None, env:
         )
     _write_json(folder / "build.json", doc)
     _write_json(root / "current.json", {"schema": "h3kit.native-cache/1", "dir": str(folder),
-                                        "variant": selected, "library": doc["library"],
-                                        "sources_sha256": src_hash})
-    return doc
+                                        "variant": doc["variant"], "library": doc["library"],
+                                        "sources_sha256": doc["sources_sha256"]})
 
 
 def find_library() -> Path | None:
@@ -330,16 +342,3 @@ def find_library() -> Path | None:
     except (OSError, ValueError, KeyError, TypeError, NotReady):
         return None
     return lib if lib.is_file() else None
-
-
-def library_files() -> list[Path]:
-    """Every variant of the current build, baseline first ([] when not built).
-
-    Deploy copies all of them into the pack's lib/, so the pack still loads
-    (as baseline) on a CPU that lacks the tuned build's features.
-    """
-    lib = find_library()
-    if lib is None:
-        return []
-    present = [lib.parent / h3k_native.library_filename(v) for v in h3k_native.VARIANTS]
-    return [p for p in present if p.is_file()]

@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from h3kit.comfyui import manifest as manifest_mod
@@ -165,7 +166,6 @@ def new_comfyui(ctx, target_dir, source: str | None, fingerprint: Fingerprint, *
     a source without H3 is refused (BadInput) and removed again.
     """
     table = setup_table()
-    timeouts = table["timeouts_s"]
     opts = opts or PipOptions.from_env()
     target = Path(target_dir).expanduser().absolute()
     source = source or table["source_url"]
@@ -174,105 +174,148 @@ def new_comfyui(ctx, target_dir, source: str | None, fingerprint: Fingerprint, *
         raise NotReady(choice["rationale"][-1], choice["fix"])
     state_file = state_path(ctx, target)
     state = _load_state(state_file, target, source)
-    done = state["done"]
     man = manifest_mod.load_or_new(ctx.locations.state_dir, target)
-    journal = Journal(man)
-    interrupted = "source" not in done and _fetch_interrupted(man, target)
-    if target.exists() and "source" not in done and not interrupted and any(target.iterdir()):
+    run = _SetupRun(ctx, target, source, fingerprint, opts, table, man, Journal(man), state_file, state)
+    interrupted = "source" not in run.done and _fetch_interrupted(man, target)
+    if target.exists() and "source" not in run.done and not interrupted and any(target.iterdir()):
         raise BadInput(f"{target} already exists and is not empty; h3kit sets up a new ComfyUI only in a new "
                        "or empty folder.", "Choose another folder, or use an existing ComfyUI with --comfyui PATH.")
-    if target.exists() and "source" not in done and not interrupted:
+    if target.exists() and "source" not in run.done and not interrupted:
         target.rmdir()  # empty; the clone creates it again
     if ctx.dry_run:
         return target
-    steps_total = len(STEPS)
-
-    def step(n: int, name: str, text: str) -> bool:
-        if name in done:
-            ctx.progress(f"[{n}/{steps_total}] {text}: already done, skipped.")
-            return False
-        ctx.progress(f"[{n}/{steps_total}] {text}...")
-        return True
-
-    def finish(name: str, **details) -> None:
-        done[name] = {"at": manifest_mod.now_iso(), **details}
-        _save_state(state_file, state)
-
-    if step(1, "source", f"Getting ComfyUI from {source}"):
-        if interrupted and target.exists():
-            ctx.progress(f"    removing the ComfyUI source an interrupted run put into {target} (it was never set up)")
-            shutil.rmtree(target)
-        _check_disk(target, int(table["min_free_bytes"].get(choice["backend"], table["min_free_bytes"]["cpu"])))
-        # Record before write: the folder is h3kit's in the record before the rename makes it appear, so a kill
-        # right after the rename leaves a record that a rerun and 'uninstall --purge' both find.
-        man.extra["comfyui_setup"] = {"created_by": "h3kit", "dir": str(target), "source": source}
-        try:
-            fetched = journal.mkdir(target, ROLE, lambda p: _fetch_h3_release(ctx, source, p, timeouts["clone"], catalog))
-        except BaseException:
-            if not target.exists():  # refused or failed before the rename: nothing of it is on disk
-                man.forget(target)
-                man.extra.pop("comfyui_setup", None)
-                if man.entries or man.extra:
-                    man.save()
-                elif man.path is not None and man.path.exists():
-                    os.unlink(man.path)  # the record was made for this ComfyUI alone
-            raise
-        man.extra["comfyui_setup"].update(**fetched, shipped=user_area_files(target))
-        man.save()
-        finish("source", **fetched)
+    if run.step(1, "source", f"Getting ComfyUI from {source}"):
+        _get_source(run, choice, interrupted, catalog)
     venv = target / "venv"
-    if step(2, "venv", f"Creating ComfyUI's Python environment in {venv}"):
-        base, version = find_base_python()
-        if venv.exists():
-            shutil.rmtree(venv)  # half-made by an interrupted run (the step is not marked done)
-
-        def make_venv(folder: Path) -> None:
-            r = ticking("Creating the venv", subproc.run, [base, "-m", "venv", str(folder)], timeout=timeouts["venv"])
-            if not r.ok or venv_python(folder) is None:
-                raise NotReady(f"Python {base} could not create a venv ({r.detail or 'it has no interpreter'}).",
-                               "On Debian/Ubuntu install the venv module ('sudo apt install python3-venv'), "
-                               "then run again.")
-
-        journal.mkdir(venv, ROLE, make_venv)  # named before it is made: a kill mid-way leaves it h3kit's
-        man.extra["comfyui_setup"].update(venv=str(venv), base_python=base, python_version=version)
-        man.save()
-        finish("venv", base_python=base, python_version=version)
+    if run.step(2, "venv", f"Creating ComfyUI's Python environment in {venv}"):
+        _make_venv(run, venv)
     found = venv_python(venv)
     if found is None:
         raise NotReady(f"The venv {venv} of the new ComfyUI has no Python.",
                        f"Remove {venv} and run the same command again; the venv is made anew.")
     python = str(found)
-    if step(3, "torch", f"Installing PyTorch {choice['build']} ({', '.join(torch_build.requirements(choice))})"):
-        for line in choice["rationale"]:
-            ctx.progress(f"    {line}")
-        choice, taken = reachable_choice(ctx, python, choice, fingerprint, opts, timeout=timeouts["pip"])
-        if taken and taken["backend"] in table["min_free_bytes"]:  # a CUDA build taken for a CPU box is GBs larger
-            _check_disk(target, int(table["min_free_bytes"][taken["backend"]]))
-        install_choice(ctx, python, choice, opts, force=False, timeout=timeouts["pip"])
-        if taken:
-            man.extra["comfyui_setup"]["torch_taken"] = taken  # doctor says which torch this is and why
-            man.save()
-        finish("torch", build=choice["build"], requirements=torch_build.requirements(choice, local=True), taken=taken)
-    constraints = target / CONSTRAINTS_FILE
-    if step(4, "requirements", "Installing ComfyUI's requirements (torch pinned)"):
-        text, pins = constraints_text(probe_torch(python))
-        journal.write(constraints, text, ROLE)
-        man.save()
-        reqs = target / "requirements.txt"
-        if reqs.is_file():
-            install_requirements(ctx, python, reqs, constraints, opts, timeout=timeouts["pip"])
-        finish("requirements", pins=pins)
-    if step(5, "verify", "Checking the new environment"):
-        info = probe_torch(python, import_torch=True, timeout=timeouts["verify"])
-        problems = [m for m in torch_build.check(fingerprint, info) if m["status"] == "fail"]
-        if info.get("import_error") or problems:
-            raise VerificationFailed(
-                f"The new ComfyUI's torch does not work: {info.get('import_error') or problems[0]['message']}",
-                "Run 'h3kit doctor --comfyui " + str(target) + " --fix', or remove the folder and run again.")
-        man.extra["comfyui_setup"].update(torch=info.get("packages"), python=python)
-        man.save()
-        finish("verify", torch=info.get("packages"))
+    if run.step(3, "torch", f"Installing PyTorch {choice['build']} ({', '.join(torch_build.requirements(choice))})"):
+        _install_torch(run, python, choice)
+    if run.step(4, "requirements", "Installing ComfyUI's requirements (torch pinned)"):
+        _install_requirements(run, python)
+    if run.step(5, "verify", "Checking the new environment"):
+        _verify(run, python)
     return target
+
+
+@dataclass
+class _SetupRun:
+    """One run of new_comfyui: where it sets up, what it has done (the state file) and the record it keeps."""
+    ctx: object
+    target: Path
+    source: str
+    fingerprint: Fingerprint
+    opts: PipOptions
+    table: dict
+    man: object
+    journal: Journal
+    state_file: Path
+    state: dict
+
+    @property
+    def done(self) -> dict:
+        return self.state["done"]
+
+    @property
+    def timeouts(self) -> dict:
+        return self.table["timeouts_s"]
+
+    def step(self, n: int, name: str, text: str) -> bool:
+        """Whether step `name` still has to run (a re-run skips what is done); says which step this is."""
+        if name in self.done:
+            self.ctx.progress(f"[{n}/{len(STEPS)}] {text}: already done, skipped.")
+            return False
+        self.ctx.progress(f"[{n}/{len(STEPS)}] {text}...")
+        return True
+
+    def finish(self, name: str, **details) -> None:
+        self.done[name] = {"at": manifest_mod.now_iso(), **details}
+        _save_state(self.state_file, self.state)
+
+
+def _get_source(run: _SetupRun, choice: dict, interrupted: bool, catalog) -> None:
+    ctx, target, man, table = run.ctx, run.target, run.man, run.table
+    if interrupted and target.exists():
+        ctx.progress(f"    removing the ComfyUI source an interrupted run put into {target} (it was never set up)")
+        shutil.rmtree(target)
+    _check_disk(target, int(table["min_free_bytes"].get(choice["backend"], table["min_free_bytes"]["cpu"])))
+    # Record before write: the folder is h3kit's in the record before the rename makes it appear, so a kill
+    # right after the rename leaves a record that a rerun and 'uninstall --purge' both find.
+    man.extra["comfyui_setup"] = {"created_by": "h3kit", "dir": str(target), "source": run.source}
+    try:
+        fetched = run.journal.mkdir(target, ROLE,
+                                    lambda p: _fetch_h3_release(ctx, run.source, p, run.timeouts["clone"], catalog))
+    except BaseException:
+        if not target.exists():  # refused or failed before the rename: nothing of it is on disk
+            man.forget(target)
+            man.extra.pop("comfyui_setup", None)
+            if man.entries or man.extra:
+                man.save()
+            elif man.path is not None and man.path.exists():
+                os.unlink(man.path)  # the record was made for this ComfyUI alone
+        raise
+    man.extra["comfyui_setup"].update(**fetched, shipped=user_area_files(target))
+    man.save()
+    run.finish("source", **fetched)
+
+
+def _make_venv(run: _SetupRun, venv: Path) -> None:
+    base, version = find_base_python()
+    if venv.exists():
+        shutil.rmtree(venv)  # half-made by an interrupted run (the step is not marked done)
+
+    def make_venv(folder: Path) -> None:
+        r = ticking("Creating the venv", subproc.run, [base, "-m", "venv", str(folder)], timeout=run.timeouts["venv"])
+        if not r.ok or venv_python(folder) is None:
+            raise NotReady(f"Python {base} could not create a venv ({r.detail or 'it has no interpreter'}).",
+                           "On Debian/Ubuntu install the venv module ('sudo apt install python3-venv'), "
+                           "then run again.")
+
+    run.journal.mkdir(venv, ROLE, make_venv)  # named before it is made: a kill mid-way leaves it h3kit's
+    run.man.extra["comfyui_setup"].update(venv=str(venv), base_python=base, python_version=version)
+    run.man.save()
+    run.finish("venv", base_python=base, python_version=version)
+
+
+def _install_torch(run: _SetupRun, python: str, choice: dict) -> None:
+    for line in choice["rationale"]:
+        run.ctx.progress(f"    {line}")
+    choice, taken = reachable_choice(run.ctx, python, choice, run.fingerprint, run.opts, timeout=run.timeouts["pip"])
+    if taken and taken["backend"] in run.table["min_free_bytes"]:  # a CUDA build taken for a CPU box is GBs larger
+        _check_disk(run.target, int(run.table["min_free_bytes"][taken["backend"]]))
+    install_choice(run.ctx, python, choice, run.opts, force=False, timeout=run.timeouts["pip"])
+    if taken:
+        run.man.extra["comfyui_setup"]["torch_taken"] = taken  # doctor says which torch this is and why
+        run.man.save()
+    run.finish("torch", build=choice["build"], requirements=torch_build.requirements(choice, local=True), taken=taken)
+
+
+def _install_requirements(run: _SetupRun, python: str) -> None:
+    constraints = run.target / CONSTRAINTS_FILE
+    text, pins = constraints_text(probe_torch(python))
+    run.journal.write(constraints, text, ROLE)
+    run.man.save()
+    reqs = run.target / "requirements.txt"
+    if reqs.is_file():
+        install_requirements(run.ctx, python, reqs, constraints, run.opts, timeout=run.timeouts["pip"])
+    run.finish("requirements", pins=pins)
+
+
+def _verify(run: _SetupRun, python: str) -> None:
+    info = probe_torch(python, import_torch=True, timeout=run.timeouts["verify"])
+    problems = [m for m in torch_build.check(run.fingerprint, info) if m["status"] == "fail"]
+    if info.get("import_error") or problems:
+        raise VerificationFailed(
+            f"The new ComfyUI's torch does not work: {info.get('import_error') or problems[0]['message']}",
+            "Run 'h3kit doctor --comfyui " + str(run.target) + " --fix', or remove the folder and run again.")
+    run.man.extra["comfyui_setup"].update(torch=info.get("packages"), python=python)
+    run.man.save()
+    run.finish("verify", torch=info.get("packages"))
 
 
 def offer_new_comfyui(ctx, fingerprint: Fingerprint | None, source: str | None = None, *,

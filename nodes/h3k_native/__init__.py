@@ -32,7 +32,6 @@ import os
 from pathlib import Path
 
 from . import _handles
-from ._buffers import _as_buffer, _is_numpy  # noqa: F401 - used by tests and the runner
 from ._kernels import Library, StreamerLimits, Tile
 from ._library import (
     ABI,

@@ -24,7 +24,7 @@ Pure functions of their arguments: no file, no process, no clock.
 from __future__ import annotations
 
 from h3kit.calibrate.arch import FLOAT_FORMATS, held_weight_bytes
-from h3kit.calibrate.native_estimate import (  # noqa: F401  (the appendix's names stay importable from here)
+from h3kit.calibrate.native_estimate import CALIBRATION_CANVAS
     CALIBRATION_CANVAS,
     NATIVE_KINDS,
     block_params,

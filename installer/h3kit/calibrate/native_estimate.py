@@ -2,7 +2,7 @@
 
 This was calibration's headline until it turned out to predict a kernel the
 real run never uses (ComfyUI computes with torch) and to depend on which
-interpreter ran h3kit. It stays as `estimates.native_appendix`, next to the
+interpreter ran h3kit. It stays as the appendix (`native_appendix`), next to the
 scaled DiT it can be checked against, and is never the time a report leads
 with (that is `estimates`, from ComfyUI's own H3 transformer).
 

@@ -25,17 +25,6 @@ from __future__ import annotations
 
 from h3kit.calibrate.arch import FLOAT_FORMATS, held_weight_bytes
 from h3kit.calibrate.native_estimate import CALIBRATION_CANVAS
-    CALIBRATION_CANVAS,
-    NATIVE_KINDS,
-    block_params,
-    check_scaled,
-    flops_per_pass,
-    measured_rates,
-    native_appendix,
-    native_kind,
-    scaled_dit_config,
-    streamed_per_step,
-)
 from h3kit.data.catalog import Catalog
 from h3kit.data.figures import DTYPE_BYTES
 from h3kit.data.fingerprint import Fingerprint

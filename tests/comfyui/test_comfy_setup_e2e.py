@@ -173,6 +173,7 @@ def test_archive_source_and_missing_git(tmp_path, monkeypatch):
     assert "git is not installed" in err.value.message and not (tmp_path / "x").exists()
 
 
+@pytest.mark.real_machine  # it sets the free disk itself
 def test_not_enough_disk_is_refused_before_anything_is_written(tmp_path, bare_repo, monkeypatch):
     monkeypatch.setattr(shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10**12, 10**12 - 10**6, 10**6))
     with pytest.raises(NotReady) as err:

@@ -27,8 +27,14 @@ def test_deploy_writes_the_profile_through_the_pack_module():
     from h3kit.comfyui import deploy
 
     assert deploy.PROFILE_FILE == h3k_profile.PROFILE_FILE and deploy.PROFILE_SCHEMA == h3k_profile.SCHEMA
-    doc = json.loads(deploy.profile_document(SETTINGS, "cpu-only"))
-    assert doc == {"schema": P.SCHEMA, "profile": "cpu-only", "h3kit_version": __version__, "settings": SETTINGS}
+    from h3kit.data.plan_doc import PlanSettings
+
+    settings = PlanSettings.from_json({"vae_tile_size": 384, "max_frames": 73, "shard_size_bytes": 3 << 20})
+    written = deploy.profile_document(settings, "cpu-only")
+    assert json.loads(written) == {"schema": P.SCHEMA, "profile": "cpu-only", "h3kit_version": __version__,
+                                   "settings": settings.to_json()}
+    assert written == P.PackProfile(profile="cpu-only", h3kit_version=__version__,
+                                    settings=settings.to_json()).to_bytes()
 
 
 def test_the_nodes_read_the_keys_where_the_plan_puts_them():

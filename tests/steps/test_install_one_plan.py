@@ -16,6 +16,7 @@ from h3kit.calibrate.handover import Planned, uncalibrated
 from h3kit.data.config import Config
 from h3kit.steps.install_result import ComfyFound, InstallResult
 
+pytestmark = pytest.mark.native  # installs deploy the pack with the native library: the session's one build
 FINGERPRINTS = Path(__file__).parents[1] / "fixtures" / "fingerprints"
 PROFILE = "apple-unified-48"  # never the profile this machine (no Apple GPU) would be matched to
 

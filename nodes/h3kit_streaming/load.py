@@ -52,6 +52,17 @@ def _native(bridge=None):
     return bridge
 
 
+def open_checked(path, page_cache: str, who: str, read, refuse, bridge=None):
+    """What both streamed loaders do before building anything: the page_cache choice checked, the file's header
+    read and checked (`read`, `refuse`), the native bridge loaded and the file's stamp taken (the stream checks
+    it before every read). Returns (path, header, bridge, stamp)."""
+    check_page_cache(page_cache, who)
+    path = Path(path)
+    header = read(path)
+    refuse(path, header["tensors"])
+    return path, header, _native(bridge), file_stamp(path)
+
+
 def patcher_class():
     """ModelPatcher that leaves the streamed blocks to BlockStream (built once, after comfy imports).
 
@@ -130,15 +141,11 @@ def load_streamed(path, weight_dtype: str = "default", preload_bytes: int = 0, s
 
     `page_cache` "bypass" reads the blocks past the OS's page cache (read.UncachedRead), in
     BYPASS_READ_BYTES pieces when `shard_size_bytes` is 0."""
-    check_page_cache(page_cache, "h3kit streamed loader")
+    path, header, bridge, stamp = open_checked(path, page_cache, "h3kit streamed loader", read_weights,
+                                               refuse_unsupported, bridge)
+    tensors = header["tensors"]
     import comfy.model_management as mm
 
-    path = Path(path)
-    header = read_weights(path)
-    tensors = header["tensors"]
-    refuse_unsupported(path, tensors)
-    bridge = _native(bridge)
-    stamp = file_stamp(path)
     blocks, rest = group_blocks(sorted(tensors, key=lambda n: tensors[n]["start"]))
     small, dequantize = _outside_blocks(path, header, rest)
     sd = _shape_only(small, blocks, tensors)

@@ -36,10 +36,10 @@ import math
 from pathlib import Path
 
 from .blocks import BlockStream, _dtype, _Spec
-from .load import ATTR, _native, gguf_dequantizer, patcher_class, read_gguf_tensor
+from .load import ATTR, gguf_dequantizer, open_checked, patcher_class, read_gguf_tensor
 from ..h3k_loader import BYPASS_READ_BYTES
 from ..h3kit_common.files import file_stamp
-from .logic import StreamError, check_page_cache, is_quantized, merge_ranges, plan_stream, range_starts
+from .logic import StreamError, is_quantized, merge_ranges, plan_stream, range_starts
 from .te_logic import EMBED, group_layers, layer_file_bytes, refuse_unsupported_te, row_span, te_tensors
 
 LOG = logging.getLogger("h3kit")
@@ -189,13 +189,9 @@ def _tower_reader(path: Path, header: dict, vision_file):
 def load_streamed_text_encoder(path, mmproj=None, page_cache: str = "use", prefetch_layers: int = 1,
                                stats_path=None, bridge=None, folder_lookup=None, embedding_directory=None):
     """ComfyUI's CLIP object for MiniMax H3's text encoder in `path`, its layers streamed from the file."""
-    check_page_cache(page_cache, "h3kit streamed text encoder")
-    path = Path(path)
-    header = te_tensors(path)
+    path, header, bridge, stamp = open_checked(path, page_cache, "h3kit streamed text encoder", te_tensors,
+                                               refuse_unsupported_te, bridge)
     tensors = header["tensors"]
-    refuse_unsupported_te(path, tensors)
-    bridge = _native(bridge)
-    stamp = file_stamp(path)
     layers, vision, rest = group_layers(sorted(tensors, key=lambda n: tensors[n]["start"]))
     gguf = bool(header.get("gguf"))
     dequantize = gguf_dequantizer() if gguf and any(is_quantized(e) for e in tensors.values()) else None

@@ -16,15 +16,7 @@ from h3kit.data import catalog as catalog_mod
 REAL, PYTHON, WHY = comfy_h3.h3_comfyui()
 pytestmark = [pytest.mark.comfyui, pytest.mark.slow, pytest.mark.skipif(REAL is None, reason=WHY)]
 
-CONFIG = """overrides:
-  dit_weights: h3-dit-pruned-bf16
-  canvas: [256, 256]
-  frames: 22
-  steps: 4
-"""
-DIMS = {"hidden_size": 512, "num_layers": 5, "num_attention_heads": 4, "attention_head_dim": 128,
-        "ffn_hidden_size": 1376, "text_dim": 48, "timestep_input_dim": 256, "time_embed_hidden_size": 512,
-        "time_embed_dim": 256, "rope_inv_freq_len": 16}
+CONFIG, DIMS = comfy_h3.CALIBRATION_CONFIG, comfy_h3.CALIBRATION_DIT
 DURATION = re.compile(r"One clip (?:at [^,]+, \d+ frames )?(?:would )?takes? about ((?:\d+ h )?\d+(?:\.\d+)? (?:min|s|h))")
 
 

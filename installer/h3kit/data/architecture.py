@@ -131,20 +131,23 @@ def parse_architecture(section: dict, problems: Problems) -> Architecture | None
                         params_full=_count(section.get("params_full")), params_pruned=_count(section.get("params_pruned")))
 
 
+def _all_ok(problems: Problems, section: str, checks: list[tuple[str, bool, str]]) -> bool:
+    """Every failed (key, passed, sentence) check added to `problems` -- all of them, so one run of
+    `h3kit doctor` names every bad key -- and True when none failed."""
+    failed = [(key, sentence) for key, passed, sentence in checks if not passed]
+    for key, sentence in failed:
+        problems.add((section, key), sentence)
+    return not failed
+
+
 def parse_canvas(section: dict, problems: Problems) -> tuple[Canvas | None, tuple]:
     """(the canvas rule, the ladder of canvases the planner tries, largest first)."""
     mult, area, ladder = section.get("multiple_of"), section.get("max_area"), section.get("ladder")
-    ok = True
-    if not _whole(mult):
-        problems.add(("canvas", "multiple_of"), f"is {mult!r}; allowed: a whole number of pixels > 0")
-        ok = False
-    if not _pair(area):
-        problems.add(("canvas", "max_area"), f"is {area!r}; allowed: [WIDTH, HEIGHT] whole numbers")
-        ok = False
-    if not isinstance(ladder, list) or not ladder or not all(_pair(c) for c in ladder):
-        problems.add(("canvas", "ladder"), "must be a list of [width, height] pairs")
-        ok = False
-    if not ok:
+    if not _all_ok(problems, "canvas", [
+            ("multiple_of", _whole(mult), f"is {mult!r}; allowed: a whole number of pixels > 0"),
+            ("max_area", _pair(area), f"is {area!r}; allowed: [WIDTH, HEIGHT] whole numbers"),
+            ("ladder", isinstance(ladder, list) and bool(ladder) and all(_pair(c) for c in ladder),
+             "must be a list of [width, height] pairs")]):
         return None, ()
     return Canvas(mult, (area[0], area[1])), tuple((int(w), int(h)) for w, h in ladder)
 
@@ -152,17 +155,12 @@ def parse_canvas(section: dict, problems: Problems) -> tuple[Canvas | None, tupl
 def parse_frames(section: dict, problems: Problems) -> tuple[Frames | None, tuple]:
     """(the frame rule, the ladder of frame counts the planner tries)."""
     rule, fps, ladder = section.get("rule"), section.get("fps", 24), section.get("ladder")
-    ok = True
-    if not isinstance(rule, dict) or not all(_whole(rule.get(k)) for k in ("base", "step")):
-        problems.add(("frames", "rule"), f"is {rule!r}; allowed: {{base: N, step: N}} whole numbers > 0 (5 + 17n)")
-        ok = False
-    if not _number(fps):
-        problems.add(("frames", "fps"), f"is {fps!r}; allowed: frames per second > 0")
-        ok = False
-    if not isinstance(ladder, list) or not ladder or not all(_whole(f) for f in ladder):
-        problems.add(("frames", "ladder"), "must be a list of frame counts (whole numbers > 0)")
-        ok = False
-    if not ok:
+    if not _all_ok(problems, "frames", [
+            ("rule", isinstance(rule, dict) and all(_whole(rule.get(k)) for k in ("base", "step")),
+             f"is {rule!r}; allowed: {{base: N, step: N}} whole numbers > 0 (5 + 17n)"),
+            ("fps", _number(fps), f"is {fps!r}; allowed: frames per second > 0"),
+            ("ladder", isinstance(ladder, list) and bool(ladder) and all(_whole(f) for f in ladder),
+             "must be a list of frame counts (whole numbers > 0)")]):
         return None, ()
     return Frames(rule["base"], rule["step"], float(fps)), tuple(ladder)
 

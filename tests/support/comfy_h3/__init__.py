@@ -41,6 +41,17 @@ TINY_CONFIG = """overrides:
   frames: 22
   steps: 2
 """
+# Calibration's quick run against a real install: the bf16 DiT at 256x256x22, 4 steps, and a DiT small
+# enough (5 blocks of 512) that the runner's measuring points take seconds on a CPU.
+CALIBRATION_CONFIG = """overrides:
+  dit_weights: h3-dit-pruned-bf16
+  canvas: [256, 256]
+  frames: 22
+  steps: 4
+"""
+CALIBRATION_DIT = {"hidden_size": 512, "num_layers": 5, "num_attention_heads": 4, "attention_head_dim": 128,
+                   "ffn_hidden_size": 1376, "text_dim": 48, "timestep_input_dim": 256, "time_embed_hidden_size": 512,
+                   "time_embed_dim": 256, "rope_inv_freq_len": 16}
 PART_OF = {"dit_weights": "dit", "text_encoder_weights": "text_encoder", "vae_weights": "video_vae",
            "audio_vae_weights": "audio_vae"}
 

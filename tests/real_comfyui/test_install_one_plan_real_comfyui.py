@@ -14,7 +14,7 @@ from call_counter import plans_and_fingerprints
 from h3kit.data import catalog as catalog_mod
 
 REAL, PYTHON, WHY = comfy_h3.h3_comfyui()
-pytestmark = [pytest.mark.comfyui, pytest.mark.slow, pytest.mark.skipif(REAL is None, reason=WHY)]
+pytestmark = [pytest.mark.native, pytest.mark.comfyui, pytest.mark.slow, pytest.mark.skipif(REAL is None, reason=WHY)]
 
 CONFIG, DIMS = comfy_h3.CALIBRATION_CONFIG, comfy_h3.CALIBRATION_DIT
 DURATION = re.compile(r"One clip (?:at [^,]+, \d+ frames )?(?:would )?takes? about ((?:\d+ h )?\d+(?:\.\d+)? (?:min|s|h))")

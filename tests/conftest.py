@@ -91,7 +91,6 @@ def _machine_with_room(request, monkeypatch):
         return
     import h3kit.fingerprint as fingerprint
     from h3kit.calibrate import orchestrate
-    from h3kit.comfyui.setup import create
     from h3kit.data.fingerprint import Fingerprint
 
     def with_room(timeout: float | None = None, extra_disk_paths=()) -> Fingerprint:
@@ -106,9 +105,6 @@ def _machine_with_room(request, monkeypatch):
     monkeypatch.setattr(fingerprint, "this_machine", with_room)
     # calibration took the name when it was imported
     monkeypatch.setattr(orchestrate, "this_machine", with_room, raising=False)
-    # a new ComfyUI's set-up asks its folder's disk for room for the real torch build (12 GB for CUDA) before it
-    # starts; the tests' ComfyUI and wheels are tiny
-    monkeypatch.setattr(create, "free_bytes", lambda path: MACHINE_FREE_DISK_BYTES)
 
 
 @pytest.fixture

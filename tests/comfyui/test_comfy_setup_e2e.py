@@ -181,6 +181,18 @@ def test_not_enough_disk_is_refused_before_anything_is_written(tmp_path, bare_re
     assert "GB free" in err.value.message and not (tmp_path / "new").exists()
 
 
+def test_a_new_comfyui_from_local_wheels_fits_a_disk_too_small_for_a_download(tmp_path, bare_repo, offline_pip,
+                                                                                monkeypatch):
+    """1 GB free is far below the 12 GB a CUDA download asks for, and ample for the tests' tiny wheelhouse."""
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10**12, 10**12 - 10**9, 10**9))
+    target = comfy_setup.new_comfyui(ctx(), tmp_path / "ComfyUI", str(bare_repo), load_file(FP_4090))
+    assert comfy_setup.probe_torch(venv_python(target / "venv"))["packages"]["torch"].endswith("+cu130")
+    monkeypatch.delenv("H3KIT_PIP_NO_INDEX")  # the same folder, but pip may also ask an index: the download figure
+    with pytest.raises(NotReady) as err:
+        comfy_setup.new_comfyui(ctx(), tmp_path / "Other", str(bare_repo), load_file(FP_4090))
+    assert "with this torch build needs about 12.0 GB" in err.value.message and not (tmp_path / "Other").exists()
+
+
 def test_cpu_machine_gets_cpu_wheels_of_all_three(tmp_path, bare_repo, offline_pip):
     """The wheelhouse offers torchaudio 2.11.0 as +cpu and +cu130; 'torchaudio>=2.11' alone would take +cu130."""
     target = comfy_setup.new_comfyui(ctx(), tmp_path / "ComfyUI", str(bare_repo),

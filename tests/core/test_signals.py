@@ -78,6 +78,9 @@ def silent_server():
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_a_signal_to_h3kit_kills_its_git_child_and_exits_130(tmp_path, silent_server, sig):
     env = {k: v for k, v in os.environ.items() if not k.startswith("H3KIT_TEST_")}
+    # pip may read only an empty folder: the new ComfyUI asks for room for that, not for a CUDA download (12 GB)
+    (tmp_path / "wheels").mkdir()
+    env.update(H3KIT_PIP_NO_INDEX="1", H3KIT_PIP_FIND_LINKS=str(tmp_path / "wheels"))
     proc = subprocess.Popen([sys.executable, "-m", "h3kit", "install", "--new-comfyui", str(tmp_path / "New"),
                              "--comfyui-source", silent_server, "--fingerprint", str(FP_4090), "--yes",
                              "--skip-calibrate", "--no-models"], env=env, stdout=subprocess.PIPE,

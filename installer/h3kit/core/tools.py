@@ -48,18 +48,16 @@ class PipOptions:
 
     def missing_links(self) -> list[str]:
         """The find-links that name a local path that is not there (URLs other than file:// are not checked)."""
-        from urllib.parse import urlparse
-        from urllib.request import url2pathname
+        return [link for link in self.find_links
+                if (path := local_path(link)) is not None and not os.path.exists(path)]
 
-        missing = []
-        for link in self.find_links:
-            url = urlparse(link)
-            if len(url.scheme) > 1 and url.scheme != "file":  # http(s) and the like; "C:" is a drive, not a scheme
-                continue
-            path = url2pathname(url.path) if url.scheme == "file" else link
-            if not os.path.exists(os.path.expanduser(path)):
-                missing.append(link)
-        return missing
+    def local_only(self) -> list[str] | None:
+        """The local paths pip may take packages from when it may take them from nowhere else (no index, every
+        find-link a path or file:// URL); None when pip may also reach a server."""
+        paths = [local_path(link) for link in self.find_links]
+        if not self.no_index or None in paths:
+            return None
+        return [p for p in paths if p is not None]
 
     def check_links(self) -> None:
         """BadInput naming the first missing folder of the variable the links came from: pip would only warn,
@@ -80,6 +78,18 @@ class PipOptions:
         for link in self.find_links:
             args += ["--find-links", link]
         return args
+
+
+def local_path(link: str) -> str | None:
+    """Pure: the filesystem path a find-links entry names (a path or a file:// URL), user-expanded; None for a URL
+    of a server (http(s) and the like)."""
+    from urllib.parse import urlparse
+    from urllib.request import url2pathname
+
+    url = urlparse(link)
+    if len(url.scheme) > 1 and url.scheme != "file":  # "C:" is a drive, not a scheme
+        return None
+    return os.path.expanduser(url2pathname(url.path) if url.scheme == "file" else link)
 
 
 # -- what a failure means ---------------------------------------------------------------

@@ -29,15 +29,15 @@ from h3kit.comfyui.setup.pip import (
     probe_torch,
     setup_table,
 )
+from h3kit.comfyui.setup.disk_need import check_room, need_for
 from h3kit.comfyui.setup.source import fetch_source, source_kind
 from h3kit.comfyui.setup.torch_source import reachable_choice
 from h3kit.comfyui.setup.upgrade import release_for_source, source_below_h3
 from h3kit.core import net, subproc
 from h3kit.core.errors import BadInput, NotReady, VerificationFailed
-from h3kit.core.files import atomic_write, free_bytes, nearest_existing
+from h3kit.core.files import atomic_write
 from h3kit.core.paths import new_comfyui_dir
 from h3kit.core.tools import PipOptions, ticking
-from h3kit.core.units import gb
 from h3kit.core.venv import venv_python
 from h3kit.data.fingerprint import Fingerprint
 from h3kit.plan import torch_build
@@ -105,14 +105,6 @@ def find_base_python(spec: str | None = None, preference=None) -> tuple[str, str
     raise NotReady(f"No Python {spec} was found for ComfyUI (tried: {', '.join(tried) or 'none'}).",
                    "Install Python 3.12 or 3.13 from python.org (or your package manager) and run again, "
                    "or set H3KIT_COMFY_PYTHON to its path.")
-
-
-def _check_disk(target: Path, need: int) -> None:
-    where = nearest_existing(target)
-    free = free_bytes(where)
-    if free is not None and free < need:
-        raise NotReady(f"{where} has {gb(free)} free; a new ComfyUI with this torch build needs about "
-                       f"{gb(need)}.", "Free some space, or choose a folder on another disk.")
 
 
 def user_area_files(target: Path) -> list[str]:
@@ -243,7 +235,7 @@ def _get_source(run: _SetupRun, choice: dict, interrupted: bool, catalog) -> Non
     if interrupted and target.exists():
         ctx.progress(f"    removing the ComfyUI source an interrupted run put into {target} (it was never set up)")
         shutil.rmtree(target)
-    _check_disk(target, int(table["min_free_bytes"].get(choice["backend"], table["min_free_bytes"]["cpu"])))
+    check_room(target, need_for(table, choice["backend"], run.opts))
     # Record before write: the folder is h3kit's in the record before the rename makes it appear, so a kill
     # right after the rename leaves a record that a rerun and 'uninstall --purge' both find.
     man.extra["comfyui_setup"] = {"created_by": "h3kit", "dir": str(target), "source": run.source}
@@ -287,7 +279,7 @@ def _install_torch(run: _SetupRun, python: str, choice: dict) -> None:
         run.ctx.progress(f"    {line}")
     choice, taken = reachable_choice(run.ctx, python, choice, run.fingerprint, run.opts, timeout=run.timeouts["pip"])
     if taken and taken["backend"] in run.table["min_free_bytes"]:  # a CUDA build taken for a CPU box is GBs larger
-        _check_disk(run.target, int(run.table["min_free_bytes"][taken["backend"]]))
+        check_room(run.target, need_for(run.table, taken["backend"], run.opts))
     install_choice(run.ctx, python, choice, run.opts, force=False, timeout=run.timeouts["pip"])
     if taken:
         run.man.extra["comfyui_setup"]["torch_taken"] = taken  # doctor says which torch this is and why

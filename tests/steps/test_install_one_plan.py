@@ -94,3 +94,19 @@ def test_the_install_document_keeps_the_contracts_keys():
     for key in ("schema", "comfyui", "node_dir", "profile", "launchers", "manifest", "verified", "report"):
         assert key in doc
     assert doc["schema"] == "h3kit.install/1" and doc["comfyui"]["version"] == "0.33.0" and "dry_run" not in doc
+
+
+@pytest.mark.parametrize("saved", [False, True])
+def test_doctor_plans_once_after_probing_the_comfyui_it_checks(tmp_path, run_cli, counted, saved):
+    comfy = comfy_tree.make_comfyui(tmp_path / "ComfyUI")
+    extra = ["--fingerprint", str(FINGERPRINTS / "apple-m2max-64gb.json")] if saved else []
+    code, out, err = run_cli("doctor", "--comfyui", str(comfy), "--json", *extra)
+    assert "findings" in json.loads(out), err
+    assert len(counted["plans"]) == 1, counted["plans"]
+    assert counted["fingerprints"] == ([] if saved else [None])
+
+
+def test_doctor_without_a_comfyui_plans_nothing(tmp_path, run_cli, counted):
+    code, out, err = run_cli("doctor", "--comfyui", str(tmp_path / "nowhere"), "--json")
+    assert code != 0 and json.loads(out)["findings"][-1]["check"] == "comfyui.found"
+    assert counted["plans"] == [] and len(counted["fingerprints"]) == 1

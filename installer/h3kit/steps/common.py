@@ -50,16 +50,6 @@ def check_profile(config, profile: str | None) -> None:
                        f"Choose one of: auto, {', '.join(names)} (see 'h3kit profile list').")
 
 
-def current_plan(ctx: Session, config, profile: str | None, notes: list[str]) -> tuple[Fingerprint, Plan]:
-    """(fingerprint, plan) for this machine now."""
-    from h3kit.fingerprint import this_machine
-
-    ctx.progress("Fingerprinting this machine...")
-    fingerprint = this_machine()
-    ctx.progress("Planning the profile...")
-    return fingerprint, plan_with(fingerprint, profile, config)
-
-
 def machine_fingerprint(path: str | None) -> Fingerprint:
     """The saved fingerprint FILE (--fingerprint FILE), else this machine's, probed now."""
     from h3kit.fingerprint import this_machine
@@ -75,16 +65,6 @@ def fingerprint_for(ctx: Session, path: str | None, notes: list[str]) -> Fingerp
     else:
         ctx.progress("Fingerprinting this machine...")
     return machine_fingerprint(path)
-
-
-def saved_plan(config, profile: str | None, notes: list[str],
-               fingerprint_file: str) -> tuple[Fingerprint, Plan | None]:
-    """(fingerprint, plan) for a saved fingerprint file (--fingerprint FILE), instead of this machine."""
-    from h3kit.fingerprint.schema import load_file
-
-    fingerprint = load_file(fingerprint_file)
-    notes.append(f"using the saved fingerprint {fingerprint_file}, not this machine's")
-    return fingerprint, plan_with(fingerprint, profile, config)
 
 
 def generated_files(plan: Plan | None) -> dict[str, bytes]:

@@ -32,9 +32,8 @@ from h3kit.core.session import Session
 from h3kit.data import catalog
 from h3kit.data.format_evidence import FormatProbe
 from h3kit.steps import apply
-from h3kit.steps.common import (current_plan, exclusive, load_config, locate, model_folders, saved_plan,
-                                torch_findings)
-from h3kit.steps.format_probe import installed_version, plan_with
+from h3kit.steps.common import (exclusive, fingerprint_for, load_config, locate, model_folders, torch_findings)
+from h3kit.steps.format_probe import installed_version, plan_found
 from h3kit.steps.options import ApplyOptions, ComfyTarget, DoctorOptions
 
 SCHEMA = "h3kit.doctor/1"
@@ -88,8 +87,7 @@ def run(options: DoctorOptions, ctx: Session) -> DoctorReport:
     except H3kitError as exc:
         config = None
         findings.append(doctor.finding("config.valid", "fail", exc.message, exc.fix))
-    fingerprint, plan = (saved_plan(config, None, notes, options.fingerprint_file) if options.fingerprint_file
-                         else current_plan(ctx, config, None, notes))
+    fingerprint = fingerprint_for(ctx, options.fingerprint_file, notes)
     try:
         install = locate(options.comfyui, ctx, config, need_write=False)
     except H3kitError as exc:
@@ -97,12 +95,12 @@ def run(options: DoctorOptions, ctx: Session) -> DoctorReport:
         return DoctorReport(findings, notes, None)
     findings.append(doctor.finding("comfyui.found", "ok", f"ComfyUI at {install.path} (found by {install.source})."))
     if not options.fix:
-        return _check(options, ctx, config, fingerprint, plan, install, findings, notes)
+        return _check(options, ctx, config, fingerprint, install, findings, notes)
     with exclusive(ctx, install, "doctor --fix"):
-        return _check(options, ctx, config, fingerprint, plan, install, findings, notes)
+        return _check(options, ctx, config, fingerprint, install, findings, notes)
 
 
-def _check(options: DoctorOptions, ctx: Session, config, fingerprint, plan, install, findings: list[dict],
+def _check(options: DoctorOptions, ctx: Session, config, fingerprint, install, findings: list[dict],
            notes: list[str]) -> DoctorReport:
     info = None
     try:
@@ -121,8 +119,7 @@ def _check(options: DoctorOptions, ctx: Session, config, fingerprint, plan, inst
                                              info=info, fresh=options.fresh_probe, findings=findings)
         if probe is not None:
             findings.append(format_probe.result_finding(probe))
-    plan = plan_with(probe, config, fingerprint, plan, notes, profile=None, saved=saved,
-                     comfyui_version=installed_version(install))
+    plan = plan_found(ctx, probe, config, fingerprint, notes, saved=saved, comfyui_version=installed_version(install))
     record = _record(ctx, install, findings)
     findings += taken_findings(record)
     findings += doctor.pack_findings(install, record)

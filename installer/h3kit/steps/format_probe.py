@@ -6,8 +6,9 @@ Python and is the planner's evidence, and its version says which files it
 loads and which flags it needs. A machine without a ComfyUI is planned
 without either (install still reports what it can do). A plan for a saved
 fingerprint (--fingerprint FILE) describes another machine, so this
-machine's probe is not its evidence. Doctor plans first and again with the
-probe (`plan_with`), since it also checks a machine without a ComfyUI.
+machine's probe is not its evidence. Doctor plans once too, after its own
+probe of the ComfyUI it checks (`plan_found`); without a ComfyUI it has
+nothing to plan for.
 """
 
 from __future__ import annotations
@@ -53,16 +54,14 @@ def installed_version(install) -> str | None:
     return comfyui_version(install.code_dir or install.path) if install is not None else None
 
 
-def plan_with(probe, config, fingerprint: Fingerprint | None, plan: Plan | None, notes: list[str], *,
-              profile: str | None, saved: bool, comfyui_version: str | None = None) -> Plan | None:
-    """`plan` made again for the found ComfyUI: with `probe` (a FormatProbe or None) as the planner's evidence
-    (not for another machine's plan), and with its version (the files it loads, the flags it needs);
-    `plan` itself when there is neither."""
+def plan_found(ctx: Session, probe, config, fingerprint: Fingerprint, notes: list[str], *, saved: bool,
+               comfyui_version: str | None = None) -> Plan:
+    """Doctor's one plan, made once its ComfyUI is found and probed: with `probe` (a FormatProbe or None) as the
+    planner's evidence (not for a `saved` fingerprint's plan, which describes another machine) and its version."""
     evidence = None if saved else probe
-    if (evidence is None and comfyui_version is None) or not plan or fingerprint is None:
-        return plan
     _say_evidence(evidence, notes)
-    return make_one_plan(fingerprint, profile, config, evidence=evidence, comfyui_version=comfyui_version)
+    ctx.progress("Planning the profile...")
+    return make_one_plan(fingerprint, None, config, evidence=evidence, comfyui_version=comfyui_version)
 
 
 def _say_evidence(evidence, notes: list[str]) -> None:

@@ -171,15 +171,14 @@ def estimate(comfy: Path, python: Path, dit_file: Path, case: dict, n_text: int,
     from h3kit.plan import timing
 
     arch = arch_mod.from_file(dit_file)
-    plan = {"settings": {"comfyui_args": ["--cpu"], "canvas": case["canvas"], "frames": case["frames"], "steps": 2,
-                         "cfg": 1.0, "quantization": "bf16"}}
+    plan = held_plan(cat, case)
     # the prompt's real text rows, in the estimate as in the runner
     work_cat = dataclasses.replace(cat, sequence=dataclasses.replace(cat.sequence, text_tokens=n_text))
     work = {"canvas": case["canvas"], "frames": case["frames"], "steps": 2, "cfg": 1.0}
     rows = timing.sequence_tokens(work_cat, case["canvas"][0], case["canvas"][1], case["frames"])
     points = est_mod.measure_points(rows, arch, timing.rates_from_table(fingerprint(), cat, "float32", backend="cpu"),
                                     QUICK)
-    job = {"plan": plan, "quick": QUICK, "budget": {},
+    job = {"plan": plan.to_json(), "quick": QUICK, "budget": {},
            "h3_arch": {k: v for k, v in arch.items() if k not in ("file_bytes",)},
            "h3_canvas": {"width": case["canvas"][0], "height": case["canvas"][1], "frames": case["frames"],
                          "text_tokens": n_text},
@@ -200,11 +199,36 @@ def estimate(comfy: Path, python: Path, dit_file: Path, case: dict, n_text: int,
     held = {"text_encoder": (comfy / "models/text_encoders/h3tiny_qwen3vl_te_bf16.safetensors").stat().st_size,
             "vae": 2 * (comfy / "models/vae/h3tiny_taeh3_fp16.safetensors").stat().st_size
             + (comfy / "models/vae/h3tiny_audio_vae_fp32.safetensors").stat().st_size}
-    m = est_mod.clip_memory(h3, arch, plan, cat, fingerprint(), work, t["tokens"], "cpu", held_parts=held)
+    m = est_mod.clip_memory(h3, arch, plan, cat, cpu_fingerprint(), work, t["tokens"], "cpu",
+                            weights={"dit": bf16_dit(cat)}, held_parts=held)
     return {"seconds_per_step": t["seconds_per_step"], "peak_rss_bytes": m["peak_rss_bytes"], "tokens": t["tokens"],
             "memory_parts": m["parts"], "fit": h3["fit"], "points": h3.get("points"), "timed_at": points,
             "runner_seconds": round(runner_s, 1),
             "arch": {k: arch.get(k) for k in ("hidden", "heads", "ffn", "blocks_total", "from")}}
+
+
+def cpu_fingerprint():
+    """This machine as the test graph runs it: ComfyUI with --cpu, so no GPU takes a share of the model."""
+    return dataclasses.replace(fingerprint(), gpus=())
+
+
+def bf16_dit(cat):
+    """The catalog's bf16 DiT: the random files are bf16, held by ComfyUI's own loader at their header's size."""
+    return next(w for w in cat.dit if w.format == "bf16")
+
+
+def held_plan(cat, case: dict):
+    """The typed plan the test graph runs: the CPU profile's plan for this machine, at the case's workload, with
+    ComfyUI holding the bf16 DiT itself (UNETLoader, no streaming)."""
+    from h3kit.plan import make_plan
+    from h3kit.data import catalog as catalog_mod
+
+    plan = make_plan(cpu_fingerprint(), cat, catalog_mod.load_profiles(cat), profile="cpu-only")
+    s = plan.settings
+    settings = dataclasses.replace(s, comfyui_args=("--cpu",), canvas=tuple(case["canvas"]), frames=case["frames"],
+                                   steps=2, cfg=1.0, quantization="bf16", dit_weights=bf16_dit(cat).id,
+                                   streaming=dataclasses.replace(s.streaming, enabled=False, streamed=None))
+    return dataclasses.replace(plan, settings=settings)
 
 
 def measure(comfy: Path, python: Path, dit: str, case: dict, work: Path) -> dict:

@@ -254,6 +254,16 @@ def test_install_without_comfyui_and_no_new_comfyui_exits_3_naming_comfyui(tmp_p
     assert code == 3 and "--comfyui" in err
 
 
+@pytest.fixture
+def room_for_a_download(monkeypatch):
+    """A disk with room for the torch build's download: these tests are about the ComfyUI source, which is asked
+    after the disk check, so the machine's free disk must not decide them (test_disk_need covers that check)."""
+    from h3kit.comfyui.setup import disk_need
+
+    monkeypatch.setattr(disk_need, "free_bytes", lambda path: 1 << 50)
+
+
+@pytest.mark.usefixtures("room_for_a_download")
 def test_offline_new_comfyui_is_one_sentence_naming_comfyui_source(tmp_path, run_cli, monkeypatch):
     monkeypatch.setattr(Path, "home", classmethod(lambda cls: tmp_path))
     monkeypatch.delenv("COMFYUI_PATH", raising=False)
@@ -264,6 +274,7 @@ def test_offline_new_comfyui_is_one_sentence_naming_comfyui_source(tmp_path, run
     assert "--comfyui-source" in err and "Traceback" not in err
 
 
+@pytest.mark.usefixtures("room_for_a_download")
 def test_an_unreachable_comfyui_repository_is_reported_at_once_naming_comfyui_source(tmp_path):
     import time
 

@@ -75,3 +75,30 @@ def test_a_published_mac_is_planned_with_metals_share_of_unified_memory():
     gpu = fp.primary_gpu
     assert fp.os.system == "darwin" and gpu.vendor == "apple" and gpu.unified_memory and gpu.backend == "mps"
     assert 0.5 * 128 * 2**30 < gpu.memory_total_bytes < 128 * 2**30  # a share, not all of RAM
+
+
+def test_held_mode_estimates_memory_from_a_typed_plan(monkeypatch):
+    """--held hands calibration's memory model a typed Plan (it once passed a dict and failed before measuring)."""
+    from h3kit.calibrate import arch as arch_mod
+    from h3kit.calibrate import estimates as est_mod
+    from h3kit.data import catalog as catalog_mod
+    from h3kit.data.fingerprint import Fingerprint
+    from h3kit.data.plan_doc import Plan
+
+    v = _module()
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "fingerprints" / "nvidia-rtx4090-24gb-64gb.json"
+    monkeypatch.setattr(v, "_FINGERPRINT", [Fingerprint.from_json(json.loads(fixture.read_text()))])
+    cat = catalog_mod.load()
+    case = v.CASES[0]
+    plan = v.held_plan(cat, case)
+    assert isinstance(plan, Plan) and not v.cpu_fingerprint().gpus  # the graph runs with --cpu
+    s = plan.settings
+    assert (list(s.canvas), s.frames, s.steps, s.comfyui_args) == (case["canvas"], case["frames"], 2, ("--cpu",))
+    assert not s.streaming.enabled and cat.weight(s.dit_weights).format == "bf16"
+    assert v.held_plan(cat, case).to_json()["settings"]["canvas"] == case["canvas"]  # the job's wire form
+    held = {"text_encoder": 10_000_000, "vae": 4_000_000}
+    m = est_mod.clip_memory(None, arch_mod.from_catalog(cat), plan, cat, v.cpu_fingerprint(),
+                            {"canvas": case["canvas"], "frames": case["frames"], "steps": 2, "cfg": 1.0}, 1000, "cpu",
+                            weights={"dit": v.bf16_dit(cat)}, held_parts=held)
+    assert m["peak_gpu_bytes"] is None and m["parts"]["text_encoder_bytes"] == held["text_encoder"]
+    assert m["peak_rss_bytes"] > m["parts"]["dit_weights_bytes"] > 0

@@ -97,6 +97,18 @@ def test_classify_adds_the_callers_way_around_the_network_only_where_it_helps():
     assert sentence == "pip reported: ERROR: the last line says it" and "-v" in fix
 
 
+def test_an_unknown_failure_is_named_by_its_fatal_line_not_the_advice_after_it():
+    # git 2.43's output for a clone from a copy that lacks some of its files (recorded here, from a snapshot)
+    text = ("Cloning into 'ComfyUI'...\nwarning: --depth is ignored in local clones; use file:// instead.\ndone.\n"
+            "error: unable to read sha1 file of comfy/text_encoders/llama_tokenizer/tokenizer.json (99f23954b4)\n"
+            "fatal: unable to checkout working tree\nwarning: Clone succeeded, but checkout failed.\n"
+            "You can inspect what was checked out with 'git status'\n"
+            "and retry with 'git restore --source=HEAD :/'\n")
+    assert tools.classify("git", text)[0] == "git reported: fatal: unable to checkout working tree"
+    assert tools.telling_line("x\nerror: first\nerror: second\nnote") == "error: first"
+    assert tools.telling_line("") == "no output"
+
+
 def test_run_pip_and_git_honour_the_options(monkeypatch):
     """One runner: offline/mirror arguments on install only, git never waits at a login prompt, failures classified."""
     seen = []

@@ -182,8 +182,19 @@ def classify(tool: str, text: str, status: str = "error", *, alternative: str | 
         said = _match(row, tool, text, hint)
         if said is not None:
             return said
-    last = next((ln.strip() for ln in reversed(text.strip().splitlines()) if ln.strip()), "no output")
-    return f"{tool} reported: {last[:200]}", f"Run the command again with -v and read the log for {tool}'s full output."
+    return f"{tool} reported: {telling_line(text)[:200]}", \
+        f"Run the command again with -v and read the log for {tool}'s full output."
+
+
+def telling_line(text: str) -> str:
+    """The line of a tool's output that says what went wrong: its first `fatal:` line, else its first `error:`
+    line (git ends a failed checkout with advice, pip with a notice), else its last line; pure."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    for prefix in ("fatal:", "error:"):
+        said = next((ln for ln in lines if ln.lower().startswith(prefix)), None)
+        if said is not None:
+            return said
+    return lines[-1] if lines else "no output"
 
 
 def _match(row: Failure, tool: str, text: str, hint: str | None) -> tuple[str, str] | None:

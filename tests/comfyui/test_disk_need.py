@@ -64,3 +64,17 @@ def test_short_disk_is_one_sentence_naming_the_need(tmp_path, monkeypatch):
     assert err.value.message == (f"{tmp_path} has 1.0 GB free; a new ComfyUI from the 0.5 GB of packages in /w "
                                  "needs about 2.0 GB.")
     disk_need.check_room(tmp_path / "new", disk_need.DiskNeed(10**9, "x"))  # exactly enough passes
+
+
+def test_a_folder_that_cannot_be_listed_counts_nothing_and_raises_nothing(tmp_path, monkeypatch):
+    sized(tmp_path / "ok" / "torch.whl", 100)
+    sized(tmp_path / "locked" / "av.whl", 7)
+    real_iterdir = type(tmp_path).iterdir
+
+    def iterdir(self):
+        if self.name == "locked":  # root ignores permission bits, so the refusal is made here
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_iterdir(self)
+
+    monkeypatch.setattr(type(tmp_path), "iterdir", iterdir)
+    assert disk_need.local_archive_bytes([str(tmp_path / "locked"), str(tmp_path / "ok")]) == 100

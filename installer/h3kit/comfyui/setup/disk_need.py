@@ -36,11 +36,16 @@ class DiskNeed:
 
 
 def local_archive_bytes(paths: list[str]) -> int:
-    """The bytes of the package archives pip can find in `paths` (folders, read flat, or single files)."""
+    """The bytes of the package archives pip can find in `paths` (folders, read flat, or single files). A folder
+    or file that cannot be read counts nothing: pip cannot take packages from it either, and says so itself."""
     total = 0
     for path in map(Path, paths):
-        files = [path] if path.is_file() else (sorted(path.iterdir()) if path.is_dir() else [])
-        total += sum(f.stat().st_size for f in files if f.is_file() and f.name.lower().endswith(ARCHIVE_SUFFIXES))
+        try:
+            files = [path] if path.is_file() else (sorted(path.iterdir()) if path.is_dir() else [])
+            total += sum(f.stat().st_size for f in files
+                         if f.is_file() and f.name.lower().endswith(ARCHIVE_SUFFIXES))
+        except OSError:
+            continue
     return total
 
 

@@ -17,7 +17,7 @@ from h3kit.comfyui import manifest
 from h3kit.comfyui import setup as comfy_setup
 from h3kit.comfyui.setup import create
 from h3kit.core import tools
-from h3kit.core.errors import NotReady
+from h3kit.core.errors import BadInput, NotReady
 from h3kit.core.paths import locations
 from h3kit.core.venv import venv_python
 from h3kit.fingerprint.schema import load_file
@@ -299,3 +299,14 @@ def test_an_unreachable_comfyui_repository_is_reported_at_once_naming_comfyui_so
     assert time.monotonic() - start < 5
     assert source in err.value.message and "cannot be reached" in err.value.message
     assert "--comfyui-source" in err.value.fix and not (tmp_path / "ComfyUI").exists()
+
+
+def test_a_missing_wheel_folder_is_said_before_anything_is_fetched(tmp_path):
+    opts = tools.PipOptions.from_env({"H3KIT_PIP_FIND_LINKS": str(tmp_path / "no-such-wheels"),
+                                      "H3KIT_PIP_NO_INDEX": "1"})
+    with pytest.raises(BadInput) as err:
+        comfy_setup.new_comfyui(ctx(), tmp_path / "ComfyUI", str(tmp_path / "no-such-source"), load_file(FP_4090),
+                                opts=opts)
+    assert err.value.message == (f"H3KIT_PIP_FIND_LINKS names the wheel folder {tmp_path / 'no-such-wheels'}, "
+                                 "which does not exist.")
+    assert not (tmp_path / "ComfyUI").exists() and not (tmp_path / "ComfyUI.h3kit-partial").exists()

@@ -22,7 +22,8 @@ from comfy_setup_support import FP_4090, ctx, fill_wheelhouse, make_venv, make_w
 from h3kit.comfyui import manifest
 from h3kit.comfyui import setup as comfy_setup
 from h3kit.comfyui.locate import ComfyInstall
-from h3kit.comfyui.setup import create, freeze, upgrade
+from h3kit.comfyui.setup import create
+from h3kit.comfyui.versions import freeze, releases, upgrade
 from h3kit.core.errors import BadInput, NotReady
 from h3kit.core.paths import locations
 from h3kit.core.tools import PipOptions
@@ -146,10 +147,10 @@ def record_of(comfy: Path) -> manifest.Manifest:
 
 def test_release_tags_newest_first_and_only_real_releases():
     tags = ["v0.8.0", "v0.31.0", "v0.33.0", "v0.34.0rc1", "v0.10.0", "latest", "v0.33", "vfoo", "0.40.0"]
-    assert upgrade.releases(tags, "v{version}", "0.31.0") == ["v0.33.0", "v0.33", "v0.31.0"]
-    assert upgrade.releases(tags, "v{version}", "0.35.0") == []
-    assert upgrade.tag_version("v0.33.0", "v{version}") == upgrade.Version("0.33.0")
-    assert upgrade.parse_ls_remote("abc\trefs/tags/v0.33.0\ndef\trefs/heads/master\n") == ["v0.33.0"]
+    assert releases.releases(tags, "v{version}", "0.31.0") == ["v0.33.0", "v0.33", "v0.31.0"]
+    assert releases.releases(tags, "v{version}", "0.35.0") == []
+    assert releases.tag_version("v0.33.0", "v{version}") == releases.Version("0.33.0")
+    assert releases.parse_ls_remote("abc\trefs/tags/v0.33.0\ndef\trefs/heads/master\n") == ["v0.33.0"]
 
 
 def test_freeze_diff_and_restore_plan():
@@ -178,14 +179,14 @@ def test_upgrade_takes_the_newest_release_with_h3_then_undo_restores_tree_branch
     install, python = checkout
     comfy = install.path
     tree_before, head_before, pkgs_before = digest(comfy), head(comfy), packages(python)
-    assert comfy_setup.below_h3(install, CAT) and upgrade.kind_of(install) == "git"
+    assert upgrade.below_h3(install, CAT) and upgrade.kind_of(install) == "git"
 
-    result = comfy_setup.upgrade_to_h3(ctx(), install, CAT, opts=pip_here)
+    result = upgrade.upgrade_to_h3(ctx(), install, CAT, opts=pip_here)
     assert result["changed"] and result["to"]["tag"] == "v0.33.0" and result["to"]["version"] == "0.33.0"
     assert result["from"] == {"version": "0.8.0", "commit": head_before[0], "branch": "mine"}
     assert head(comfy) == (git("rev-parse", "v0.33.0^{commit}", cwd=comfy), "HEAD")  # detached at the tag
     assert git("rev-parse", "mine", cwd=comfy) == head_before[0]  # the user's branch did not move
-    assert not comfy_setup.below_h3(install, CAT)
+    assert not upgrade.below_h3(install, CAT)
     assert (comfy / "output" / "render.png").is_file() and (comfy / "custom_nodes" / "MyPack").is_dir()
     after = packages(python)
     # torch stays the installed build (the wheelhouse offers torch 2.15.0); torchaudio of torch's build, not +cpu.
@@ -195,14 +196,14 @@ def test_upgrade_takes_the_newest_release_with_h3_then_undo_restores_tree_branch
     saved = json.loads(Path(result["record"]).read_text())["extra"]["comfyui_upgrade"]
     assert saved["commit"] == head_before[0] and saved["branch"] == "mine" and "h3-test-dep==1.0" in saved["freeze"]
 
-    done = comfy_setup.undo_recorded(ctx(), install, record_of(comfy), opts=pip_here)
+    done = upgrade.undo_recorded(ctx(), install, record_of(comfy), opts=pip_here)
     assert [d["action"] for d in done] == ["comfyui_upgrade"] and done[0]["checked_out"] == "mine"
     assert head(comfy) == (head_before[0], "refs/heads/mine")
     assert digest(comfy) == tree_before
     assert packages(python) == pkgs_before
     assert "comfyui_upgrade" not in record_of(comfy).extra
     with pytest.raises(BadInput) as err:
-        comfy_setup.undo_recorded(ctx(), install, record_of(comfy), opts=pip_here)
+        upgrade.undo_recorded(ctx(), install, record_of(comfy), opts=pip_here)
     assert "no ComfyUI upgrade to undo" in err.value.message
 
 
@@ -211,7 +212,7 @@ def test_local_changes_are_refused_and_nothing_changes(checkout, pip_here):
     (install.path / "nodes.py").write_text("# the user's edit\n")
     tree, where, pkgs = digest(install.path), head(install.path), packages(python)
     with pytest.raises(NotReady) as err:
-        comfy_setup.upgrade_to_h3(ctx(), install, CAT, opts=pip_here)
+        upgrade.upgrade_to_h3(ctx(), install, CAT, opts=pip_here)
     assert err.value.exit_code == 3 and "local changes to tracked files (nodes.py)" in err.value.message
     assert "stash" in err.value.fix
     assert (digest(install.path), head(install.path), packages(python)) == (tree, where, pkgs)
@@ -224,7 +225,7 @@ def test_a_file_the_release_would_overwrite_is_refused(checkout, pip_here):
     taken.parent.mkdir(parents=True)
     taken.write_text("# the user's own copy, untracked\n")
     with pytest.raises(NotReady) as err:
-        comfy_setup.upgrade_to_h3(ctx(), install, CAT, opts=pip_here)
+        upgrade.upgrade_to_h3(ctx(), install, CAT, opts=pip_here)
     assert "would overwrite files that git does not track" in err.value.message and H3_FILES[0] in err.value.message
     assert taken.read_text() == "# the user's own copy, untracked\n" and head(install.path)[1] == "refs/heads/mine"
 
@@ -232,11 +233,11 @@ def test_a_file_the_release_would_overwrite_is_refused(checkout, pip_here):
 def test_dry_run_says_what_it_would_do_and_changes_nothing(checkout, pip_here):
     install, python = checkout
     tree, where, tags, pkgs = digest(install.path), head(install.path), git("tag", cwd=install.path), packages(python)
-    result = comfy_setup.upgrade_to_h3(ctx(dry_run=True), install, CAT, opts=pip_here)
+    result = upgrade.upgrade_to_h3(ctx(dry_run=True), install, CAT, opts=pip_here)
     assert result["would_checkout"] == "v0.33.0" and result["would_fetch"] == "v0.33.0 from origin"
     assert git("tag", cwd=install.path) == tags  # nothing fetched
     git("fetch", "-q", "--no-tags", "origin", "refs/tags/v0.33.0:refs/tags/v0.33.0", cwd=install.path)
-    result = comfy_setup.upgrade_to_h3(ctx(dry_run=True), install, CAT, opts=pip_here)
+    result = upgrade.upgrade_to_h3(ctx(dry_run=True), install, CAT, opts=pip_here)
     assert result["would_checkout"] == "v0.33.0" and result["would_pin"]["torch"] == "2.14.1+cu130"
     assert result["would_install"] == ["torchaudio", "requirements.txt"] and not result["changed"]
     assert (digest(install.path), head(install.path), packages(python)) == (tree, where, pkgs)
@@ -251,13 +252,13 @@ def test_no_release_with_h3_is_a_clear_not_ready(tmp_path, house, pip_here, venv
     install = ComfyInstall(comfy, "test", "plain", Path(python))
     tree = digest(comfy)
     with pytest.raises(NotReady) as err:
-        comfy_setup.upgrade_to_h3(ctx(), install, CAT, opts=pip_here)
+        upgrade.upgrade_to_h3(ctx(), install, CAT, opts=pip_here)
     assert err.value.message == (f"No release tag of ComfyUI 0.30.0 or newer with H3 (named like v0.30.0) is in "
                                  f"{comfy} (it has no git remote).")
     assert "--new-comfyui" in err.value.fix
     git("remote", "add", "origin", str(tmp_path / "gone.git"), cwd=comfy)  # a remote that cannot be reached
     with pytest.raises(NotReady) as err:
-        comfy_setup.upgrade_to_h3(ctx(), install, CAT, opts=pip_here)
+        upgrade.upgrade_to_h3(ctx(), install, CAT, opts=pip_here)
     assert "or its remotes (origin), and listing the tags of origin failed" in err.value.message
     assert "does not exist at that address" in err.value.message and digest(comfy) == tree
 
@@ -266,15 +267,15 @@ def test_portable_and_desktop_get_their_update_action_and_no_change(tmp_path):
     portable = make_comfyui(tmp_path / "p", layout="portable", h3=False)
     before = digest(portable.parent)
     with pytest.raises(NotReady) as err:
-        comfy_setup.upgrade_to_h3(ctx(), ComfyInstall(portable, "test", "portable"), CAT)
+        upgrade.upgrade_to_h3(ctx(), ComfyInstall(portable, "test", "portable"), CAT)
     assert "ComfyUI 0.8.0 cannot run MiniMax H3" in err.value.message
     assert err.value.fix == CAT.comfyui_h3.update["portable"] and "update_comfyui.bat" in err.value.fix
     assert digest(portable.parent) == before
     with pytest.raises(NotReady) as err:
-        comfy_setup.upgrade_to_h3(ctx(), ComfyInstall(make_comfyui(tmp_path / "d", h3=False), "test", "desktop"), CAT)
+        upgrade.upgrade_to_h3(ctx(), ComfyInstall(make_comfyui(tmp_path / "d", h3=False), "test", "desktop"), CAT)
     assert err.value.fix == CAT.comfyui_h3.update["desktop"]
     with pytest.raises(NotReady) as err:  # a plain folder without git
-        comfy_setup.upgrade_to_h3(ctx(), ComfyInstall(make_comfyui(tmp_path / "f", h3=False), "test", "plain"), CAT)
+        upgrade.upgrade_to_h3(ctx(), ComfyInstall(make_comfyui(tmp_path / "f", h3=False), "test", "plain"), CAT)
     assert "not a git checkout" in err.value.message and "--new-comfyui" in err.value.fix
 
 
@@ -313,7 +314,7 @@ def test_doctor_fix_then_undo_through_the_cli(checkout, run_cli):
 def test_uninstall_puts_the_checkout_and_packages_back(checkout, pip_here, run_cli):
     install, python = checkout
     tree, where, pkgs = digest(install.path), head(install.path), packages(python)
-    comfy_setup.upgrade_to_h3(ctx(), install, CAT, opts=pip_here)
+    upgrade.upgrade_to_h3(ctx(), install, CAT, opts=pip_here)
     assert head(install.path)[1] == "HEAD"
     code, out, err = run_cli("uninstall", "--comfyui", str(install.path), "--comfyui-python", python, "--yes",
                              "--json")
@@ -327,7 +328,7 @@ def test_uninstall_puts_the_checkout_and_packages_back(checkout, pip_here, run_c
 
 def test_new_comfyui_takes_the_newest_release_tag_not_the_tip(tmp_path):
     upstream = release_repo(tmp_path / "upstream")  # tip: untagged 0.34.0
-    assert upgrade.release_for_source(ctx(), str(upstream), CAT) == "v0.33.0"
+    assert create.release_for_source(ctx(), str(upstream), CAT) == "v0.33.0"
     got = create._fetch_h3_release(ctx(), str(upstream), tmp_path / "new", 60, CAT)
     assert got["tag"] == "v0.33.0" and got["version"] == "0.33.0"
     assert (tmp_path / "new" / "comfyui_version.py").read_text() == '__version__ = "0.33.0"\n'

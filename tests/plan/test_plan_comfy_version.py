@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from h3kit.comfyui.setup.upgrade import releases
+from h3kit.comfyui.versions.releases import releases
 from h3kit.data import catalog as catalog_mod
 from h3kit.fingerprint.schema import load_file
 from h3kit.plan import make_plan

@@ -33,12 +33,15 @@ COMMANDS = (
     "apply",
     "calibrate",
     "doctor",
+    "update",
+    "rollback",
+    "history",
     "models",
     "uninstall",
 )
 
 # Commands that change something take --yes and --dry-run.
-CHANGING = {"profile", "build", "install", "apply", "calibrate", "doctor", "models", "uninstall"}
+CHANGING = {"profile", "build", "install", "apply", "calibrate", "doctor", "update", "rollback", "models", "uninstall"}
 
 
 class _Parser(argparse.ArgumentParser):

@@ -14,6 +14,7 @@ from h3kit.core.session import Outcome, Session
 from h3kit.data import catalog
 from h3kit.steps.common import exclusive, fingerprint_for, generated_files, load_config, locate
 from h3kit.steps.format_probe import plan_for
+from h3kit.steps.version_record import record_inherited
 from h3kit.steps.options import ApplyOptions
 
 
@@ -40,6 +41,7 @@ def _apply(options: ApplyOptions, ctx: Session, config, install, notes: list[str
         return Outcome(doc, f"Would apply profile '{doc['profile']}' to {install.node_dir} and rewrite the launcher "
                        "(--dry-run).", 0, warnings)
     launcher = doc["launcher"]
+    record_inherited(ctx, install, "apply")
     if launcher.get("dropped"):
         warnings.append(f"flags this ComfyUI does not accept were left out: {' '.join(launcher['dropped'])}")
     text = (f"Applied profile '{doc['profile']}' to {install.node_dir}. The nodes pick it up at their next run; "

@@ -19,13 +19,15 @@ fixes changed, newest first.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from h3kit import models
 from h3kit.calibrate import format_probe
 from h3kit.comfyui import doctor, h3_support
 from h3kit.comfyui import locate as comfyui_locate
 from h3kit.comfyui import manifest as mf
-from h3kit.comfyui.setup import below_h3, fix_torch, kind_of, undo_recorded, upgrade_to_h3
+from h3kit.comfyui.setup import fix_torch
+from h3kit.comfyui.versions.upgrade import below_h3, kind_of, undo_recorded, upgrade_to_h3
 from h3kit.comfyui.setup.torch_source import taken_findings
 from h3kit.core.errors import EXIT_NOT_READY, EXIT_VERIFY_FAILED, H3kitError, NotReady
 from h3kit.core.session import Session
@@ -127,11 +129,13 @@ def _check(options: DoctorOptions, ctx: Session, config, fingerprint, install, f
         findings += doctor.launcher_findings(install, record, ctx.locations.cache_dir)
         findings += doctor.dynamic_vram_findings(install, info, record, plan)
         findings += doctor.native_findings(install)
+    findings += drift_findings(ctx, install, info, fingerprint, plan)
     findings += doctor.running_flags_findings(install, plan)
     findings += doctor.profile_findings(install, plan) if install.node_dir.is_dir() else []
     if plan is not None:
         findings += models.doctor_findings(plan, install.path, model_folders(install))
     if options.fix and not ctx.dry_run:
+        _finish_moves(ctx, install, notes)
         _fix_torch(ctx, install, fingerprint, findings, notes)
     if options.fix:  # before apply, which then follows the new ComfyUI; a refusal stops here, findings attached
         try:
@@ -142,6 +146,49 @@ def _check(options: DoctorOptions, ctx: Session, config, fingerprint, install, f
     if options.fix and not ctx.dry_run:
         _reapply(options.comfyui, ctx, findings, notes)
     return DoctorReport(findings, notes, install, probe)
+
+
+def drift_findings(ctx: Session, install, info, fingerprint, plan) -> list[dict]:
+    """What changed since the last working state (h3kit.comfyui.versions.drift), with what it means here: the
+    catalog's known-bad releases for this machine, the pack's comfy.* names against the checked-out tree, and
+    the planned files' version needs."""
+    from h3kit.comfyui.versions import api_check, drift
+    from h3kit.comfyui.versions import history as history_mod
+    from h3kit.comfyui.versions import state as state_mod
+    from h3kit.steps.versions import machine_of
+
+    try:
+        hist = history_mod.load(ctx.locations.state_dir, install.path)
+    except H3kitError as exc:
+        return [doctor.finding("comfyui.drift", "warn", exc.message, exc.fix)]
+    now = state_mod.take(ctx, install, info=info)
+    refusal = None
+    if now.git is not None and install.node_dir.is_dir():
+        try:
+            refusal = api_check.check_target(Path(install.path), "HEAD").refusal
+        except H3kitError as exc:
+            ctx.log.info("comfy.* check skipped: %s", exc.message)
+    files = tuple(f for f in (getattr(plan.settings, k, None) for k in ("dit_weights", "text_encoder_weights",
+                                                                        "vae_weights")) if f) if plan else ()
+    found = drift.findings(now, hist.last_working(), catalog.load().comfyui_versions, machine_of(fingerprint),
+                           api_refusal=refusal, file_names=files)
+    if hist.in_flight:
+        found.append(doctor.finding("comfyui.move", "fail", f"An h3kit {hist.in_flight['op']} of this ComfyUI was "
+                                    f"interrupted at '{hist.in_flight.get('step')}'.",
+                                    "h3kit doctor --fix (or the next 'h3kit update' / 'h3kit rollback') finishes it"))
+    return found
+
+
+def _finish_moves(ctx: Session, install, notes: list[str]) -> None:
+    """An update or rollback a crash left half-done is settled first (h3kit.steps.versions.finish_in_flight)."""
+    from h3kit.comfyui.versions import history as history_mod
+    from h3kit.core.tools import PipOptions
+    from h3kit.steps.versions import finish_in_flight
+
+    done = finish_in_flight(ctx, install, history_mod.load(ctx.locations.state_dir, install.path),
+                            PipOptions.from_env())
+    if done:
+        notes.append(done)
 
 
 def _record(ctx: Session, install, findings) -> mf.Manifest | None:
@@ -177,7 +224,7 @@ def _fix_torch(ctx: Session, install, fingerprint, findings, notes) -> None:
 
 
 def _fix_comfyui(ctx: Session, install, findings, notes) -> None:
-    """A ComfyUI without H3: a git checkout moves to the newest release with it (h3kit.comfyui.setup.upgrade),
+    """A ComfyUI without H3: a git checkout moves to the newest release with it (h3kit.comfyui.versions.upgrade),
     after a yes; other layouts get their update action. --dry-run says what would happen."""
     cat = catalog.load()
     h3 = next((f for f in findings if f["check"] == "comfyui.h3"), None)

@@ -43,6 +43,7 @@ from h3kit.steps.common import (
     remember_comfyui,
     torch_findings,
 )
+from h3kit.steps.version_record import record_after_install
 from h3kit.steps.format_probe import plan_for
 from h3kit.steps.install_result import SCHEMA, ComfyFound, InstallResult
 from h3kit.steps.options import ComfyTarget, InstallOptions
@@ -131,6 +132,7 @@ def _into(options: InstallOptions, ctx: Session, config, planned: Planned, libra
     result.h3 = support.to_json()
     final = _after_deploy(options, ctx, planned, install, result, support) or plan
     _refuse_after(options, ctx, plan, install, result, support)
+    notes.append(record_after_install(ctx, install, tuple((result.launcher or {}).get("args") or install.launch_args)))
     app_start = None
     if install.app:
         flags = app_flags(install, final, result.launcher or {})

@@ -11,10 +11,7 @@ The front for what other layers call; the work is in these modules:
   recording what was there; `doctor --undo` puts it back.
 - `create` (with `source`): a new ComfyUI from a git URL, a local
   repository, a folder or an archive, resumable step by step.
-- `upgrade` (with `freeze`): `doctor --fix` moves a git checkout without
-  MiniMax H3 to the newest release tag with it (torch pinned, the commit,
-  branch and `pip freeze` recorded first); `doctor --undo` and `uninstall`
-  go back. Portable and Desktop builds get their own update action instead.
+- (moving a git checkout to another release, and back, is h3kit.comfyui.versions.)
 - `purge`: what `uninstall --purge` removes of a ComfyUI h3kit created, and
   what uninstall puts back (the torch, the checkout and its packages).
 """
@@ -37,17 +34,9 @@ from h3kit.comfyui.setup.torch_repair import (
                                      linked_venv,
                                      undo_torch,
 )
-from h3kit.comfyui.setup.upgrade import (
-                                     below_h3,
-                                     kind_of,
-                                     recorded_actions,
-                                     undo_recorded,
-                                     undo_upgrade,
-                                     upgrade_to_h3,
-)
 from h3kit.core.tools import PipOptions
 
-__all__ = ["PipOptions", "below_h3", "check_target_env", "created_comfyui", "find_base_python", "fix_torch", "kind_of",
+__all__ = ["PipOptions", "check_target_env", "created_comfyui", "find_base_python", "fix_torch", "kind_of",
            "linked_venv", "new_comfyui", "offer_new_comfyui", "probe_torch", "purge_comfyui", "purge_on_uninstall",
-           "purge_plan", "recorded_actions", "restore_on_uninstall", "setup_table", "source_kind",
-           "torch_info_from_probe", "undo_recorded", "undo_torch", "undo_upgrade", "upgrade_to_h3"]
+           "purge_plan", "restore_on_uninstall", "setup_table", "source_kind",
+           "torch_info_from_probe", "undo_torch"]

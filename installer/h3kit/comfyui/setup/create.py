@@ -32,12 +32,13 @@ from h3kit.comfyui.setup.pip import (
 from h3kit.comfyui.setup.disk_need import check_room, need_for
 from h3kit.comfyui.setup.source import fetch_source, source_kind
 from h3kit.comfyui.setup.torch_source import reachable_choice
-from h3kit.comfyui.setup.upgrade import release_for_source, source_below_h3
+from h3kit.comfyui.h3_support import check_tree, problem, requirements
+from h3kit.comfyui.versions.releases import parse_ls_remote, releases
 from h3kit.core import net, subproc
 from h3kit.core.errors import BadInput, NotReady, VerificationFailed
 from h3kit.core.files import atomic_write
 from h3kit.core.paths import new_comfyui_dir
-from h3kit.core.tools import PipOptions, ticking
+from h3kit.core.tools import PipOptions, run_git, ticking
 from h3kit.core.venv import venv_python
 from h3kit.data.fingerprint import Fingerprint
 from h3kit.plan import torch_build
@@ -159,6 +160,7 @@ def new_comfyui(ctx, target_dir, source: str | None, fingerprint: Fingerprint, *
     """
     table = setup_table()
     opts = opts or PipOptions.from_env()
+    opts.check_links()  # a missing wheel folder is bad input: said before anything is fetched, and the disk asked
     target = Path(target_dir).expanduser().absolute()
     source = source or table["source_url"]
     choice = torch_build.choose(fingerprint)
@@ -327,3 +329,25 @@ def offer_new_comfyui(ctx, fingerprint: Fingerprint | None, source: str | None =
     if not ctx.confirm(question, default=True):
         return None
     return new_comfyui(ctx, default, source, fingerprint)
+
+
+def release_for_source(ctx, source: str, catalog) -> str | None:
+    """The newest release tag >= the minimum that a git URL or repository offers (None: it has none)."""
+    minimum, need = requirements(catalog)
+    listed = run_git(ctx, ["ls-remote", "--tags", "--refs", source], f"Listing the release tags of {source}",
+                     timeout=setup_table()["timeouts_s"]["clone"],
+                     alternative="or pass a local ComfyUI folder or a downloaded ComfyUI .zip with --comfyui-source")
+    found = releases(parse_ls_remote(listed.stdout), need.release_tag_pattern, minimum,
+                     catalog.comfyui_versions.newest_tested)
+    return found[0] if found else None
+
+
+def source_below_h3(source: str, path: Path, catalog) -> BadInput | None:
+    """The refusal for a ComfyUI source (fetched into `path`) without H3; None when it has H3."""
+    support = check_tree(path, catalog)
+    if support.tree_ready:
+        return None
+    return BadInput(f"The ComfyUI from {source} is not one h3kit sets up: {problem(support)}",
+                    f"Pass ComfyUI {support.min_version} or newer with --comfyui-source (a git repository with "
+                    "a release tag of it, or a folder or archive of one), or leave --comfyui-source out to use "
+                    "ComfyUI's own repository.")

@@ -17,8 +17,6 @@ from pathlib import Path
 from h3kit.comfyui.setup.create import ROLE, state_path
 from h3kit.comfyui.setup.pip import setup_table
 from h3kit.comfyui.setup.torch_repair import undo_torch
-from h3kit.comfyui.setup import upgrade
-from h3kit.comfyui.setup.upgrade import recorded_actions, undo_upgrade
 from h3kit.core.errors import H3kitError
 from h3kit.core.units import human_bytes
 
@@ -99,6 +97,10 @@ def purge_comfyui(ctx, manifest, *, remove_user_data: bool = False) -> dict:
 def restore_on_uninstall(ctx, record) -> list[str]:
     """Uninstall undoes what earlier 'doctor --fix' runs changed, newest first: a ComfyUI moved to a release
     with H3 goes back to its commit and packages, a replaced torch is put back; a failure is a note, not a stop."""
+    # imported here: versions.upgrade reaches setup.pip, whose package imports this module
+    from h3kit.comfyui.versions import upgrade
+    from h3kit.comfyui.versions.upgrade import recorded_actions, undo_upgrade
+
     if created_comfyui(record) is not None:
         return []
     verb = "would restore" if ctx.dry_run else "restored"

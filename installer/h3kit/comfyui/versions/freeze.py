@@ -1,6 +1,6 @@
 """The package set of ComfyUI's Python: read it (`pip freeze --all`), compare two, and put an earlier one back.
 
-`doctor --fix` records the set before it changes ComfyUI (h3kit.comfyui.setup.upgrade);
+`doctor --fix` records the set before it changes ComfyUI (h3kit.comfyui.versions.upgrade);
 `doctor --undo` and `uninstall` call `restore` with that record. Restoring is
 three pip runs at most, all through `h3kit.core.tools.run_pip`: the recorded
 lines of packages that changed or went missing, installed `--no-deps` (so

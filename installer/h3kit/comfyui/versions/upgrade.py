@@ -32,11 +32,9 @@ that ComfyUI came from (`kind_of`):
 - a folder without git: NotReady naming `install --new-comfyui`.
 
 `undo_upgrade` returns to the recorded branch (or commit), with the same
-refusals, restores the package set (h3kit.comfyui.setup.freeze) and forgets
+refusals, restores the package set (h3kit.comfyui.versions.freeze) and forgets
 the record. `undo_recorded` undoes every recorded action, newest first:
-the upgrade and the torch `fix_torch` replaced. `release_for_source` and
-`source_below_h3` are what `install --new-comfyui` uses to take a release
-with H3 and refuse one without.
+the upgrade and the torch `fix_torch` replaced. 
 """
 
 from __future__ import annotations
@@ -50,7 +48,8 @@ from h3kit.comfyui import manifest as mf
 from h3kit.comfyui.h3_support import check_tree, problem, requirements
 from h3kit.comfyui.inspect import comfyui_version, parse_version_file
 from h3kit.comfyui.locate import require_python
-from h3kit.comfyui.setup import freeze
+from h3kit.comfyui.versions import freeze
+from h3kit.comfyui.versions.releases import parse_ls_remote, releases, tag_version
 from h3kit.comfyui.setup.pip import (
     install_requirements,
     match_companions,
@@ -86,36 +85,6 @@ def below_h3(install, catalog) -> bool:
     return not check_tree(Path(install.path), catalog).tree_ready
 
 
-# -- release tags (pure) ----------------------------------------------------------------------
-
-def tag_version(tag: str, pattern: str) -> Version | None:
-    """The release version a tag names under `pattern` ('v{version}'); None for other tags and pre-releases."""
-    head, _, tail = pattern.partition("{version}")
-    if not tag.startswith(head) or not tag.endswith(tail) or len(tag) <= len(head) + len(tail):
-        return None
-    try:
-        version = Version(tag[len(head):len(tag) - len(tail)])
-    except InvalidVersion:
-        return None
-    return None if version.is_prerelease or version.is_devrelease else version
-
-
-def releases(tags, pattern: str, minimum: str, newest_tested: str | None = None) -> list[str]:
-    """The tags of releases >= minimum in the order h3kit takes them: those no newer than `newest_tested` (the
-    newest release h3kit's real-ComfyUI tier passed, catalog `comfyui_versions.newest_tested`) newest first,
-    then newer, untested ones oldest first (closest to what was tested). Without `newest_tested`, newest first."""
-    found = [(v, t) for t in set(tags) if (v := tag_version(t, pattern)) is not None and v >= Version(minimum)]
-    top = Version(newest_tested) if newest_tested else None
-    tested = sorted(((v, t) for v, t in found if top is None or v <= top), reverse=True)
-    untested = sorted((v, t) for v, t in found if top is not None and v > top)
-    return [t for _v, t in tested + untested]
-
-
-def parse_ls_remote(text: str) -> list[str]:
-    """Tag names from `git ls-remote --tags --refs` ('<sha>\\trefs/tags/<name>' lines)."""
-    return [ln.split("\trefs/tags/", 1)[1].strip() for ln in text.splitlines() if "\trefs/tags/" in ln]
-
-
 # -- the checkout -----------------------------------------------------------------------------
 
 def _git(ctx, path: Path, args: list[str], label: str, timeout: float = GIT_TIMEOUT) -> str:
@@ -129,7 +98,7 @@ def head_of(ctx, path: Path) -> dict:
     return {"commit": commit, "branch": ref[len("refs/heads/"):] if ref.startswith("refs/heads/") else None}
 
 
-def _refuse_local_changes(ctx, path: Path, doing: str) -> None:
+def refuse_local_changes(ctx, path: Path, doing: str) -> None:
     changed = _git(ctx, path, ["status", "--porcelain", "--untracked-files=no"], "Looking for local changes")
     files = [ln[3:] for ln in changed.splitlines() if ln.strip()]
     if files:
@@ -138,7 +107,7 @@ def _refuse_local_changes(ctx, path: Path, doing: str) -> None:
                        f"not {doing}.", f'Commit or stash them (git -C "{path}" stash), then run the same command again.')
 
 
-def _refuse_overwrites(ctx, path: Path, here: str, there: str) -> None:
+def refuse_overwrites(ctx, path: Path, here: str, there: str) -> None:
     """Files `there` tracks and `here` does not that are already on disk (untracked or ignored): refuse."""
     added = _git(ctx, path, ["diff", "--name-only", "--no-renames", "--diff-filter=A", "-z", here, there],
                  "Comparing the two commits")
@@ -149,7 +118,7 @@ def _refuse_overwrites(ctx, path: Path, here: str, there: str) -> None:
                        f"({shown}).", "Move those files out of the ComfyUI folder, then run the same command again.")
 
 
-def _tree_at(ctx, path: Path, tag: str, catalog) -> str | None:
+def tree_at(ctx, path: Path, tag: str, catalog) -> str | None:
     """The version at `tag` when its tree has H3 (version >= minimum and every H3 file); None otherwise."""
     minimum, need = requirements(catalog)
     try:
@@ -165,7 +134,7 @@ def _tree_at(ctx, path: Path, tag: str, catalog) -> str | None:
     return version if ok else None
 
 
-def _choose_release(ctx, path: Path, catalog, *, fetch: bool) -> dict:
+def choose_release(ctx, path: Path, catalog, *, fetch: bool) -> dict:
     """The release tag to take (`releases`' order: the newest the real tier passed first) with H3 in its tree:
     {tag, version, notes} (+ remote when only there)."""
     minimum, need = requirements(catalog)
@@ -190,7 +159,7 @@ def _choose_release(ctx, path: Path, catalog, *, fetch: bool) -> dict:
                 return {"tag": tag, "version": str(tag_version(tag, pattern)), "remote": remote_of[tag], "notes": notes}
             _git(ctx, path, ["fetch", "--no-tags", remote_of[tag], f"refs/tags/{tag}:refs/tags/{tag}"],
                  f"Fetching {tag} from {remote_of[tag]}", timeout=setup_table()["timeouts_s"]["clone"])
-        version = _tree_at(ctx, path, tag, catalog)
+        version = tree_at(ctx, path, tag, catalog)
         if version is not None:
             return {"tag": tag, "version": version, "notes": notes}
         notes.append(f"{tag} was skipped: its tree lacks H3 ({', '.join(need.files)})")
@@ -207,19 +176,19 @@ def _choose_release(ctx, path: Path, catalog, *, fetch: bool) -> dict:
 
 # -- ComfyUI's Python -------------------------------------------------------------------------
 
-def _work_file(ctx, path: Path, name: str) -> Path:
+def work_file(ctx, path: Path, name: str) -> Path:
     folder = ctx.locations.state_dir / "comfy_upgrade"
     folder.mkdir(parents=True, exist_ok=True)
     return folder / f"{mf.slug_for(path)}-{name}"
 
 
-def _preflight(ctx, python: str, path: Path, tag: str, constraints: Path, opts: PipOptions) -> None:
+def preflight(ctx, python: str, path: Path, tag: str, constraints: Path, opts: PipOptions) -> None:
     """Can pip meet `tag`'s requirements.txt with torch pinned? Asked with --dry-run, before anything changes."""
     try:
         text = _git(ctx, path, ["show", f"{tag}:requirements.txt"], f"Reading the requirements of {tag}")
     except NotReady:
         return  # no requirements.txt at that tag: nothing to install
-    reqs = _work_file(ctx, path, "requirements.txt")
+    reqs = work_file(ctx, path, "requirements.txt")
     atomic_write(reqs, text)
     try:
         run_pip(ctx, python, ["install", "--dry-run", "-r", str(reqs), "-c", str(constraints)],
@@ -230,7 +199,7 @@ def _preflight(ctx, python: str, path: Path, tag: str, constraints: Path, opts: 
             raise NotReady(f"{exc.message} Nothing was changed.", exc.fix, details=exc.details) from None
 
 
-def _install(ctx, python: str, path: Path, info: dict, constraints: Path, opts: PipOptions, version: str) -> None:
+def install_pinned(ctx, python: str, path: Path, info: dict, constraints: Path, opts: PipOptions, version: str) -> None:
     """torchaudio of torch's build when missing (its build label checked), then requirements.txt with torch pinned."""
     timeout = setup_table()["timeouts_s"]["pip"]
     torch = info["packages"]["torch"]
@@ -251,7 +220,7 @@ def _install(ctx, python: str, path: Path, info: dict, constraints: Path, opts: 
         raise NotReady(exc.message, f"{exc.fix.rstrip('.')}; {UNDO_HINT}.", details=exc.details) from None
 
 
-def _python_for(ctx, install) -> tuple[str, dict]:
+def python_for(ctx, install) -> tuple[str, dict]:
     python = str(require_python(install))
     info = probe_torch(python)
     if "error" in info:
@@ -286,24 +255,24 @@ def upgrade_to_h3(ctx, install, catalog, *, opts: PipOptions | None = None) -> d
         raise NotReady(f"{why} {path} is not a git checkout, so h3kit cannot move it to a newer release.",
                        f"Replace it with ComfyUI {minimum} or newer, or let h3kit set one up: "
                        "'h3kit install --new-comfyui DIR'.")
-    python, info = _python_for(ctx, install)
-    _refuse_local_changes(ctx, path, "move it to another release")
+    python, info = python_for(ctx, install)
+    refuse_local_changes(ctx, path, "move it to another release")
     head = head_of(ctx, path)
-    release = _choose_release(ctx, path, catalog, fetch=not ctx.dry_run)
+    release = choose_release(ctx, path, catalog, fetch=not ctx.dry_run)
     tag = release["tag"]
     out["notes"] += release["notes"]
     out["from"] = {"version": support.version, **head}
     if "remote" in release:  # dry run, tag only on a remote: nothing fetched
         return {**out, "would_fetch": f"{tag} from {release['remote']}", "would_checkout": tag,
                 "would_version": release["version"]}
-    _refuse_overwrites(ctx, path, head["commit"], tag)
+    refuse_overwrites(ctx, path, head["commit"], tag)
     if ctx.dry_run:
         extra = [] if "torchaudio" in info["packages"] else ["torchaudio"]
         return {**out, "would_checkout": tag, "would_version": release["version"],
                 "would_pin": dict(info["packages"]), "would_install": extra + ["requirements.txt"]}
-    constraints = _work_file(ctx, path, "constraints.txt")
+    constraints = work_file(ctx, path, "constraints.txt")
     write_constraints(constraints, info)
-    _preflight(ctx, python, path, tag, constraints, opts)
+    preflight(ctx, python, path, tag, constraints, opts)
     before = freeze.freeze(ctx, python, opts)
     record = mf.load_or_new(ctx.locations.state_dir, path)
     entry = record.extra.get(RECORD) or {"schema": RECORD_SCHEMA, "recorded": mf.now_iso(), "comfyui": str(path),
@@ -316,7 +285,7 @@ def upgrade_to_h3(ctx, install, catalog, *, opts: PipOptions | None = None) -> d
     ctx.progress(f"Moving ComfyUI in {path} from {support.version} to {tag} (your branch "
                  f"{head['branch'] or '(detached)'} stays where it is)...")
     _git(ctx, path, ["-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", tag], f"Checking out {tag}")
-    _install(ctx, python, path, info, constraints, opts, release["version"])
+    install_pinned(ctx, python, path, info, constraints, opts, release["version"])
     after = check_tree(path, catalog)
     if not after.tree_ready:
         raise VerificationFailed(f"ComfyUI was moved to {tag} but still lacks H3: {problem(after)}",
@@ -336,7 +305,7 @@ def undo_upgrade(ctx, install, record, *, opts: PipOptions | None = None) -> dic
     if not (path / ".git").exists():
         raise NotReady(f"The ComfyUI checkout {path} that 'h3kit doctor --fix' moved is gone or no longer a git "
                        "checkout.", f"Restore the folder, or drop the record with 'h3kit uninstall --comfyui {path}'.")
-    _refuse_local_changes(ctx, path, "move it back")
+    refuse_local_changes(ctx, path, "move it back")
     now = head_of(ctx, path)
     branch = entry.get("branch")
     notes = []
@@ -351,7 +320,7 @@ def undo_upgrade(ctx, install, record, *, opts: PipOptions | None = None) -> dic
             notes.append(f"the branch {branch} has moved since the upgrade; it was checked out as it is now")
     else:
         dest = entry["commit"]
-    _refuse_overwrites(ctx, path, now["commit"], dest)
+    refuse_overwrites(ctx, path, now["commit"], dest)
     if ctx.dry_run:
         return {"comfyui": str(path), "would_checkout": branch or dest, "notes": notes,
                 "packages": freeze.restore(ctx, python, entry["freeze"], opts)}
@@ -387,27 +356,3 @@ def undo_recorded(ctx, install, record, *, opts: PipOptions | None = None) -> li
         result = undo_upgrade(ctx, install, record, opts=opts) if name == RECORD else undo_torch(ctx, record, opts)
         done.append({"action": name, **result})
     return done
-
-
-# -- a new ComfyUI (install --new-comfyui) ------------------------------------------------------
-
-def release_for_source(ctx, source: str, catalog) -> str | None:
-    """The newest release tag >= the minimum that a git URL or repository offers (None: it has none)."""
-    minimum, need = requirements(catalog)
-    listed = run_git(ctx, ["ls-remote", "--tags", "--refs", source], f"Listing the release tags of {source}",
-                     timeout=setup_table()["timeouts_s"]["clone"],
-                     alternative="or pass a local ComfyUI folder or a downloaded ComfyUI .zip with --comfyui-source")
-    found = releases(parse_ls_remote(listed.stdout), need.release_tag_pattern, minimum,
-                     catalog.comfyui_versions.newest_tested)
-    return found[0] if found else None
-
-
-def source_below_h3(source: str, path: Path, catalog) -> BadInput | None:
-    """The refusal for a ComfyUI source (fetched into `path`) without H3; None when it has H3."""
-    support = check_tree(path, catalog)
-    if support.tree_ready:
-        return None
-    return BadInput(f"The ComfyUI from {source} is not one h3kit sets up: {problem(support)}",
-                    f"Pass ComfyUI {support.min_version} or newer with --comfyui-source (a git repository with "
-                    "a release tag of it, or a folder or archive of one), or leave --comfyui-source out to use "
-                    "ComfyUI's own repository.")

@@ -1,0 +1,17 @@
+"""`h3kit history`: the recorded states of a ComfyUI, the working ones marked (h3kit.steps.versions)."""
+
+from __future__ import annotations
+
+from h3kit.cli.context import Context, Outcome, comfyui_target
+from h3kit.steps import versions
+
+HELP = "list the recorded states of ComfyUI, the working ones marked with their evidence"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--comfyui", metavar="PATH", help="the ComfyUI folder")
+    p.add_argument("--comfyui-python", metavar="PATH", help="the Python that runs that ComfyUI")
+
+
+def run(args, ctx: Context) -> Outcome:
+    return versions.history(comfyui_target(args), ctx)

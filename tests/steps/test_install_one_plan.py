@@ -37,6 +37,7 @@ def test_one_install_plans_at_most_twice_fingerprints_once_and_keeps_the_profile
     assert doc["report"], doc.get("notes")  # the calibration ran and re-applied the pack
     assert counted["fingerprints"] == ([] if saved else [None])
     assert len(counted["plans"]) == 2, counted["plans"]  # install's, and calibration's re-apply
+    assert len(counted["inspections"]) == 1  # one inspection, handed to the probe, the plan and calibration
     deployed = json.loads((comfy / "custom_nodes" / "ComfyUI-h3kit" / "h3kit_profile.json").read_text())
     assert doc["profile"] == deployed["profile"] == PROFILE
     report = json.loads(Path(doc["report"]).with_suffix(".json").read_text())
@@ -46,11 +47,14 @@ def test_one_install_plans_at_most_twice_fingerprints_once_and_keeps_the_profile
             json.loads((FINGERPRINTS / "apple-m2max-64gb.json").read_text())["memory"]["total_bytes"]
 
 
-def test_skip_calibrate_plans_once(tmp_path, run_cli, counted):
+def test_skip_calibrate_plans_once(tmp_path, run_cli, counted, h3kit_home):
     comfy = comfy_tree.make_comfyui(tmp_path / "ComfyUI")
     code, out, err = run_cli("install", "--comfyui", str(comfy), "--yes", "--no-models", "--skip-calibrate")
     assert code == 0, err
     assert len(counted["plans"]) == 1 and len(counted["fingerprints"]) == 1
+    assert len(counted["inspections"]) == 1
+    states = json.loads(next((Path(h3kit_home) / "state" / "history").glob("*.json")).read_text())["states"]
+    assert [s["command"] for s in states] == ["install"]  # the install's state is recorded
 
 
 def test_a_bad_profile_stops_the_install_before_anything_is_set_up(tmp_path, run_cli, counted):

@@ -23,11 +23,13 @@ def count_calls(monkeypatch, module_name: str, name: str) -> list:
 
 
 def plans_and_fingerprints(monkeypatch) -> dict[str, list]:
-    """{"plans": calls to h3kit.plan.make_plan, "fingerprints": calls to h3kit.fingerprint.this_machine}, counted
+    """{"plans": calls to h3kit.plan.make_plan, "fingerprints": calls to h3kit.fingerprint.this_machine,
+    "inspections": calls to h3kit.comfyui.locate.inspect (ComfyUI's Python asked what it holds)}, counted
     from now on, with install's and calibration's modules loaded first so their bindings are wrapped too."""
     import h3kit.calibrate.orchestrate  # noqa: F401
     import h3kit.steps.apply  # noqa: F401
     import h3kit.steps.install  # noqa: F401
 
     return {"plans": count_calls(monkeypatch, "h3kit.plan", "make_plan"),
-            "fingerprints": count_calls(monkeypatch, "h3kit.fingerprint", "this_machine")}
+            "fingerprints": count_calls(monkeypatch, "h3kit.fingerprint", "this_machine"),
+            "inspections": count_calls(monkeypatch, "h3kit.comfyui.locate", "inspect")}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from h3kit.comfyui.versions.state import ComfyState
 from h3kit.data.fingerprint import Fingerprint
 from h3kit.data.format_evidence import FormatProbe
 from h3kit.data.plan_doc import Plan
@@ -31,6 +32,7 @@ class Planned:
     probe: FormatProbe | None = None
     saved: bool = False
     comfyui_version: str | None = None  # of the ComfyUI the plan was made for, when one was found
+    comfyui: ComfyState | None = None  # the command's one inspection of that ComfyUI (h3kit.comfyui.versions.state)
 
     @property
     def evidence(self) -> FormatProbe | None:

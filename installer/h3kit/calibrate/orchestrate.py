@@ -80,11 +80,16 @@ def native_library(ctx: Session) -> tuple[Path | None, str | None]:
         return None, f"the native library could not be built: {exc.message}"
 
 
-def _comfyui(ctx: Session, explicit: str | None, cfg) -> tuple[object | None, dict | None, str | None]:
-    """(install, inspect info, why none) for the ComfyUI to run in, or Nones for this Python."""
+def _comfyui(ctx: Session, explicit: str | None, cfg,
+             planned: Planned | None = None) -> tuple[object | None, dict | None, str | None]:
+    """(install, inspect info, why none) for the ComfyUI to run in, or Nones for this Python. The inspection the
+    command handed over (`planned.comfyui`, install's) is taken as it is, not made again."""
     if not explicit and not cfg.comfyui_path:
         return None, None, "no ComfyUI is known (pass --comfyui PATH or set comfyui_path in the config)"
     install = comfyui_locate.find(str(explicit) if explicit else None, cfg, ctx, need_write=False)  # NotReady names the fix
+    handed = planned.comfyui if planned is not None else None
+    if handed is not None and handed.info and Path(handed.path) == Path(install.path):
+        return install, handed.info, None
     return install, comfyui_locate.inspect(install), None
 
 
@@ -273,7 +278,7 @@ def _start(ctx: Session, comfyui_dir, quick: bool, fresh_probe: bool, planned: P
     cat = catalog_mod.load()  # the catalog and profiles, read once for the whole run
     profiles = catalog_mod.load_profiles(cat)
     cfg = _load_config(ctx, cat, profiles)
-    install, comfy_info, why_no_comfy = _comfyui(ctx, comfyui_dir, cfg)
+    install, comfy_info, why_no_comfy = _comfyui(ctx, comfyui_dir, cfg, planned)
     state = _Run(ctx, quick, cat, profiles, cfg, install, comfy_info, why_no_comfy, planned)
     if planned is None or planned.plan is None:
         state.planned = _plan_here(state, profile, fingerprint, fresh_probe)

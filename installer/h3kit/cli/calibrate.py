@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from h3kit import calibrate
 from h3kit.calibrate import report
+from h3kit.steps.version_record import record_after_calibrate
 from h3kit.cli.context import Context, Outcome
 
 HELP = "run the calibration inference, tune the profile, write the report"
@@ -20,6 +21,7 @@ def add_arguments(p) -> None:
 def run(args, ctx: Context) -> Outcome:
     doc = calibrate.run(ctx, comfyui_dir=args.comfyui, quick=args.quick, with_model=args.with_model,
                         fresh_probe=args.fresh_probe)
+    record_after_calibrate(ctx, doc)
     lines = report.summary_lines(doc)
     for d in doc["decisions"]:
         mark = "changed" if d["changed"] else "kept"

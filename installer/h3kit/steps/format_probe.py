@@ -24,13 +24,15 @@ from h3kit.steps.common import plan_with as make_one_plan
 
 
 def plan_for(ctx: Session, config, fingerprint: Fingerprint, notes: list[str], *, profile: str | None,
-             install=None, saved: bool = False, for_calibration: bool = False) -> Planned:
+             install=None, saved: bool = False, for_calibration: bool = False, found=None) -> Planned:
     """The command's one plan, handed on typed: for `install` (a ComfyInstall, or None when none was found) with
     its format probe as evidence (not for a `saved` fingerprint's plan) and its version. `for_calibration`: a
     calibration runs next and re-applies with what it measures, so this plan is made without the config's
-    earlier calibrated values (h3kit.calibrate.handover)."""
-    probe = probe_of(ctx, install, fingerprint, notes, saved=saved) if install is not None else None
-    planned = Planned(fingerprint, None, probe, saved, installed_version(install))
+    earlier calibrated values (h3kit.calibrate.handover). `found`: the command's one inspection of that ComfyUI
+    (h3kit.comfyui.versions.state.ComfyState), handed on so nothing after it inspects again."""
+    info = found.info if found is not None else None
+    probe = probe_of(ctx, install, fingerprint, notes, saved=saved, info=info) if install is not None else None
+    planned = Planned(fingerprint, None, probe, saved, installed_version(install), found)
     _say_evidence(planned.evidence, notes)
     ctx.progress("Planning the profile...")
     plan = make_one_plan(fingerprint, profile, uncalibrated(config) if for_calibration else config,
@@ -38,11 +40,13 @@ def plan_for(ctx: Session, config, fingerprint: Fingerprint, notes: list[str], *
     return dataclasses.replace(planned, plan=plan)
 
 
-def probe_of(ctx: Session, install, fingerprint: Fingerprint | None, notes: list[str], *, saved: bool):
-    """This ComfyUI's format probe (cached, else measured now unless a dry run); what it said goes to `notes`."""
+def probe_of(ctx: Session, install, fingerprint: Fingerprint | None, notes: list[str], *, saved: bool,
+             info: dict | None = None):
+    """This ComfyUI's format probe (cached, else measured now unless a dry run); what it said goes to `notes`.
+    `info`: the command's inspection of that ComfyUI, when it has one (then the probe does not inspect again)."""
     findings: list[dict] = []
     probe = format_evidence(ctx, install, fingerprint=None if saved else fingerprint, run=not ctx.dry_run,
-                            findings=findings)
+                            findings=findings, info=info or None)
     notes += [f"format probe: {f['message']}" for f in findings if f["status"] != "ok"]
     return probe
 

@@ -43,6 +43,7 @@ from h3kit.steps.common import (
     remember_comfyui,
     torch_findings,
 )
+from h3kit.comfyui.versions import state as state_mod
 from h3kit.steps.version_record import record_after_install
 from h3kit.steps.format_probe import plan_for
 from h3kit.steps.install_result import SCHEMA, ComfyFound, InstallResult
@@ -71,18 +72,20 @@ def run(options: InstallOptions, ctx: Session) -> Outcome:
         install = _offered(options, ctx, config, fingerprint, target, notes, warnings, missing)
     with exclusive(ctx, install, "install"):
         library = _build(ctx, notes, warnings)
-        planned = _plan(options, ctx, config, fingerprint, notes, install)  # before any download
+        found = _inspected(ctx, install, fingerprint, warnings)  # the one inspection, handed to all after it
+        planned = _plan(options, ctx, config, fingerprint, notes, install, found)  # before any download
         outcome, final = _into(options, ctx, config, planned, library, install, notes, warnings)
     last = list(final.warnings) if final else []  # the plan's (what falls short, how long a clip takes)
     outcome.warnings = [w for w in outcome.warnings if w not in last] + last
     return outcome
 
 
-def _plan(options: InstallOptions, ctx: Session, config, fingerprint, notes: list[str], install) -> Planned:
+def _plan(options: InstallOptions, ctx: Session, config, fingerprint, notes: list[str], install,
+          found=None) -> Planned:
     """The install's one plan; made without an earlier calibration's values when a calibration runs after it."""
     return plan_for(ctx, config, fingerprint, notes, profile=options.profile, install=install,
                     saved=bool(options.fingerprint_file),
-                    for_calibration=not (options.skip_calibrate or ctx.dry_run))
+                    for_calibration=not (options.skip_calibrate or ctx.dry_run), found=found)
 
 
 def _offered(options: InstallOptions, ctx: Session, config, fingerprint, target: ComfyTarget, notes: list[str],
@@ -102,13 +105,22 @@ def _offered(options: InstallOptions, ctx: Session, config, fingerprint, target:
     return locate(ComfyTarget(str(created)), ctx, config, need_write=True)
 
 
-def _inspected(ctx: Session, install, fingerprint, warnings: list[str]) -> ComfyFound:
-    info = comfyui_locate.inspect(install)
+def _inspected(ctx: Session, install, fingerprint, warnings: list[str]):
+    """The install's one inspection of the ComfyUI it found (h3kit.comfyui.versions.state), torch checked against
+    the machine; NotReady when ComfyUI's Python does not start."""
+    found = state_mod.take(ctx, install, info=comfyui_locate.inspect(install))
+    info = found.info
     ctx.progress(f"ComfyUI {info.get('comfyui_version') or '?'} at {install.path}; Python {info.get('python_version')}, "
                  f"torch {info.get('torch') or 'missing'} ({info.get('torch_build') or '-'})")
     for line in loud(torch_findings(fingerprint, info)):
         ctx.progress("WARNING: " + line)
         warnings.append(line)
+    return found
+
+
+def comfy_found(install, found) -> ComfyFound:
+    """The install document's `comfyui` part, from the one inspection."""
+    info = found.info
     return ComfyFound(str(install.path), str(install.python), info.get("comfyui_version"), install.layout,
                       install.source, info.get("torch"), info.get("torch_build"))
 
@@ -119,7 +131,7 @@ def _into(options: InstallOptions, ctx: Session, config, planned: Planned, libra
     and the plan the pack holds at the end (calibration's re-applied one, else install's)."""
     plan = planned.plan
     profile = plan.profile if plan else (options.profile or "none")
-    result = InstallResult(profile, comfyui=_inspected(ctx, install, planned.fingerprint, warnings),
+    result = InstallResult(profile, comfyui=comfy_found(install, planned.comfyui),
                            node_dir=str(install.node_dir), library=str(library) if library else None, notes=notes)
     if ctx.dry_run:
         result.dry_run = True
@@ -132,7 +144,7 @@ def _into(options: InstallOptions, ctx: Session, config, planned: Planned, libra
     result.h3 = support.to_json()
     final = _after_deploy(options, ctx, planned, install, result, support) or plan
     _refuse_after(options, ctx, plan, install, result, support)
-    notes.append(record_after_install(ctx, install, tuple((result.launcher or {}).get("args") or install.launch_args)))
+    notes.append(record_after_install(ctx, install, state_mod.refreshed(ctx, install, planned.comfyui)))
     app_start = None
     if install.app:
         flags = app_flags(install, final, result.launcher or {})

@@ -39,7 +39,27 @@ def record_state(ctx: Session, install, command: str, *, working: bool, evidence
         return None
 
 
-def record_inherited(ctx: Session, install, command: str):
+def record_after_calibrate(ctx: Session, doc: dict):
+    """`h3kit calibrate` records the state of the ComfyUI it ran in, with its H3 measurement as evidence (the
+    calibration runs H3's blocks through ComfyUI's own code); nothing for a dry run or without a ComfyUI."""
+    from h3kit.comfyui import locate as comfyui_locate
+    from h3kit.steps.common import load_config
+
+    path = (doc.get("comfyui") or {}).get("comfyui_path")
+    if ctx.dry_run or not path:
+        return None
+    try:
+        install = comfyui_locate.find(path, load_config(ctx), ctx, need_write=False)
+    except H3kitError as exc:
+        ctx.log.warning("could not record the ComfyUI state: %s", exc.message)
+        return None
+    h3 = doc.get("h3_model") or {}
+    files = doc.get("report_files") or {}
+    return record_inherited(ctx, install, "calibrate", extra={"calibration": {
+        "h3_model": h3.get("status"), "report": files.get("json"), "created": doc.get("created")}})
+
+
+def record_inherited(ctx: Session, install, command: str, extra: dict | None = None):
     """apply and calibrate change the pack's profile and launcher, not ComfyUI: their state is working when
     ComfyUI's commit and pip set are those of the last working state (its evidence carried, by number)."""
     try:
@@ -51,13 +71,16 @@ def record_inherited(ctx: Session, install, command: str):
     last = hist.last_working()
     same = last is not None and same_state(now, last.state)
     evidence = {"inherited_from": last.id, "selftest": last.evidence.get("selftest")} if same else {}
+    evidence.update(extra or {})
     return record_state(ctx, install, command, working=same, evidence=evidence, state=now)
 
 
-def record_after_install(ctx: Session, install, launch_args) -> str:
-    """install's state: the self-test run in the ComfyUI it verified, then recorded; the note for people."""
-    test = self_test(ctx, install, launch_args)
-    entry = record_state(ctx, install, "install", working=test.passed, evidence={"selftest": test.to_json()})
+def record_after_install(ctx: Session, install, found) -> str:
+    """install's state (`found`: its one inspection, refreshed after the deploy): the self-test run in the ComfyUI
+    it verified with the launcher's flags, then the state recorded; the note for people."""
+    test = self_test(ctx, install, found.launch_args)
+    entry = record_state(ctx, install, "install", working=test.passed, evidence={"selftest": test.to_json()},
+                         state=found)
     if entry is None:
         return "the installed state could not be recorded (see the log)"
     if test.passed:

@@ -101,6 +101,8 @@ def findings(now: ComfyState, last_working, versions: ComfyVersions, machine: Ma
     bad = meanings(now, versions, machine, api_refusal=api_refusal, file_names=file_names)
     since = f"working state #{last_working.id} ({then.label}, recorded {last_working.recorded[:10]})"
     back = f"h3kit rollback {last_working.id}" if then.git else "reinstall what changed"
+    if not moved:
+        bad = [b for b in bad if b[2]]  # a warning that held already in the working state is the plan's to say
     if not moved and not bad:
         return [{"check": "comfyui.drift", "status": "ok", "message": f"ComfyUI is as it was in {since}.",
                  "fix": None}]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from h3kit.comfyui import manifest as mf
@@ -66,6 +66,7 @@ class ComfyState:
     pip: tuple[str, ...] = ()
     python_error: str | None = None
     profile: str | None = None  # the profile the h3kit pack holds (its h3kit_profile.json), None: no pack
+    info: dict = field(default_factory=dict, compare=False)  # the raw inspect answer (h3kit.comfyui.inspect)
 
     @property
     def label(self) -> str:
@@ -90,7 +91,8 @@ def from_json(doc: dict) -> ComfyState:
         torch=doc.get("torch"), torch_build=doc.get("torch_build"),
         launch_args=tuple(doc.get("launch_args") or ()),
         packs=tuple(PackState(p["name"], p.get("commit"), p.get("files_sha256")) for p in doc.get("packs") or ()),
-        pip=tuple(doc.get("pip") or ()), python_error=doc.get("python_error"), profile=doc.get("profile"))
+        pip=tuple(doc.get("pip") or ()), python_error=doc.get("python_error"), profile=doc.get("profile"),
+        info=doc.get("info") or {})
 
 
 # -- the probes (each returns None or a value, never raises) -----------------------------------------
@@ -201,4 +203,20 @@ def take(ctx, install: ComfyInstall, *, info: dict | None = None, pip: list[str]
         python=str(install.python) if install.python else None, version=comfyui_version(path),
         git=git_state(ctx, path), torch=info.get("torch"), torch_build=torch_build(info) if info else None,
         launch_args=launch_args_of(install, ctx.locations.state_dir), packs=pack_states(ctx, install.custom_nodes),
-        pip=tuple(pip or ()), python_error=error, profile=pack_profile(install))
+        pip=tuple(pip or ()), python_error=error, profile=pack_profile(install), info=info)
+
+
+def refreshed(ctx, install: ComfyInstall, found: ComfyState) -> ComfyState:
+    """`found` after h3kit itself changed the folder (a deploy): the packs, launch flags, profile and pip set read
+    again; the version, commit, Python and torch are as inspected, without a second inspection."""
+    from h3kit.comfyui.versions import freeze
+
+    pip = found.pip
+    if install.python is not None and found.python_error is None:
+        try:
+            pip = tuple(freeze.freeze(ctx, str(install.python)))
+        except H3kitError:
+            pass
+    return replace(found, taken=mf.now_iso(), packs=pack_states(ctx, install.custom_nodes),
+                   launch_args=launch_args_of(install, ctx.locations.state_dir), profile=pack_profile(install),
+                   pip=pip)

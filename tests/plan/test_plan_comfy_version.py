@@ -95,6 +95,10 @@ def test_plan_takes_a_comfyui_version_and_refuses_a_bad_one(run_cli):
     ('      min_version: "0.35.0"', '      min_version: 35'),
     ('      backends: [cuda]', '      backends: [cudaa]'),
     ('      max_gpu_memory: "16.5 GiB"', '      max_gpu_memory: "lots"'),
+    ('      gpu_kind: laptop', '      gpu_kind: notebook'),
+    ('      severity: warn', '      severity: maybe'),
+    ('      match: "lynnreal"', '      match: ""'),
+    ('  newest_release_date: "2026-12-02"', '  newest_release_date: "2 December"'),
 ])
 def test_a_bad_comfyui_versions_value_is_one_sentence(tmp_path, edit, where):
     from h3kit.core.errors import BadInput
@@ -106,4 +110,4 @@ def test_a_bad_comfyui_versions_value_is_one_sentence(tmp_path, edit, where):
     (bad / Path(CAT.path).name).write_text(text.replace(edit, where, 1), encoding="utf-8")
     with pytest.raises(BadInput) as err:
         catalog_mod.load(bad)
-    assert "comfyui_versions" in err.value.message
+    assert "comfyui_versions" in err.value.message and f"{Path(CAT.path).name}:" in err.value.message

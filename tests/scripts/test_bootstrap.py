@@ -230,8 +230,9 @@ def test_failed_pip_names_the_log(tmp_path):
 
 
 def test_every_everyday_action_has_three_shims():
-    """calibrate, apply and uninstall: .sh (Linux), .command (Finder), .bat (Explorer; CRLF line ends)."""
-    for action in ("calibrate", "apply", "uninstall"):
+    """calibrate, apply, update, rollback, history and uninstall: .sh (Linux), .command (Finder), .bat (Explorer;
+    CRLF line ends)."""
+    for action in ("calibrate", "apply", "update", "rollback", "history", "uninstall"):
         sh = (REPO / "scripts" / f"{action}.sh").read_text()
         assert f"--run {action}" in sh and os.access(REPO / "scripts" / f"{action}.sh", os.X_OK)
         assert f"{action}.sh" in (REPO / "scripts" / f"{action}.command").read_text()

@@ -105,6 +105,22 @@ def problem_lines(text: str) -> dict:
     return out
 
 
+def first_errors(text: str) -> dict[str, str]:
+    """{test name: its first "E " line} from pytest's failure sections ("____ test_name ____")."""
+    out, name = {}, None
+    for line in text.splitlines():
+        m = re.fullmatch(r"_{3,} (?:(?:ERROR at \w+ of )?)(\S.*?) _{3,}", line.strip())
+        if m:
+            name = m.group(1)
+            continue
+        if name and name not in out and line.startswith("E "):
+            said = re.sub(r"\x1b\[[0-9;]*m", "", line[1:].strip())
+            if '"]' in said:  # a message list followed by a log tail on the same line
+                said = said[:said.index('"]') + 2]
+            out[name] = said[:400]
+    return out
+
+
 def verdict(rc: int | None, counts: dict | None, timed_out: bool) -> str:
     if timed_out:
         return "timeout"
@@ -209,9 +225,13 @@ def page(summary: dict) -> str:
         lines += ["## What did not pass", ""]
         for r in sorted(bad, key=lambda r: version_key(r["tag"])):
             lines.append(f"- **{release_label(r['tag'])}** ({r['verdict']}): {r.get('cause') or 'see the log'}")
+            if (summary.get("notes") or {}).get(r["tag"]):
+                lines.append(f"  {summary['notes'][r['tag']]}")
             for key in ("failed", "errors"):
                 for item in r.get("problems", {}).get(key, [])[:8]:
-                    lines.append(f"  - `{item[:300]}`")
+                    name = item.split(" - ", 1)[0].split("::")[-1]
+                    said = (r.get("first_errors") or {}).get(name)
+                    lines.append(f"  - `{item.split(' - ', 1)[0]}`" + (f": `{said[:300]}`" if said else ""))
         lines.append("")
     lines += [
         "## Newer than 0.33.0 + 40",
@@ -219,8 +239,9 @@ def page(summary: dict) -> str:
         "No ComfyUI newer than 0.33.0 plus 40 commits can be fetched here, so no release from 0.34 on is in",
         "the table. The 0.35+ compiler path (comfy-aimdo's malloc graph, `pause_malloc_graph` in",
         "`comfy/model_prefetch.py`, and `disable_comfy_compiler`, around h3kit's in-forward reads) is tested",
-        "by feature detection on stand-in `comfy` modules shaped like ComfyUI's (`tests/nodes/test_compiler_pause.py`);",
-        "on these trees the tier sees it absent. A release that passes here says nothing about 0.34 and later:",
+        "by feature detection on stand-in `comfy` modules shaped like ComfyUI's",
+        "(`tests/nodes/test_compiler_pause.py`); none of the trees above has either name, so here the pack takes",
+        "its \"absent\" branch. A release that passes here says nothing about 0.34 and later:",
         "newest_tested moves only when this table is run on one.",
         "",
         "## Run it again",
@@ -294,6 +315,22 @@ def run_tests(tree: Path, tests: list[str], k: str | None, timeout: float, log, 
     log.write(f"$ H3KIT_COMFYUI_DIR={tree} {' '.join(argv)}\n")
     log.flush()
     proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def stop(signum, frame):  # this script stopped: stop the tests' process group with it
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        raise SystemExit(128 + signum)
+    before = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    try:
+        return _wait(proc, timeout, log)
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+
+
+def _wait(proc: subprocess.Popen, timeout: float, log) -> tuple[int | None, bool]:
     try:
         return proc.wait(timeout=timeout), False
     except subprocess.TimeoutExpired:
@@ -319,7 +356,7 @@ def run_release(args, tag: str, logs: Path) -> dict:
     result = {"tag": tag, "release": release_version(tag)[0], "commits_past_release": release_version(tag)[1],
               "upstream_commit": m.group(1) if m else None, "tree_commit": tree_commit,
               "release_date": git(args.releases, "log", "-1", "--format=%cs", tree_commit),
-              "date_run": dt.date.today().isoformat(), "log": str(logs / f"{tag}.log")}
+              "date_run": dt.date.today().isoformat(), "log": str(logs / f"{tag}.log"), "h3kit": h3kit_commit()}
     where = Path(tempfile.mkdtemp(prefix=f"h3kit-compat-{tag}-"))
     started = time.monotonic()
     with open(result["log"], "w", encoding="utf-8") as log:
@@ -341,7 +378,7 @@ def run_release(args, tag: str, logs: Path) -> dict:
     text = Path(result["log"]).read_text(encoding="utf-8", errors="replace")
     counts = parse_summary(text)
     result.update(rc=rc, timed_out=timed_out, counts=counts, problems=problem_lines(text),
-                  verdict=verdict(rc, counts, timed_out))
+                  first_errors=first_errors(text), verdict=verdict(rc, counts, timed_out))
     if timed_out:
         result["cause"] = f"stopped after {args.timeout:.0f} s"
     elif result["verdict"] == "skipped":
@@ -356,11 +393,17 @@ def run_release(args, tag: str, logs: Path) -> dict:
 
 
 def h3kit_commit() -> str:
+    """HEAD's short commit, and with local changes "+" and a hash of them (the working tree is what runs)."""
+    def out(*argv: str) -> str:
+        return subprocess.run(["git", "-C", str(REPO), "--no-optional-locks", *argv], capture_output=True,
+                              text=True, timeout=60, check=True).stdout
     try:
-        return subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"], capture_output=True,
-                              text=True, timeout=60, check=True).stdout.strip()
+        head = out("rev-parse", "--short=8", "HEAD").strip()
+        changes = out("diff", "HEAD") + out("ls-files", "--others", "--exclude-standard")
     except (subprocess.SubprocessError, OSError):
         return "unknown"
+    import hashlib
+    return head + (f"+{hashlib.sha256(changes.encode()).hexdigest()[:8]}" if changes else "")
 
 
 def torch_version(venv: Path) -> str | None:
@@ -387,8 +430,12 @@ def arguments(argv=None) -> argparse.Namespace:
     ap.add_argument("--write", action="store_true", help=f"write {PAGE.relative_to(REPO)}")
     ap.add_argument("--json", metavar="FILE", help="write the summary as JSON to FILE ('-': stdout, no table)")
     ap.add_argument("--from-json", type=Path, metavar="FILE", help="run nothing: the table from a saved --json")
+    ap.add_argument("--note", action="append", default=[], metavar="TAG=TEXT",
+                    help="a sentence on why a release did not pass, for the page (repeatable; kept in the JSON)")
     args = ap.parse_args(argv)
     args.tags = args.tags or list(TAGS)
+    if any("=" not in n for n in args.note):
+        ap.error("--note takes TAG=TEXT")
     try:
         for tag in args.tags:
             release_version(tag)
@@ -432,6 +479,8 @@ def main(argv=None) -> int:
                    "timeout_seconds": args.timeout, "logs": str(logs),
                    "newest_tested": newest["release"] if newest else None,
                    "newest_tested_tag": newest["tag"] if newest else None, "results": results}
+    if args.note:
+        summary["notes"] = {**(summary.get("notes") or {}), **dict(n.split("=", 1) for n in args.note)}
     if args.json:
         text = json.dumps(summary, indent=2) + "\n"
         if args.json == "-":

@@ -25,7 +25,8 @@ OUT="${2:-/root/comfy-releases.git}"
 # tag:upstream commit, oldest first
 RELEASES="v0.30.0:b1693ecb v0.31.0:43cb4fff v0.32.0:c2bcbecd v0.33.0:2f35f4a0 v0.33.0-40:783545f6"
 
-[ -d "$MIRROR/objects" ] || { echo "no git directory at $MIRROR (give the mirror's git dir as the first argument)" >&2; exit 2; }
+[ -d "$MIRROR/objects" ] || {
+  echo "no git directory at $MIRROR (give the mirror's git dir as the first argument)" >&2; exit 2; }
 MIRROR="$(cd "$MIRROR" && pwd)"
 rm -rf "$OUT"; git init -q --bare "$OUT"
 echo "$MIRROR/objects" > "$OUT/objects/info/alternates"
@@ -35,12 +36,15 @@ for pair in $RELEASES; do
   tag=${pair%%:*}; c=${pair##*:}
   export GIT_INDEX_FILE=$(mktemp -u)
   git read-tree "$c"
-  git ls-tree -r "$c" | while read mode type blob path; do git cat-file -e "$blob" 2>/dev/null || git update-index --force-remove "$path"; done
+  git ls-tree -r "$c" | while read -r mode type blob path; do
+    git cat-file -e "$blob" 2>/dev/null || git update-index --force-remove "$path"
+  done
   tree=$(git write-tree)
   rm -f "$GIT_INDEX_FILE"
   msg=$(git log -1 --format=%s "$c")
   export GIT_AUTHOR_DATE=$(git log -1 --format=%aD "$c") GIT_COMMITTER_DATE=$(git log -1 --format=%cD "$c")
-  if [ -n "$parent" ]; then new=$(echo "$msg (from $c)" | git -c user.name=h3kit -c user.email=h3kit@localhost commit-tree "$tree" -p "$parent"); else new=$(echo "$msg (from $c)" | git -c user.name=h3kit -c user.email=h3kit@localhost commit-tree "$tree"); fi
+  new=$(echo "$msg (from $c)" | git -c user.name=h3kit -c user.email=h3kit@localhost \
+    commit-tree "$tree" ${parent:+-p "$parent"})
   git tag "$tag" "$new"; parent=$new; echo "$tag $c -> $new"
 done
 git update-ref refs/heads/master "$parent"

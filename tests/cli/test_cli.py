@@ -11,6 +11,7 @@ import pytest
 from h3kit.cli import COMMANDS
 
 CONTRACT_COMMANDS = {"fingerprint", "plan", "profile", "build", "install", "apply", "calibrate", "doctor", "models", "uninstall"}
+ADDED_COMMANDS = {"update", "rollback", "history"}  # issue 43: keeping H3 working when ComfyUI changes
 
 
 def test_every_contract_command_is_listed():
@@ -18,7 +19,7 @@ def test_every_contract_command_is_listed():
     assert proc.returncode == 0
     for name in CONTRACT_COMMANDS:
         assert f"\n    {name}" in proc.stdout, name
-    assert set(COMMANDS) == CONTRACT_COMMANDS
+    assert set(COMMANDS) == CONTRACT_COMMANDS | ADDED_COMMANDS
 
 
 def test_version(h3kit_exe):

@@ -236,3 +236,16 @@ def test_a_crash_mid_update_is_undone_by_the_next_rollback(checkout, pip_here, m
     assert "interrupted update was undone" in done.text
     assert head(comfy) == (head_before[0], "refs/heads/mine") and packages(python) == pkgs
     assert history.load(locations().state_dir, comfy).in_flight is None
+
+
+def test_a_dry_run_update_fetches_nothing_and_moves_nothing(checkout, pip_here, monkeypatch):
+    install, python = checkout
+    comfy, target = install.path, ComfyTarget(str(install.path), python)
+    before = head(comfy)
+    with pytest.raises(NotReady) as err:
+        versions.update(versions.UpdateOptions(target, "0.33.0"), ctx(dry_run=True))
+    assert "only on the remote origin" in err.value.message and "tag v0.33.0" in err.value.fix
+    git("fetch", "-q", "origin", "tag", "v0.33.0", cwd=comfy)
+    said = versions.update(versions.UpdateOptions(target, "0.33.0"), ctx(dry_run=True))
+    assert said.code == 0 and said.text.startswith("Would move ComfyUI") and said.doc["changed"] is False
+    assert head(comfy) == before and history.load(locations().state_dir, comfy).states == []

@@ -45,6 +45,7 @@ from h3kit.comfyui.deploy import clean_staging, staging_dirs
 from h3kit.comfyui.journal import Journal
 from h3kit.comfyui.links import same_as_recorded
 from h3kit.comfyui.locate import NODE_DIR_NAME, ComfyInstall
+from h3kit.comfyui.versions import history
 from h3kit.core import files as fs
 from h3kit.core.files import sha256_file
 
@@ -235,9 +236,11 @@ def guess(install: ComfyInstall) -> list[str]:
 
 
 def purge_targets(locations) -> list[Path]:
-    """What --purge removes besides the install: h3kit's config, cache, reports and private venv (never backups or logs),
-    and the `h3kit` PATH launcher the bootstrap wrote, while its content is still what the bootstrap recorded."""
-    own = [locations.config_file, locations.cache_dir, locations.reports_dir, locations.venv_dir]
+    """What --purge removes besides the install: h3kit's config, cache, reports, private venv and the histories of
+    ComfyUI states (never backups or logs), and the `h3kit` PATH launcher the bootstrap wrote, while its content is
+    still what the bootstrap recorded."""
+    own = [locations.config_file, locations.cache_dir, locations.reports_dir, locations.venv_dir,
+           Path(locations.state_dir) / history.FOLDER]
     return [p for p in own + path_launchers(locations.state_dir) if p.exists() or p.is_symlink()]
 
 

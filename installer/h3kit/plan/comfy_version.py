@@ -52,7 +52,9 @@ def version_args(catalog: Catalog, fingerprint: Fingerprint, machine: Machine, v
             continue
         out += list(rule.args)
         said.append(f"ComfyUI {version} gets {' '.join(rule.args)}: {rule.why} ({rule.source}).")
-    warnings = [f"{r.problem}: {r.fix} ({r.source})." for r in rules.known_problems(version, machine.backend, gpu, out)]
+    name = fingerprint.primary_gpu.name if fingerprint.primary_gpu is not None else None
+    warnings = [f"{r.problem}: {r.fix} ({r.source})."
+                for r in rules.known_problems(version, machine.backend, gpu, out, gpu_name=name)]
     if version_of(version) is not None and rules.newest_tested and not rules.tested(version):
         said.append(f"ComfyUI {version} is newer than {rules.newest_tested}, the newest release h3kit's real-ComfyUI "
                     "tests have run; h3kit's nodes are expected to work there but have not been run on it.")

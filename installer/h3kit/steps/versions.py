@@ -41,7 +41,8 @@ from h3kit.steps.common import exclusive, load_config, locate
 from h3kit.steps.version_record import same_state, self_test
 from h3kit.steps.options import ComfyTarget
 
-OWN_APPS = {"portable": "the portable build", "desktop": "ComfyUI Desktop", "stability_matrix": "Stability Matrix"}
+OWN_APPS = {"portable": "the portable build's updater (update\\update_comfyui.bat)", "desktop": "ComfyUI Desktop",
+            "stability_matrix": "Stability Matrix"}
 
 
 @dataclass(frozen=True)
@@ -149,8 +150,8 @@ def update(options: UpdateOptions, ctx: Session) -> Outcome:
         settled = None if ctx.dry_run else finish_in_flight(ctx, install, hist, opts)
         notes += [settled] if settled else []
         before = state_mod.take(ctx, install)
-        if before.kind in OWN_APPS:
-            raise _app_advice(before.kind, before, cat)
+        if before.kind in OWN_APPS and not (before.kind == "portable" and before.git is not None):
+            raise _app_advice(before.kind, before, cat)  # the portable build's ComfyUI folder is a clone: moved
         if before.git is None:
             raise NotReady(f"{before.path} is not a git checkout, so h3kit cannot move it to another release.",
                            "Replace it with a git clone of ComfyUI, or let h3kit set one up: "

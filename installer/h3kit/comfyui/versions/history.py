@@ -25,6 +25,7 @@ from h3kit.core.errors import BadInput
 from h3kit.core.files import atomic_write
 
 SCHEMA = "h3kit.history/1"
+FOLDER = "history"  # under h3kit's state dir; `uninstall --purge` removes it
 KEEP_STATES = 50  # older non-working states are dropped past this; every working one is kept
 
 
@@ -117,7 +118,7 @@ class History:
 
 
 def history_path(state_dir: Path, comfy_path: str | Path) -> Path:
-    return Path(state_dir) / "history" / f"{mf.slug_for(Path(comfy_path))}.json"
+    return Path(state_dir) / FOLDER / f"{mf.slug_for(Path(comfy_path))}.json"
 
 
 def load(state_dir: Path, comfy_path: str | Path) -> History:

@@ -81,7 +81,10 @@ def target_for(ctx, path: Path, asked: str, catalog, *, fetch: bool = True) -> T
     """The commit `asked` names in the checkout at `path` (module doc); BadInput when it names none."""
     local, remote_of = _tags(ctx, path)
     ref = _ref_for(asked, catalog, local | set(remote_of))
-    if ref in remote_of and fetch:
+    if ref in remote_of and not fetch:
+        raise NotReady(f"{ref} is only on the remote {remote_of[ref]}, and a dry run fetches nothing.",
+                       f'Fetch it first (git -C "{path}" fetch {remote_of[ref]} tag {ref}), or run without --dry-run.')
+    if ref in remote_of:
         _git(ctx, path, ["fetch", "--no-tags", remote_of[ref], f"refs/tags/{ref}:refs/tags/{ref}"],
              f"Fetching {ref} from {remote_of[ref]}", timeout=setup_table()["timeouts_s"]["clone"])
     try:

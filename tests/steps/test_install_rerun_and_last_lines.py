@@ -103,8 +103,12 @@ def test_the_plans_warnings_are_printed_last_after_verified(comfy, tmp_path, h3k
     # a clip target no preset meets: the plan warns how long a clip takes
     (h3kit_home / "config.yaml").write_text("overrides:\n  target_minutes: 0.2\n")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # the order a terminal shows
-    plan = subprocess.run([sys.executable, "-m", "h3kit", "plan", "--fingerprint", str(fingerprint), "--json"],
-                          capture_output=True, text=True, timeout=120, env=env)
+    from h3kit.comfyui.inspect import comfyui_version
+
+    # planned for this ComfyUI's version, as install plans: a release's known problems are warnings too
+    plan = subprocess.run([sys.executable, "-m", "h3kit", "plan", "--fingerprint", str(fingerprint), "--json",
+                           "--comfyui-version", comfyui_version(comfy)], capture_output=True, text=True, timeout=120,
+                          env=env)
     warnings = json.loads(plan.stdout)["warnings"]
     assert warnings, "this fingerprint's plan has warnings to show"
     done = subprocess.run([sys.executable, "-m", "h3kit", *INSTALL, "--comfyui", str(comfy), "--fingerprint",

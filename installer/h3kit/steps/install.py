@@ -74,7 +74,7 @@ def run(options: InstallOptions, ctx: Session) -> Outcome:
         library = _build(ctx, notes, warnings)
         found = _inspected(ctx, install, fingerprint, warnings)  # the one inspection, handed to all after it
         planned = _plan(options, ctx, config, fingerprint, notes, install, found)  # before any download
-        outcome, final = _into(options, ctx, config, planned, library, install, notes, warnings)
+        outcome, final = _into(options, ctx, config, planned, library, install, notes, warnings, found)
     last = list(final.warnings) if final else []  # the plan's (what falls short, how long a clip takes)
     outcome.warnings = [w for w in outcome.warnings if w not in last] + last
     return outcome
@@ -126,12 +126,12 @@ def comfy_found(install, found) -> ComfyFound:
 
 
 def _into(options: InstallOptions, ctx: Session, config, planned: Planned, library, install,
-          notes: list[str], warnings: list[str]) -> tuple[Outcome, Plan | None]:
+          notes: list[str], warnings: list[str], found) -> tuple[Outcome, Plan | None]:
     """Everything from inspecting the found ComfyUI on, under its lock (h3kit.steps.common.exclusive); the outcome
     and the plan the pack holds at the end (calibration's re-applied one, else install's)."""
     plan = planned.plan
     profile = plan.profile if plan else (options.profile or "none")
-    result = InstallResult(profile, comfyui=comfy_found(install, planned.comfyui),
+    result = InstallResult(profile, comfyui=comfy_found(install, found),
                            node_dir=str(install.node_dir), library=str(library) if library else None, notes=notes)
     if ctx.dry_run:
         result.dry_run = True
@@ -144,7 +144,7 @@ def _into(options: InstallOptions, ctx: Session, config, planned: Planned, libra
     result.h3 = support.to_json()
     final = _after_deploy(options, ctx, planned, install, result, support) or plan
     _refuse_after(options, ctx, plan, install, result, support)
-    notes.append(record_after_install(ctx, install, state_mod.refreshed(ctx, install, planned.comfyui)))
+    notes.append(record_after_install(ctx, install, state_mod.refreshed(ctx, install, found)))
     app_start = None
     if install.app:
         flags = app_flags(install, final, result.launcher or {})

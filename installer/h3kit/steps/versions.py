@@ -120,7 +120,7 @@ def prechecks(ctx: Session, install, before, target, cat, machine: Machine) -> d
         sentence = f"ComfyUI {target.version} is known to fail on this machine: {rule.problem} ({rule.source})."
         (refusals if rule.severity == "refuse" else warnings).append(sentence)
     ctx.progress(f"Checking every comfy.* name the node packs use against {target.ref} (read from git)...")
-    report = api_check.check_target(Path(install.path), target.commit)
+    report = api_check.check_target(Path(install.path), target.ref)
     if report.refusal:
         refusals.append(report.refusal)
     for pack in report.others:

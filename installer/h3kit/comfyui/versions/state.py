@@ -109,8 +109,9 @@ def kind_of(install: ComfyInstall) -> str:
 
 
 def _git_out(ctx, path: Path, args: list[str], label: str) -> str | None:
+    # --no-optional-locks: `git status` would otherwise refresh .git/index, a write into the user's checkout
     try:
-        return run_git(ctx, ["-C", str(path), *args], label, timeout=GIT_TIMEOUT).stdout
+        return run_git(ctx, ["--no-optional-locks", "-C", str(path), *args], label, timeout=GIT_TIMEOUT).stdout
     except H3kitError:
         return None
 

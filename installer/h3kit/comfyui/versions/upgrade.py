@@ -99,7 +99,8 @@ def head_of(ctx, path: Path) -> dict:
 
 
 def refuse_local_changes(ctx, path: Path, doing: str) -> None:
-    changed = _git(ctx, path, ["status", "--porcelain", "--untracked-files=no"], "Looking for local changes")
+    changed = run_git(ctx, ["--no-optional-locks", "-C", str(path), "status", "--porcelain", "--untracked-files=no"],
+                      "Looking for local changes", timeout=GIT_TIMEOUT).stdout  # reads; never refreshes .git/index
     files = [ln[3:] for ln in changed.splitlines() if ln.strip()]
     if files:
         shown = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")

@@ -76,7 +76,8 @@ class Graph:
         doc = {}
         for n in self.nodes:
             inputs = {k: ([str(v.node), v.slot] if isinstance(v, Out) else v) for k, v in n.inputs.items()}
-            doc[str(n.id)] = {"class_type": n.type, "inputs": inputs, "_meta": {"title": n.title or n.type}}
+            doc[str(n.id)] = {"class_type": n.type, "inputs": with_api_aliases(inputs, self.spec(n.type)),
+                              "_meta": {"title": n.title or n.type}}
         return doc
 
     # -- UI (litegraph) format ------------------------------------------------------------
@@ -145,6 +146,18 @@ class Graph:
         return depth
 
 
+def with_api_aliases(inputs: dict, spec: dict) -> dict:
+    """`inputs` plus each value again under the other names ComfyUI releases gave that input (a spec's `api_also`):
+    SaveVideo's codec is `format.codec` from 0.33.0+40 on and `codec` in 0.30.0-0.33.0, and each release ignores
+    the name it does not declare (0.33.0+40 declares `codec` too, hidden, and prefers `format.codec`)."""
+    out = dict(inputs)
+    for i in spec.get("inputs", []):
+        for alias in i.get("api_also", []):
+            if i["name"] in out and alias not in out:
+                out[alias] = out[i["name"]]
+    return out
+
+
 def ui_to_api(ui: dict, specs: dict) -> dict:
     """The API graph a UI document stands for: widget values by the signature's order, links by the link table."""
     try:
@@ -170,7 +183,7 @@ def ui_to_api(ui: dict, specs: dict) -> dict:
                 if i.get("control_after_generate") and values:
                     values.pop(0)
                 del values[:len(i.get("ui_extra", []))]
-            out[str(node["id"])] = {"class_type": node["type"], "inputs": inputs,
+            out[str(node["id"])] = {"class_type": node["type"], "inputs": with_api_aliases(inputs, spec),
                                     "_meta": {"title": node.get("title") or node["type"]}}
         return dict(sorted(out.items(), key=lambda kv: int(kv[0])))
     except (KeyError, TypeError, IndexError) as exc:

@@ -55,6 +55,18 @@ def test_the_ui_file_stands_for_exactly_the_api_graph(plan_name):
             assert dst_node["inputs"][dst_slot]["link"] == link_id and kind == src_node["outputs"][slot]["type"]
 
 
+def test_save_video_names_its_codec_as_every_h3_release_does():
+    """0.33.0+40 reads `format.codec`, 0.30.0-0.33.0 a separate `codec` (the real tier on each release found the
+    workflows failing there with "SaveVideo.execute() missing 1 required positional argument: 'codec'")."""
+    files = workflows.pack_files(_plan(), CAT, "p")
+    ui = json.loads(files[f"{workflows.UI_DIR}/{workflows.NAMES['t2v']}.json"])
+    for api in (json.loads(files[f"{workflows.API_DIR}/{workflows.NAMES['t2v']}.json"]), ui_to_api(ui, SPECS)):
+        (save,) = _nodes(api, "SaveVideo")
+        assert save["inputs"]["format.codec"] == save["inputs"]["codec"] == "auto"
+    (node,) = [n for n in ui["nodes"] if n["type"] == "SaveVideo"]
+    assert node["widgets_values"] == [save["inputs"]["filename_prefix"], "auto", "auto"]  # the UI keeps three
+
+
 def test_the_plan_reaches_the_graph():
     plan = _plan()
     s = plan.settings

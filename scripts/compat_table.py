@@ -174,6 +174,7 @@ def table(results: list[dict]) -> str:
 def page(summary: dict) -> str:
     results = summary["results"]
     newest = summary["newest_tested"]
+    h3kits = ", ".join(f"`{h}`" for h in dict.fromkeys(r.get("h3kit") or summary["h3kit_commit"] for r in results))
     tests = summary["tests"]
     lines = [
         "# ComfyUI releases h3kit's real tier has run on",
@@ -185,11 +186,12 @@ def page(summary: dict) -> str:
         "",
         table(results),
         "",
-        f"Tests: {', '.join('`' + t + '`' for t in tests)}"
-        + (f", `-k {summary['k']}`" if summary.get("k") else "") + ". "
         "\"passed / failed / skipped\" counts pytest's tests (errors count as failed); seconds are the whole",
         "`scripts/test.sh` run for that release (a ComfyUI started several times on the CPU). Verdict: pass",
-        "when nothing failed and something ran; skipped when nothing ran (the tree lacks H3).",
+        "when nothing failed and something ran; skipped when nothing ran (the tree lacks H3). The tests"
+        + (f" (`-k {summary['k']}`):" if summary.get("k") else ":"),
+        "",
+        *[f"- `{t}`" for t in tests],
         "",
         f"**newest_tested: {newest or 'none'}**: the newest release that passed. The catalog's",
         "`comfyui_versions.newest_tested` (profiles/models/minimax-h3.yaml) should name it: it is the",
@@ -217,14 +219,16 @@ def page(summary: dict) -> str:
             diff = r.get("requirements_differ") or []
             said = ", ".join(f"{d['package']} {d['release_pins']} (venv {d['venv_has'] or 'none'})" for d in diff)
             lines.append(f"- {release_label(r['tag'])}: {said or 'none'}")
-        lines += ["", "None of these is code h3kit's pack imports (the frontend, the template and docs packages,",
+        lines += ["", "h3kit's pack imports none of these (the frontend, the template and docs packages,",
                   "comfy-kitchen's kernels, comfy-aimdo's allocator); `--install-requirements` reruns with each",
-                  "release's own pins.", ""]
+                  "release's own pins in a hard-linked copy of the venv.", ""]
+    if summary.get("findings"):
+        lines += ["## What this table found", ""] + [f"- {f}" for f in summary["findings"]] + [""]
     bad = [r for r in results if r["verdict"] != "pass"]
     if bad:
         lines += ["## What did not pass", ""]
         for r in sorted(bad, key=lambda r: version_key(r["tag"])):
-            lines.append(f"- **{release_label(r['tag'])}** ({r['verdict']}): {r.get('cause') or 'see the log'}")
+            lines.append(f"- **{release_label(r['tag'])}** ({r['verdict']}): {r.get('cause') or 'the first error of each failed test:'}")
             if (summary.get("notes") or {}).get(r["tag"]):
                 lines.append(f"  {summary['notes'][r['tag']]}")
             for key in ("failed", "errors"):
@@ -250,11 +254,12 @@ def page(summary: dict) -> str:
         "scripts/make_comfyui_release_repo.sh            # the releases repo, once",
         "export H3KIT_TEST_VENV=/root/h3kit-test-venv    # one test venv for every release",
         "nice -n 10 python3 scripts/compat_table.py --write --json compat.json   # all five, in turn",
+        "python3 scripts/compat_table.py --from-json compat.json --write       # the page again, nothing run",
         "python3 scripts/compat_table.py v0.33.0 --timeout 2400                 # one release",
         "```",
         "",
         f"Last run: {summary['started']} to {summary['finished']} ({summary['total_seconds'] / 60:.0f} minutes), "
-        f"h3kit `{summary['h3kit_commit']}`, {summary['host']}.",
+        f"h3kit {h3kits} (\"+\": with uncommitted changes), {summary['host']}.",
         "",
     ]
     return "\n".join(lines)
@@ -432,6 +437,8 @@ def arguments(argv=None) -> argparse.Namespace:
     ap.add_argument("--from-json", type=Path, metavar="FILE", help="run nothing: the table from a saved --json")
     ap.add_argument("--note", action="append", default=[], metavar="TAG=TEXT",
                     help="a sentence on why a release did not pass, for the page (repeatable; kept in the JSON)")
+    ap.add_argument("--finding", action="append", default=[], metavar="TEXT",
+                    help="something the table turned up, for the page's \"What this table found\" (repeatable)")
     args = ap.parse_args(argv)
     args.tags = args.tags or list(TAGS)
     if any("=" not in n for n in args.note):
@@ -460,7 +467,7 @@ def main(argv=None) -> int:
     else:
         logs = args.logs or Path(tempfile.mkdtemp(prefix="h3kit-compat-logs-"))
         logs.mkdir(parents=True, exist_ok=True)
-        started, t0 = dt.datetime.now().astimezone(), time.monotonic()
+        started, t0, h3kit = dt.datetime.now().astimezone(), time.monotonic(), h3kit_commit()
         results = []
         for tag in sorted(args.tags, key=version_key):
             print(f"compat_table.py: {tag} ... (log {logs / (tag + '.log')})", file=sys.stderr, flush=True)
@@ -472,13 +479,15 @@ def main(argv=None) -> int:
         newest = newest_passed(results)
         summary = {"schema": "h3kit.compat_table/1", "started": started.isoformat(timespec="seconds"),
                    "finished": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-                   "total_seconds": round(time.monotonic() - t0, 1), "h3kit_commit": h3kit_commit(),
+                   "total_seconds": round(time.monotonic() - t0, 1), "h3kit_commit": h3kit,
                    "host": f"{os.cpu_count()} CPUs, {sys.platform}", "releases_repo": str(args.releases),
                    "venv": str(args.venv), "torch": torch_version(args.venv),
                    "install_requirements": args.install_requirements, "tests": args.tests, "k": args.k,
                    "timeout_seconds": args.timeout, "logs": str(logs),
                    "newest_tested": newest["release"] if newest else None,
                    "newest_tested_tag": newest["tag"] if newest else None, "results": results}
+    if args.finding:
+        summary["findings"] = [*(summary.get("findings") or []), *args.finding]
     if args.note:
         summary["notes"] = {**(summary.get("notes") or {}), **dict(n.split("=", 1) for n in args.note)}
     if args.json:

@@ -184,6 +184,9 @@ def _move_and_prove(ctx: Session, install, hist, before, target, checks, opts, n
         text = f"Would move ComfyUI in {path} from {before.label} to {target.ref} ({target.version}) (--dry-run)."
         return Outcome(_update_doc(before, target, checks, changed=False, dry_run=True), text, 0, checks["warnings"])
     _preflight(ctx, python, path, target, info, opts)
+    last = hist.last()
+    if last is None or not same_state(before, last.state):  # so 'h3kit rollback N' can name where it started
+        hist.record("update", before, working=False, note=f"as found before the update to {target.ref}")
     hist.begin("update", before, {"ref": target.ref, "commit": target.commit, "version": target.version})
     checkpoint("step", f"update:move {target.ref}")
     ctx.progress(f"Moving ComfyUI in {path} from {before.label} to {target.ref}...")

@@ -208,6 +208,12 @@ def page(summary: dict) -> str:
         "the tests themselves work on a hard-linked throwaway copy of that tree.",
         "",
     ]
+    return "\n".join(lines + _venv_lines(summary) + _findings_lines(summary) + _closing_lines(summary, h3kits))
+
+
+def _venv_lines(summary: dict) -> list[str]:
+    """Which venv the trees ran in, and the pins of each release it did not meet."""
+    results, lines = summary["results"], []
     if summary.get("install_requirements"):
         lines += ["Each tree had its own venv: a hard-linked copy of the shared one with that release's",
                   "`requirements.txt` installed (torch kept).", ""]
@@ -222,13 +228,20 @@ def page(summary: dict) -> str:
         lines += ["", "h3kit's pack imports none of these (the frontend, the template and docs packages,",
                   "comfy-kitchen's kernels, comfy-aimdo's allocator); `--install-requirements` reruns with each",
                   "release's own pins in a hard-linked copy of the venv.", ""]
+    return lines
+
+
+def _findings_lines(summary: dict) -> list[str]:
+    """What the table found, and what did not pass with the first error of each failed test."""
+    results, lines = summary["results"], []
     if summary.get("findings"):
         lines += ["## What this table found", ""] + [f"- {f}" for f in summary["findings"]] + [""]
     bad = [r for r in results if r["verdict"] != "pass"]
     if bad:
         lines += ["## What did not pass", ""]
         for r in sorted(bad, key=lambda r: version_key(r["tag"])):
-            lines.append(f"- **{release_label(r['tag'])}** ({r['verdict']}): {r.get('cause') or 'the first error of each failed test:'}")
+            cause = r.get("cause") or "the first error of each failed test:"
+            lines.append(f"- **{release_label(r['tag'])}** ({r['verdict']}): {cause}")
             if (summary.get("notes") or {}).get(r["tag"]):
                 lines.append(f"  {summary['notes'][r['tag']]}")
             for key in ("failed", "errors"):
@@ -237,7 +250,11 @@ def page(summary: dict) -> str:
                     said = (r.get("first_errors") or {}).get(name)
                     lines.append(f"  - `{item.split(' - ', 1)[0]}`" + (f": `{said[:300]}`" if said else ""))
         lines.append("")
-    lines += [
+    return lines
+
+
+def _closing_lines(summary: dict, h3kits: str) -> list[str]:
+    return [
         "## Newer than 0.33.0 + 40",
         "",
         "No ComfyUI newer than 0.33.0 plus 40 commits can be fetched here, so no release from 0.34 on is in",
@@ -262,7 +279,6 @@ def page(summary: dict) -> str:
         f"h3kit {h3kits} (\"+\": with uncommitted changes), {summary['host']}.",
         "",
     ]
-    return "\n".join(lines)
 
 
 # -- running ------------------------------------------------------------------------------------------
@@ -451,6 +467,11 @@ def arguments(argv=None) -> argparse.Namespace:
     if not args.from_json:
         if not (args.releases / "HEAD").is_file():
             ap.error(f"no releases repo at {args.releases} (scripts/make_comfyui_release_repo.sh makes it)")
+        unknown = [t for t in args.tags if subprocess.run(
+            ["git", "--git-dir", str(args.releases), "rev-parse", "--verify", "--quiet", f"{t}^{{commit}}"],
+            capture_output=True, timeout=60).returncode != 0]
+        if unknown:
+            ap.error(f"{args.releases} has no tag {', '.join(unknown)} (git --git-dir {args.releases} tag lists them)")
         if not (args.venv / "bin" / "python").exists():
             ap.error(f"no Python in {args.venv}/bin")
         missing = [t for t in args.tests if not (REPO / t.split("::")[0]).exists()]

@@ -388,9 +388,9 @@ def run_release(args, tag: str, logs: Path) -> dict:
             result["comfyui_version"] = vm.group(1) if vm else None
             result["has_h3"] = (tree / "comfy_extras" / "nodes_minimax_h3.py").is_file()
             pins = requirement_pins((tree / "requirements.txt").read_text(encoding="utf-8"))
-            result["requirements_differ"] = pins_not_met(pins, installed_versions(args.venv / "bin" / "python"))
             used = give_venv(tree, args.venv, args.install_requirements, where, log)
-            result["venv"] = str(used)
+            result["venv"] = str(used)  # with --install-requirements, the release's pins it still misses: none
+            result["requirements_differ"] = pins_not_met(pins, installed_versions(used / "bin" / "python"))
             rc, timed_out = run_tests(tree, args.tests, args.k, args.timeout, log, args.test_venv)
         except (subprocess.SubprocessError, OSError, RuntimeError, ValueError) as e:
             log.write(f"\ncompat_table.py: {e}\n")

@@ -144,7 +144,8 @@ def _into(options: InstallOptions, ctx: Session, config, planned: Planned, libra
     result.h3 = support.to_json()
     final = _after_deploy(options, ctx, planned, install, result, support) or plan
     _refuse_after(options, ctx, plan, install, result, support)
-    notes.append(record_after_install(ctx, install, state_mod.refreshed(ctx, install, found)))
+    deployed = state_mod.refreshed(ctx, install, found, pip_ran=options.with_loaders)
+    notes.append(record_after_install(ctx, install, deployed))
     app_start = None
     if install.app:
         flags = app_flags(install, final, result.launcher or {})

@@ -207,13 +207,14 @@ def take(ctx, install: ComfyInstall, *, info: dict | None = None, pip: list[str]
         pip=tuple(pip or ()), python_error=error, profile=pack_profile(install), info=info)
 
 
-def refreshed(ctx, install: ComfyInstall, found: ComfyState) -> ComfyState:
-    """`found` after h3kit itself changed the folder (a deploy): the packs, launch flags, profile and pip set read
-    again; the version, commit, Python and torch are as inspected, without a second inspection."""
+def refreshed(ctx, install: ComfyInstall, found: ComfyState, *, pip_ran: bool = False) -> ComfyState:
+    """`found` after h3kit itself changed the folder (a deploy): the packs, launch flags and profile read again, and
+    the pip set when h3kit ran pip there (`pip_ran`: a loader pack's requirements); the version, commit, Python and
+    torch are as inspected, without a second inspection."""
     from h3kit.comfyui.versions import freeze
 
     pip = found.pip
-    if install.python is not None and found.python_error is None:
+    if pip_ran and install.python is not None and found.python_error is None:
         try:
             pip = tuple(freeze.freeze(ctx, str(install.python)))
         except H3kitError:

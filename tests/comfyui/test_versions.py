@@ -174,11 +174,16 @@ def _answer(monkeypatch, passed: bool):
     monkeypatch.setattr(selftest, "run", lambda *_a, **_k: result)
 
 
+def _as_found(checkout):
+    """(install, the ComfyTarget, what must come back: tree digest, HEAD and branch, packages)."""
+    install, python = checkout
+    return install, ComfyTarget(str(install.path), python), (digest(install.path), head(install.path), packages(python))
+
+
 @pytest.mark.slow
 def test_update_records_working_then_rollback_restores_branch_tree_and_packages(checkout, pip_here, monkeypatch):
-    install, python = checkout
-    comfy, target = install.path, ComfyTarget(str(install.path), python)
-    tree, head_before, pkgs = digest(comfy), head(comfy), packages(python)
+    install, target, (tree, head_before, pkgs) = _as_found(checkout)
+    comfy, python = install.path, target.python
     _answer(monkeypatch, True)
     version_record.record_after_install(ctx(), install, state.take(ctx(), install))
     done = versions.update(versions.UpdateOptions(target, "0.33.0"), ctx())
@@ -195,9 +200,8 @@ def test_update_records_working_then_rollback_restores_branch_tree_and_packages(
 
 @pytest.mark.slow
 def test_a_failed_self_test_goes_back_by_itself_with_exit_4(checkout, pip_here, monkeypatch):
-    install, python = checkout
-    comfy, target = install.path, ComfyTarget(str(install.path), python)
-    tree, head_before, pkgs = digest(comfy), head(comfy), packages(python)
+    install, target, (tree, head_before, pkgs) = _as_found(checkout)
+    comfy, python = install.path, target.python
     _answer(monkeypatch, False)
     with pytest.raises(VerificationFailed) as err:
         versions.update(versions.UpdateOptions(target, "0.33.0"), ctx())

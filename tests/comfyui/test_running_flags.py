@@ -43,7 +43,7 @@ def test_a_recorded_answer_is_parsed_and_judged():
     assert not running.same_comfyui(r, Path("/elsewhere/ComfyUI"))
 
 
-def test_probe_asks_a_server_on_loopback_and_skips_closed_ports():
+def test_probe_asks_a_server_on_loopback_and_skips_closed_ports(monkeypatch):
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802
             body = json.dumps(STATS).encode() if self.path == "/system_stats" else b"{}"
@@ -61,6 +61,7 @@ def test_probe_asks_a_server_on_loopback_and_skips_closed_ports():
         with __import__("socket").socket() as s:
             s.bind(("127.0.0.1", 0))
             closed = s.getsockname()[1]
+        monkeypatch.setattr(running, "ALLOWED_PORTS", frozenset({closed, server.server_address[1]}))
         found = running.probe((closed, server.server_address[1]), timeout=2)
     finally:
         server.shutdown()

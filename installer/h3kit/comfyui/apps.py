@@ -32,12 +32,16 @@ Packages/ComfyUI.cs and issue #1733; pinokiocomputer's comfy.git launcher):
 
 from __future__ import annotations
 
-import json
+import logging
+import os
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from h3kit.core import bounded_read
 from h3kit.core.venv import venv_python
+
+log = logging.getLogger("h3kit.comfyui.apps")
 
 DESKTOP2 = "ComfyUI Desktop"
 DESKTOP_LEGACY = "ComfyUI Desktop (legacy)"
@@ -74,9 +78,13 @@ class AppInstall:
 
 
 def _read_json(path: Path) -> object:
+    """An app's settings file, read bounded (h3kit.core.bounded_read); one that cannot be read is None, and the
+    log says "skipped <file>: <why>" unless the file is simply absent."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
+        return bounded_read.read_json(path)
+    except bounded_read.UnreadableFile as exc:
+        if not exc.absent:
+            log.warning("%s", exc.skipped)
         return None
 
 
@@ -156,14 +164,19 @@ def desktop2(home: Path, system: str, environ: dict) -> list[AppInstall]:
     for root in desktop2_roots(home, system, environ):
         if not _is_dir(root):
             continue
-        shared_config = root.parent / "ComfyUI-Shared" / "extra_models_config.yaml"
-        args = ("--extra-model-paths-config", str(shared_config)) if shared_config.is_file() else ()
         for install in sorted(p for p in root.iterdir() if _is_dir(p / "ComfyUI")):
-            comfy = install / "ComfyUI"
-            if comfy not in listed:
-                found.append(AppInstall(DESKTOP2, comfy, _first_python(comfy, install), str(root), args,
-                                        name=install.name))
+            if install / "ComfyUI" not in listed:
+                found.append(_desktop2_unlisted(install))
     return found
+
+
+def _desktop2_unlisted(install: Path) -> AppInstall:
+    """`<root>/ComfyUI-Installs/<name>/ComfyUI`, started with the shared folder's models config beside the root
+    (`<root>/ComfyUI-Shared/extra_models_config.yaml`) when there is one."""
+    root, comfy = install.parent, install / "ComfyUI"
+    shared_config = root.parent / "ComfyUI-Shared" / "extra_models_config.yaml"
+    args = ("--extra-model-paths-config", str(shared_config)) if shared_config.is_file() else ()
+    return AppInstall(DESKTOP2, comfy, _first_python(comfy, install), str(root), args, name=install.name)
 
 
 # -- the legacy Desktop ---------------------------------------------------------------------------------
@@ -253,19 +266,23 @@ def parse_sm_launch_args(items: object) -> tuple[str, ...]:
 
 
 def stability_matrix(home: Path, system: str, environ: dict) -> list[AppInstall]:
+    return [app for data_dir in stability_matrix_data_dirs(home, system, environ) for app in _sm_packages(data_dir)]
+
+
+def _sm_packages(data_dir: Path) -> list[AppInstall]:
+    """The ComfyUI packages `<data_dir>/settings.json` lists, with their launch arguments."""
     found = []
-    for data_dir in stability_matrix_data_dirs(home, system, environ):
-        settings = _read_json(data_dir / "settings.json")
-        packages = settings.get("InstalledPackages") if isinstance(settings, dict) else None
-        for pkg in packages if isinstance(packages, list) else []:
-            if not isinstance(pkg, dict) or pkg.get("PackageName") != "ComfyUI":
-                continue
-            rel = str(pkg.get("LibraryPath") or f"Packages/{pkg.get('DisplayName') or 'ComfyUI'}").replace("\\", "/")
-            comfy = data_dir / rel
-            if _is_dir(comfy):
-                found.append(AppInstall(STABILITY_MATRIX, comfy, venv_python(comfy / "venv"),
-                                        str(data_dir / "settings.json"), parse_sm_launch_args(pkg.get("LaunchArgs")),
-                                        name=str(pkg.get("DisplayName") or "ComfyUI")))
+    settings = _read_json(data_dir / "settings.json")
+    packages = settings.get("InstalledPackages") if isinstance(settings, dict) else None
+    for pkg in packages if isinstance(packages, list) else []:
+        if not isinstance(pkg, dict) or pkg.get("PackageName") != "ComfyUI":
+            continue
+        rel = str(pkg.get("LibraryPath") or f"Packages/{pkg.get('DisplayName') or 'ComfyUI'}").replace("\\", "/")
+        comfy = data_dir / rel
+        if _is_dir(comfy):
+            found.append(AppInstall(STABILITY_MATRIX, comfy, venv_python(comfy / "venv"),
+                                    str(data_dir / "settings.json"), parse_sm_launch_args(pkg.get("LaunchArgs")),
+                                    name=str(pkg.get("DisplayName") or "ComfyUI")))
     return found
 
 
@@ -282,15 +299,42 @@ def pinokio_homes(home: Path, environ: dict) -> list[Path]:
 
 
 def pinokio(home: Path, system: str, environ: dict) -> list[AppInstall]:
-    found = []
-    for root in pinokio_homes(home, environ):
-        app = root / "api" / "comfy.git" / "app"
-        if _is_dir(app / "custom_nodes"):
-            found.append(AppInstall(PINOKIO, app, venv_python(app / "env"), str(root / "api" / "comfy.git")))
-    return found
+    return [app for root in pinokio_homes(home, environ) for app in _pinokio_in(root)]
+
+
+def _pinokio_in(root: Path) -> list[AppInstall]:
+    app = root / "api" / "comfy.git" / "app"
+    if _is_dir(app / "custom_nodes"):
+        return [AppInstall(PINOKIO, app, venv_python(app / "env"), str(root / "api" / "comfy.git"))]
+    return []
 
 
 FINDERS = (desktop2, desktop_legacy, stability_matrix, pinokio)
+
+
+def app_at(path: Path) -> AppInstall | None:
+    """The app that made the ComfyUI at `path`, told by where the folder sits, for a path given by --comfyui
+    that none of the finders lists (an install on another drive, another user's app data): Desktop 2.0's
+    `ComfyUI-Installs/<name>/ComfyUI`, Stability Matrix's `<Data>/Packages/<name>` listed in `<Data>/settings.json`,
+    Pinokio's `<home>/api/comfy.git/app`. Same AppInstall, so the same launch arguments, as the search gives."""
+    path = Path(path)
+    if not _is_dir(path / "custom_nodes") or len(path.parts) < 4:
+        return None
+    if path.name == "ComfyUI" and path.parent.parent.name == "ComfyUI-Installs":
+        return _desktop2_unlisted(path.parent)
+    if path.parent.name == "Packages":
+        return next((a for a in _sm_packages(path.parent.parent) if same_folder(a.path, path)), None)
+    if path.name == "app" and path.parent.name == "comfy.git" and path.parent.parent.name == "api":
+        return next(iter(_pinokio_in(path.parents[2])), None)
+    return None
+
+
+def same_folder(a: Path, b: Path) -> bool:
+    """Whether two spellings name one folder (a link, `..`, a trailing slash); by their text when one is gone."""
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return os.path.abspath(a) == os.path.abspath(b)
 
 
 def all_installs(home: Path, system: str, environ: dict) -> list[AppInstall]:

@@ -5,7 +5,9 @@ Search order for the ComfyUI folder (`find`), followed in this order:
 1. `--comfyui PATH` (the `explicit` argument);
 2. the environment variable `COMFYUI_PATH`;
 3. `comfyui_path` in h3kit's config;
-   (1-3 are the user's word: a bad path there is an error, never skipped)
+   (1-3 are the user's word: a bad path there is an error, never skipped;
+   the app that made such a folder is still learnt, `app_of`, so its launch
+   arguments are the ones the search would give)
 4. comfy-cli's saved workspace: `recent_workspace`, then `default_workspace`
    in its `config.ini`;
 5. the current directory and its parents, recognised by ComfyUI's markers;
@@ -34,6 +36,7 @@ none, and the caller says how to name it). The config is h3kit.data.config's
 from __future__ import annotations
 
 import configparser
+import logging
 import os
 import sys
 from dataclasses import dataclass, field
@@ -46,10 +49,11 @@ from h3kit.comfyui.inspect import (
     comfyui_version,
     parse_inspect_output,
 )
-from h3kit.core import subproc
+from h3kit.core import bounded_read, subproc
 from h3kit.core.errors import BadInput, NotReady
 from h3kit.core.venv import venv_python
 
+log = logging.getLogger("h3kit.comfyui.locate")
 NODE_DIR_NAME = "ComfyUI-h3kit"
 MARKERS = ("main.py", "comfy", "nodes.py", "comfy_extras", "custom_nodes")
 
@@ -169,6 +173,19 @@ def parse_comfy_cli_config(text: str) -> list[str]:
     return found
 
 
+def comfy_cli_workspaces(home: Path, system: str) -> list[str]:
+    """`parse_comfy_cli_config` of comfy-cli's config.ini, read bounded (h3kit.core.bounded_read): a file that
+    cannot be read (a pipe, not UTF-8, too large) is [] and the log says "skipped <file>: <why>"."""
+    path = comfy_cli_config_file(home, system)
+    try:
+        text = bounded_read.read_text(path, bounded_read.TEXT_CAP)
+    except bounded_read.UnreadableFile as exc:
+        if not exc.absent:
+            log.warning("%s", exc.skipped)
+        return []
+    return [ws for ws in parse_comfy_cli_config(text) if "\0" not in ws]  # a NUL is no path: os calls raise on it
+
+
 def usual_folders(home: Path, system: str, environ: dict) -> list[Path]:
     portable_parents = [home, home / "Desktop", home / "Downloads", home / "Documents"]
     if system == "windows":
@@ -223,13 +240,10 @@ def search(explicit: str | None, config_path: str | None, *, environ: dict | Non
                           (config_path, "config comfyui_path")):
         if value:
             return SearchResult(Path(value).expanduser().absolute(), source)
-    try:
-        for ws in parse_comfy_cli_config(comfy_cli_config_file(home, system).read_text(encoding="utf-8")):
-            p = Path(ws).expanduser()
-            if looks_like_comfyui(p):
-                return SearchResult(p.absolute(), "comfy-cli workspace")
-    except OSError:
-        pass
+    for ws in comfy_cli_workspaces(home, system):
+        p = Path(ws).expanduser()
+        if looks_like_comfyui(p):
+            return SearchResult(p.absolute(), "comfy-cli workspace")
     here = Path(cwd) if cwd is not None else Path.cwd()
     for p in (here, *here.parents):
         if looks_like_comfyui(p):
@@ -267,9 +281,7 @@ def find(explicit: str | None, config, ctx, *, need_write: bool = True, python: 
     check_dir(chosen, need_write=need_write)
     install = ComfyInstall(chosen, result.sources.get(chosen, result.source), detect_layout(chosen))
     app = result.apps.get(chosen) or app_of(chosen, search_kwargs)
-    if app is not None:
-        install.app, install.launch_args, install.code_dir = app.app, app.launch_args, app.code_dir
-        install.notes.append(f"this ComfyUI was made by {app.app}, which starts it itself")
+    take_app(install, app)
     if result.chosen is None:
         install.notes.append(f"found {len(result.candidates)} ComfyUI folders; using {chosen}")
     py, py_source = find_python(install, config, explicit_python=python, app=app)
@@ -282,14 +294,24 @@ def find(explicit: str | None, config, ctx, *, need_write: bool = True, python: 
 
 
 def app_of(path: Path, search_kwargs: dict) -> "apps_mod.AppInstall | None":
-    """The app that made the ComfyUI at `path` (given by --comfyui or COMFYUI_PATH too), or None."""
+    """The app that made the ComfyUI at `path` (given by --comfyui or COMFYUI_PATH too), or None: first the
+    installs the search walks (step 6), matched as one folder however `path` is spelt (a link, `..`), so a
+    path given by hand gets the very launch arguments the search would; then the folder's own place
+    (apps.app_at: an app's install the finders do not reach from this home)."""
     home = Path(search_kwargs.get("home") or Path.home())
     system = search_kwargs.get("system") or {"win32": "windows", "darwin": "darwin"}.get(sys.platform, "linux")
     env = os.environ if search_kwargs.get("environ") is None else search_kwargs["environ"]
     for app in apps_mod.all_installs(home, system, env):
-        if app.path.absolute() == Path(path).absolute():
+        if apps_mod.same_folder(app.path, path):
             return app
-    return None
+    return apps_mod.app_at(Path(path).absolute())
+
+
+def take_app(install: ComfyInstall, app: "apps_mod.AppInstall | None") -> None:
+    """Record on `install` that `app` made it: the arguments it starts ComfyUI with and where its code is."""
+    if app is not None:
+        install.app, install.launch_args, install.code_dir = app.app, app.launch_args, app.code_dir
+        install.notes.append(f"this ComfyUI was made by {app.app}, which starts it itself")
 
 
 def describe(path: Path, source: str) -> str:

@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-import yaml
-
 from h3kit.comfyui.inspect import marked_json
+from h3kit.core import bounded_read
+from h3kit.data import yamlio
 
 FOLDERS_TIMEOUT = 60.0
 # ComfyUI's older folder names for the same kind of file (folder_paths.map_legacy).
@@ -171,9 +171,14 @@ def read_extra_config(text: str, yaml_dir: Path) -> list[tuple[str, Path, bool]]
     """(folder, path, is_default) for each entry of an extra_model_paths.yaml, as ComfyUI 0.33's
     utils/extra_config.py reads it (base_path relative to the file, one path per line); bad YAML -> []."""
     try:
-        config = yaml.safe_load(text)
-    except yaml.YAMLError:
+        config = bounded_read.parse_yaml(text, "extra_model_paths.yaml")
+    except bounded_read.UnreadableFile:
         return []
+    return extra_config_entries(config, yaml_dir)
+
+
+def extra_config_entries(config: object, yaml_dir: Path) -> list[tuple[str, Path, bool]]:
+    """`read_extra_config` on the parsed YAML."""
     if not isinstance(config, dict):
         return []
     out = []
@@ -220,52 +225,117 @@ def config_files(code_dir: Path | None, launch_args: tuple[str, ...]) -> list[Pa
     return files
 
 
+class _Order:
+    """One folder's search list built as ComfyUI's add_model_folder_path builds it (a default goes first, one
+    already listed moves first when it is a default, else it is appended), in time linear in the entries: each
+    path holds a rank, where a list would be searched (`in`, remove, insert) once per line of the YAML."""
+
+    def __init__(self, paths):
+        self.rank: dict = {}
+        self.first = self.last = 0
+        for p in paths:
+            self.add(p, False)
+
+    def add(self, path: Path, is_default: bool) -> None:
+        if is_default:
+            self.first -= 1
+            self.rank[path] = self.first
+        elif path not in self.rank:
+            self.last += 1
+            self.rank[path] = self.last
+
+    def paths(self) -> tuple[Path, ...]:
+        return tuple(sorted(self.rank, key=self.rank.__getitem__))
+
+
+def _read_model_paths(path: Path) -> tuple[object, str | None, str | None]:
+    """(parsed YAML, a problem ComfyUI would stop on, a note that h3kit skipped it): one of the three set.
+
+    Read as ComfyUI reads it, but bounded: a pipe, a device or a folder is never opened, a file longer than
+    h3kit's own config.yaml may be is skipped (ComfyUI itself reads it; h3kit asks ComfyUI first), and one
+    nested too deep for yaml.safe_load is a problem (ComfyUI stops at start on its RecursionError)."""
+    try:
+        text = bounded_read.read_text(path, yamlio.MAX_BYTES)
+    except bounded_read.UnreadableFile as exc:
+        if exc.too_big:
+            return None, None, exc.skipped
+        return None, f"{path} cannot be read ({exc.why})", None
+    try:
+        config = bounded_read.parse_yaml(text, path)
+    except bounded_read.UnreadableFile as exc:
+        return None, f"{path} is not a model-paths file ComfyUI can read ({exc.why})", None
+    why = config_problem(config)
+    return config, (f"{path} is not a model-paths file ComfyUI can read ({why})" if why else None), None
+
+
 def h3kit_reading(models_dir: Path, files: list[Path], wanted: list[str]) -> ModelFolders:
     """ComfyUI 0.33's rule applied by h3kit to `files` (module docstring, step 2)."""
     models_dir = Path(models_dir)
-    search = {LEGACY.get(w, w): list(ModelFolders.built_in(models_dir).search_list(w)) for w in wanted}
-    read, problems = [], []
+    search = {LEGACY.get(w, w): _Order(ModelFolders.built_in(models_dir).search_list(w)) for w in wanted}
+    read, problems, skipped = [], [], []
     for path in files:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            problems.append(f"{path} cannot be read ({exc.__class__.__name__})")
+        config, problem, skip = _read_model_paths(Path(path))
+        if problem or skip:
+            problems += [problem] if problem else []
+            skipped += [skip] if skip else []
             continue
-        why = yaml_problem(text)
-        if why:
-            problems.append(f"{path} is not a model-paths file ComfyUI can read ({why})")
-            continue
-        entries = read_extra_config(text, Path(path).absolute().parent)
         read.append(Path(path))
-        for folder, full, is_default in entries:
-            paths = search.setdefault(folder, [models_dir / folder])
-            if full in paths:
-                if is_default:
-                    paths.remove(full)
-                    paths.insert(0, full)
-            elif is_default:
-                paths.insert(0, full)
-            else:
-                paths.append(full)
+        for folder, full, is_default in extra_config_entries(config, Path(path).absolute().parent):
+            order = search.get(folder) or search.setdefault(folder, _Order([models_dir / folder]))
+            order.add(full, is_default)
     problem = ("; ".join(problems) + ": ComfyUI stops at start with such a file; fix or remove it") if problems else None
+    note = "".join(f"; {s}" for s in skipped)
     if not read:
-        return ModelFolders(models_dir, {}, "default", "ComfyUI's built-in folders", (), problem)
-    return ModelFolders(models_dir, {k: tuple(v) for k, v in search.items()}, "h3kit",
-                        "h3kit's reading of " + ", ".join(str(p) for p in read), tuple(read), problem)
+        return ModelFolders(models_dir, {}, "default", "ComfyUI's built-in folders" + note, (), problem)
+    return ModelFolders(models_dir, {k: v.paths() for k, v in search.items()}, "h3kit",
+                        "h3kit's reading of " + ", ".join(str(p) for p in read) + note, tuple(read), problem)
 
 
 def yaml_problem(text: str) -> str | None:
     """Why ComfyUI's load_extra_path_config would fail on `text` (not YAML, not a mapping of mappings), or None."""
     try:
-        config = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        return f"not YAML{f' at line {mark.line + 1}' if mark is not None else ''}: {getattr(exc, 'problem', None) or exc}"
+        config = bounded_read.parse_yaml(text, "extra_model_paths.yaml")
+    except bounded_read.UnreadableFile as exc:
+        return exc.why
+    return config_problem(config)
+
+
+def config_problem(config: object) -> str | None:
+    """`yaml_problem` on the parsed YAML: what ComfyUI's load_extra_path_config would stop on, with the fix."""
     if config is None:
         return None
-    if not isinstance(config, dict) or not all(v is None or isinstance(v, dict) for v in config.values()):
+    if not isinstance(config, dict):
         return "its top level must map section names to folders"
+    return next(filter(None, (_section_problem(name, conf) for name, conf in config.items())), None)
+
+
+def _section_problem(name: object, conf: object) -> str | None:
+    """One section as ComfyUI 0.33-0.38 reads it: os.path.expanduser(base_path) and value.split("\\n") for each
+    folder, so a null or non-text base_path (a TypeError) or folder value (an AttributeError) stops its start.
+    A section that is null, or an empty list or text, ComfyUI passes over."""
+    if conf is None or (isinstance(conf, (str, list)) and not conf):
+        return None
+    if not isinstance(conf, dict):
+        return (f"section '{name}' is {_yaml_value(conf)}, not a mapping; write the folders under it as "
+                "indented 'vae: path' lines, or delete the section")
+    if "base_path" in conf and not isinstance(conf["base_path"], str):
+        return (f"section '{name}' has base_path: {_yaml_value(conf['base_path'])}, not a folder path; write the "
+                "folder the paths below it are in, or delete the base_path line to take them from the file's folder")
+    for folder, value in conf.items():
+        if folder not in ("base_path", "is_default") and not isinstance(value, str):
+            return (f"section '{name}' has {folder}: {_yaml_value(value)}, not a path; write a folder path (several "
+                    f"as a '|' block, one a line), or delete the {folder} line")
     return None
+
+
+def _yaml_value(value: object) -> str:
+    """A parsed value as the YAML spelled it, for a sentence: ~ (null), a list, a number."""
+    if value is None:
+        return "~ (null)"
+    kind = ("a list" if isinstance(value, list) else "a mapping" if isinstance(value, dict) else
+            "true/false" if isinstance(value, bool) else "a number" if isinstance(value, (int, float)) else
+            "text" if isinstance(value, str) else type(value).__name__)
+    return kind if isinstance(value, (list, dict)) else f"{str(value)[:40]} ({kind})"
 
 
 def launch_value(launch_args: tuple[str, ...], flag: str) -> str | None:
@@ -297,3 +367,37 @@ def resolve(install, wanted: list[str], run_python=None, timeout: float = FOLDER
     note = f" (ComfyUI itself could not be asked: {why})"
     return ModelFolders(reading.models_dir, reading.search, reading.source, reading.detail + note, reading.configs,
                         reading.problem)
+
+
+# -- where h3kit may make a model folder -------------------------------------------------------------------
+
+
+def configured_bases(configs) -> list[tuple[Path, Path]]:
+    """(base_path, the file naming it) for each section of the model-path files with a base_path, spelt out
+    as ComfyUI does (~ and $VARS expanded, relative to the file's folder)."""
+    out = []
+    for path in configs:
+        config, _problem, _skip = _read_model_paths(Path(path))
+        for conf in config.values() if isinstance(config, dict) else ():
+            base = conf.get("base_path") if isinstance(conf, dict) else None
+            if isinstance(base, str) and base:
+                base = os.path.expandvars(os.path.expanduser(base))
+                full = os.path.join(os.path.dirname(os.path.abspath(path)), base)
+                out.append((Path(os.path.normpath(os.path.abspath(full))), Path(path)))
+    return out
+
+
+def creation_root(folders: ModelFolders, target: Path) -> tuple[Path, str]:
+    """(the folder that must already exist before h3kit makes `target` and the folders between, what it is).
+
+    ComfyUI's own models folder is made under the ComfyUI folder; a configured one under its entry's
+    base_path; one configured as a bare path under the folder it is in. A root that is not there is a
+    drive that is not connected: making the chain would write onto the disk below its mount point."""
+    target = Path(os.path.abspath(target))
+    if not folders.shared(target):
+        return Path(os.path.abspath(folders.models_dir)).parent, "the ComfyUI folder its models folder is in"
+    bases = [(b, f) for b, f in configured_bases(folders.configs) if _inside(target, b)]
+    if bases:
+        base, named_in = max(bases, key=lambda bf: len(bf[0].parts))
+        return base, f"the base_path in {named_in}"
+    return target.parent, "the folder above it in " + ", ".join(str(c) for c in folders.configs)

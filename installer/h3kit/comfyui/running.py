@@ -3,23 +3,32 @@
 Desktop, Stability Matrix and Pinokio start ComfyUI themselves, so h3kit's
 launcher is not what starts it there and a flag the plan needs can be lost
 without a word. A running ComfyUI answers `GET /system_stats` with its own
-`system.argv` (server.py, 0.30-0.38), so doctor asks it: on loopback only, at
-the ports such a ComfyUI listens on (the app's own when known, then 8188,
-ComfyUI's default, and 8000, the Desktop's), each with a short timeout.
-`probe` never raises; `missing_flags` and `argv_finding` are pure.
+`system.argv` (server.py, 0.30-0.38), so doctor asks it: on 127.0.0.1 only,
+at the two ports such a ComfyUI listens on (8188, ComfyUI's default, and
+8000, the Desktop's), each with a deadline for the whole exchange, no
+redirect followed, and the answer's headers and body capped. What answers
+there may be anything: junk on one port is "not ComfyUI" and the other port
+is still asked. `probe` never raises; `missing_flags` and `argv_finding` are
+pure.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import urllib.error
-import urllib.request
+import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from h3kit.core import bounded_read
+
+HOST = "127.0.0.1"
 PORTS = (8188, 8000)
-PROBE_TIMEOUT = 2.0
+ALLOWED_PORTS = frozenset(PORTS)  # the only ports asked, whatever a caller passes: ComfyUI's and the Desktop's
+PROBE_TIMEOUT = 2.0  # seconds per port, in all (connect, send, every read)
+MAX_HEADER_BYTES = 16 << 10
+MAX_HEADERS = 64
+MAX_BODY_BYTES = 256 << 10  # ComfyUI's answer is about a kilobyte, a few more with a long argv
 
 
 @dataclass(frozen=True)
@@ -44,18 +53,91 @@ def parse_system_stats(doc: object, port: int) -> Running | None:
 
 
 def probe(ports: tuple[int, ...] = PORTS, timeout: float = PROBE_TIMEOUT) -> list[Running]:
-    """Every ComfyUI answering on 127.0.0.1 at `ports` (none: []). Never raises."""
+    """Every ComfyUI answering on 127.0.0.1 at those of `ports` that ComfyUI listens on (ALLOWED_PORTS); none:
+    []. Each port has `timeout` seconds in all; one that answers anything but ComfyUI's 200 with its JSON in
+    time is not ComfyUI, and the next port is still asked. Never raises."""
     found = []
     for port in dict.fromkeys(ports):
+        if port not in ALLOWED_PORTS:
+            continue
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/system_stats", timeout=timeout) as answer:
-                doc = json.loads(answer.read(1 << 20))
-        except (OSError, ValueError, urllib.error.URLError):
+            body = _get_system_stats(port, time.monotonic() + timeout)
+            doc = bounded_read.parse_json(body.decode("utf-8"), f"the answer on port {port}") if body else None
+        except (OSError, ValueError, bounded_read.UnreadableFile):  # socket.timeout is an OSError
             continue
         running = parse_system_stats(doc, port)
         if running is not None:
             found.append(running)
     return found
+
+
+def _get_system_stats(port: int, deadline: float) -> bytes | None:
+    """The body of a 200 answer to GET /system_stats on 127.0.0.1:`port`, by `deadline` (time.monotonic), or
+    None. HTTP/1.0 by hand: no redirect is followed, and headers and body are capped (http.client raises on
+    100 headers, and would wait on a server that trickles them for as long as it trickles)."""
+    request = f"GET /system_stats HTTP/1.0\r\nHost: {HOST}:{port}\r\nAccept: application/json\r\n\r\n".encode()
+    raw = bytearray()
+    with socket.create_connection((HOST, port), timeout=max(0.001, deadline - time.monotonic())) as sock:
+        sock.sendall(request)
+        while not _complete(raw):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            sock.settimeout(left)
+            block = sock.recv(1 << 16)
+            if not block:
+                break
+            raw += block
+            if len(raw) > MAX_HEADER_BYTES + MAX_BODY_BYTES:
+                return None
+    return _body(bytes(raw))
+
+
+def _split(raw: bytes) -> tuple[list[bytes], bytes] | None:
+    """(status line and header lines, body) once the headers are complete and within the caps, else None."""
+    head, sep, body = raw.partition(b"\r\n\r\n")
+    if not sep or len(head) > MAX_HEADER_BYTES:
+        return None
+    lines = head.split(b"\r\n")
+    return (lines, body) if len(lines) - 1 <= MAX_HEADERS else None
+
+
+def _content_length(lines: list[bytes]) -> int | None:
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return int(value.strip()) if value.strip().isdigit() else -1
+    return None
+
+
+def _complete(raw: bytearray) -> bool:
+    """Whether `raw` holds all there is to read: junk past the header cap, or the whole body its length names
+    (else the server's close ends it)."""
+    if b"\r\n\r\n" not in raw:
+        return len(raw) > MAX_HEADER_BYTES
+    split = _split(bytes(raw))
+    if split is None:
+        return True
+    size = _content_length(split[0])
+    return size is not None and (size < 0 or len(split[1]) >= size)
+
+
+def _body(raw: bytes) -> bytes | None:
+    """The body of a whole `200` answer within the caps (a redirect, an error, a cut or chunked answer: None)."""
+    split = _split(raw)
+    if split is None:
+        return None
+    lines, body = split
+    status = lines[0].split()
+    if len(status) < 2 or not status[0].startswith(b"HTTP/1.") or status[1] != b"200":
+        return None
+    if any(line.partition(b":")[0].strip().lower() == b"transfer-encoding" for line in lines[1:]):
+        return None  # an answer to HTTP/1.0 is never chunked; ComfyUI's names its length
+    size = _content_length(lines)
+    if size is not None and (size < 0 or size > MAX_BODY_BYTES or len(body) < size):
+        return None
+    body = body[:size] if size is not None else body
+    return body if len(body) <= MAX_BODY_BYTES else None
 
 
 def same_comfyui(running: Running, code_dir: Path) -> bool:

@@ -16,12 +16,14 @@ import os
 import stat
 from pathlib import Path
 
+from h3kit.core import bounded_read
 from h3kit.core import files as core_files
 from h3kit.core.errors import BadInput
 from h3kit.core.files import sha256_file
 from h3kit.models.download import CHUNK, Fetched, Want, progress_bar, verify_or_raise
 
 log = logging.getLogger("h3kit.models.local")
+REF_CAP = 4096  # a Hugging Face ref holds one 40-digit commit hash
 
 
 def find_local(src_dir: Path, name: str, folder: str | None = None) -> Path | None:
@@ -76,10 +78,12 @@ def _is_main_snapshot(path: Path) -> bool:
     at = len(parts) - 1 - parts[::-1].index("snapshots")
     if at + 1 >= len(parts):
         return False
-    repo = Path(*parts[:at])
-    try:
-        return (repo / "refs" / "main").read_text(encoding="ascii", errors="replace").strip() == parts[at + 1]
-    except OSError:
+    ref = Path(*parts[:at]) / "refs" / "main"
+    try:  # a commit hash and a newline; read bounded, since a pipe or a link to /dev/zero there never ends
+        return bounded_read.read_text(ref, REF_CAP, "ascii").strip() == parts[at + 1]
+    except bounded_read.UnreadableFile as exc:
+        if not exc.absent:
+            log.warning("%s", exc.skipped)
         return False
 
 

@@ -229,5 +229,5 @@ def test_calibration_writes_the_disk_probes_rate_for_the_next_plans():
 def test_a_disk_rate_of_nothing_is_one_sentence_and_exit_2(run_cli, h3kit_home):
     (h3kit_home / "config.yaml").write_text("overrides:\n  disk_read_bytes_per_s: 0\n")
     code, out, err = run_cli("plan", "--fingerprint", str(FP_DIR / "cpu-only-16gb.json"))
-    assert code == 2 and "disk_read_bytes_per_s" in err and "allowed: a rate above 0" in err
+    assert code == 2 and "disk_read_bytes_per_s" in err and "allowed: 1 MB/s to 1 TB/s" in err
     assert "Traceback" not in err

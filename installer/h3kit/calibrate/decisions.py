@@ -24,6 +24,7 @@ import os
 from h3kit.core.units import human_bytes
 from h3kit.data.fingerprint import Fingerprint
 from h3kit.data.plan_doc import Plan, PlanSettings
+from h3kit.data.settings import RANGES
 
 
 def _hb(n) -> str:
@@ -279,6 +280,8 @@ def decide_disk_read(plan: Plan, disk: dict) -> dict | None:
     rate = int(disk.get("read_bytes_per_s") or (disk.get("gb_per_s") or 0) * 1e9)
     if rate <= 0:
         return None
+    span = RANGES["disk_read_bytes_per_s"]  # config.yaml refuses a rate outside it, so calibration writes none
+    rate = int(min(max(rate, span.lo), span.hi))
     ts = plan.settings.text_encoder_streaming  # the rate the plan timed the read at, when it was a measured one
     previous = ts.disk_bytes_per_s if "measured" in (ts.rate_source or "") else None
     return decision("disk_read_bytes_per_s", rate, previous,

@@ -27,6 +27,7 @@ import difflib
 import errno
 import os
 import re
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,21 +108,32 @@ def load(locations: Any = None, *, catalog=None, profile_names=None) -> Config:
 
 def _present(path: Path) -> bool:
     """True for a config file to read, False when there is none; BadInput for a path that is there but is not
-    a file (a folder, a dangling link, a link loop): planning with defaults would hide the user's settings."""
+    a file (a folder, a FIFO, a device, a dangling link, a link loop): planning with defaults would hide the
+    user's settings. Only stat is asked: opening a FIFO would wait for a writer that never comes."""
     if not os.path.lexists(path):
         return False
     try:
-        os.stat(path)
+        mode = os.stat(path).st_mode
     except OSError as exc:
         target = os.readlink(path) if path.is_symlink() else None
         why = ("is a link in a loop" if exc.errno == errno.ELOOP else
                f"is a link to {target}, which does not exist" if target is not None else f"cannot be read ({exc.strerror})")
         raise BadInput(f"{path}:1: the config file {why}.",
                        "Point the link at your config.yaml, or delete it to plan with the defaults.") from None
-    if not path.is_file():
+    if stat.S_ISREG(mode):
+        return True
+    what = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+    link = f"a link to {os.readlink(path)}, which " if path.is_symlink() else ""
+    if stat.S_ISDIR(mode) and not link:
         raise BadInput(f"{path}:1: the config file is a folder, not a file.",
                        "Move that folder away (h3kit reads config.yaml as a YAML file), then run the command again.")
-    return True
+    raise BadInput(f"{path}:1: the config file is {link}{'is ' if link else ''}{what}, not a file.",
+                   f"Delete {'that link' if link else 'it'} and write config.yaml as a plain YAML file "
+                   "(or leave it deleted to plan with the defaults), then run the command again.")
+
+
+_KINDS = {stat.S_IFDIR: "a folder", stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFSOCK: "a socket",
+          stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
 
 
 def check(doc: YamlDoc, *, catalog=None, profile_names=None) -> Config:

@@ -24,7 +24,9 @@ from h3kit.data.yamlio import (
     is_size,
     is_str_list,
     parse_size,
+    shown,
 )
+from h3kit.core.units import human_bytes
 
 AUTO = "auto"
 
@@ -82,16 +84,72 @@ TIMING_TEXT = ("source", "device", "dtype")
 TIMING_DEVICES = ("cpu", "cuda", "mps", "rocm", "xpu")
 CANVAS_KEYS = ("max_canvas", "min_canvas", "canvas")
 
+# The range of every number a profile, `calibrated:` or `overrides:` may set that the catalog does not bound (its
+# `limits:` hold the VAE tiles): (lowest, highest, unit). Wider than any machine h3kit plans for, so only a slip or
+# a hostile file meets them ("999...9 TB"), and narrow enough that every sum after the check stays a finite float
+# (a 400-digit number was an OverflowError deep in the planner). docs/plan.md ("Config") lists them; a test checks.
+TB = 10**12
+
+
+@dataclass(frozen=True)
+class Range:
+    lo: float
+    hi: float
+    unit: str = ""  # "bytes" and "bytes/s" are written as sizes (1 MB/s)
+    above: bool = False  # lo itself is not allowed
+
+
+RANGES = MappingProxyType({
+    "shard_size_bytes": Range(0, 100 * TB, "bytes"),
+    "preload_bytes": Range(0, 100 * TB, "bytes"),
+    "os_ram_headroom": Range(0, 100 * TB, "bytes"),
+    "disk_read_bytes_per_s": Range(10**6, TB, "bytes/s"),
+    "target_minutes": Range(0, 7 * 24 * 60, "minutes", above=True),
+    "steps": Range(1, 200),
+    "cfg": Range(1, 30),
+    "prefetch_blocks": Range(1, 8),
+    "timing": Range(0, 24 * 3600, "seconds"),  # each rate of the `timing:` mapping
+})
+
+
+def range_text(key: str) -> str:
+    """'0 B to 100 TB', '1 MB/s to 1 TB/s', 'more than 0 and at most 10080 minutes': RANGES[key] in words."""
+    r = RANGES[key]
+    if r.unit.startswith("bytes"):
+        per = r.unit[len("bytes"):]
+        return f"{human_bytes(r.lo).replace('.00', '')}{per} to {human_bytes(r.hi).replace('.00', '')}{per}"
+    unit = f" {r.unit}" if r.unit else ""
+    return f"more than {r.lo:g} and at most {r.hi:g}{unit}" if r.above else f"{r.lo:g} to {r.hi:g}{unit}"
+
+
+def _in_range(key: str, value: int | float) -> str | None:
+    """None when `value` is inside RANGES[key]; ints are compared exactly, never turned into floats first."""
+    r = RANGES[key]
+    if value < r.lo or value > r.hi or (r.above and value == r.lo):
+        return f"is {shown(value)}; allowed: {range_text(key)}"
+    return None
+
+
+def _is_size_in(key: str):
+    """A size (123, "4 GB") within RANGES[key]; the range is checked on the exact integer, before any float."""
+    def check(v: Any) -> str | None:
+        msg = is_size(v)
+        if msg:
+            return msg
+        n = parse_size(v)
+        return None if _in_range(key, n) is None else f"is {shown(v)}; allowed: {range_text(key)}"
+    return check
+
 
 def _canvas_check(catalog, v: Any) -> str | None:
     mult = catalog.canvas.multiple_of
     max_w, max_h = catalog.canvas.max_area
     if (not isinstance(v, list) or len(v) != 2
             or not all(isinstance(x, int) and not isinstance(x, bool) for x in v)):
-        return f"must be [WIDTH, HEIGHT] whole numbers, not {v!r}"
+        return f"must be [WIDTH, HEIGHT] whole numbers, not {shown(v)}"
     w, h = v
     if w < mult or h < mult or w % mult or h % mult or w * h > max_w * max_h:
-        return (f"is {v!r}; allowed: width and height multiples of {mult}, "
+        return (f"is {shown(v)}; allowed: width and height multiples of {mult}, "
                 f"area at most {max_w}x{max_h} ({max_w * max_h} pixels)")
     return None
 
@@ -101,18 +159,22 @@ def _frames_check(catalog, v: Any) -> str | None:
     top = max(catalog.frames_ladder)
     if isinstance(v, bool) or not isinstance(v, int) or v < base + step or v > top or (v - base) % step:
         examples = ", ".join(str(base + step * n) for n in range(1, 5))
-        return f"is {v!r}; allowed: {base} + {step}n up to {top} ({examples}, ...)"
+        return f"is {shown(v)}; allowed: {base} + {step}n up to {top} ({examples}, ...)"
     return None
 
 
-def _is_number(lo: float, hi: float, *, lo_open: bool = False):
+def _is_number(key: str):
+    """A number within RANGES[key]; an int is compared as it is (math.isfinite(10**400) is an OverflowError)."""
     def check(v: Any) -> str | None:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            return f"must be a number from {lo:g} to {hi:g}, not {v!r}"
-        if v > hi or v < lo or (lo_open and v == lo):
-            return f"is {v:g}; allowed: {'more than' if lo_open else 'from'} {lo:g} {'and at most' if lo_open else 'to'} {hi:g}"
-        return None
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not math.isfinite(v)):
+            return f"must be a number ({range_text(key)}), not {shown(v)}"
+        return _in_range(key, v)
     return check
+
+
+def _is_whole(key: str):
+    r = RANGES[key]
+    return is_int_range(int(r.lo), int(r.hi))
 
 
 def _seconds(x: Any) -> float | None:
@@ -121,7 +183,7 @@ def _seconds(x: Any) -> float | None:
         return None
     try:
         f = float(x)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
     return f if math.isfinite(f) and f >= 0 else None
 
@@ -138,8 +200,9 @@ def _timing_check(v: Any) -> str | None:
             return f"has device {x!r}; allowed: {', '.join(TIMING_DEVICES)}"
         if key in ("source", "dtype") and not isinstance(x, str):
             return f"has {key} {x!r}; allowed: a string"
-        if key in TIMING_REQUIRED + TIMING_OPTIONAL and (isinstance(x, (list, dict)) or _seconds(x) is None):
-            return f"has {key} {x!r}; allowed: a number of seconds >= 0"
+        if key in TIMING_REQUIRED + TIMING_OPTIONAL and (isinstance(x, (list, dict)) or _seconds(x) is None
+                                                         or _in_range("timing", _seconds(x))):
+            return f"has {key} {shown(x)}; allowed: {range_text('timing')}"
     missing = [k for k in TIMING_REQUIRED if k not in v]
     if missing:
         return f"is missing {', '.join(missing)} (seconds; see 'h3kit calibrate')"
@@ -176,8 +239,8 @@ def _checks(catalog) -> dict:
         "quantization": _auto_or(is_one_of(dit_formats)),
         "text_encoder_weights": _auto_or(is_one_of([w.id for w in catalog.text_encoder])),
         "vae_weights": _auto_or(is_one_of([w.id for w in catalog.vae])),
-        "shard_size_bytes": _auto_or(is_size),
-        "preload_bytes": _auto_or(is_size),
+        "shard_size_bytes": _auto_or(_is_size_in("shard_size_bytes")),
+        "preload_bytes": _auto_or(_is_size_in("preload_bytes")),
         "vae_tile_size": is_int_range(*limits.vae_tile_size),
         "vae_tile_overlap": is_int_range(*limits.vae_tile_overlap),
         "vae_temporal_tile": is_int_range(*limits.vae_temporal_tile),
@@ -186,14 +249,14 @@ def _checks(catalog) -> dict:
         "max_frames": lambda v: _frames_check(catalog, v),
         "canvas": lambda v: _canvas_check(catalog, v),
         "frames": lambda v: _frames_check(catalog, v),
-        "steps": is_int_range(1, 200),
-        "cfg": _is_number(1.0, 30.0),
+        "steps": _is_whole("steps"),
+        "cfg": _is_number("cfg"),
         "preset": is_one_of((AUTO,) + PRESETS),
-        "target_minutes": _is_number(0.0, 7 * 24 * 60.0, lo_open=True),
+        "target_minutes": _is_number("target_minutes"),
         "reference_to_video": _yes_no,
         "timing": _timing_check,
         "stream_dit": _on_off,
-        "prefetch_blocks": is_int_range(1, 8),
+        "prefetch_blocks": _is_whole("prefetch_blocks"),
         "text_encoder_stream": _on_off,
         "page_cache": is_one_of([AUTO, "use", "bypass"]),
         "min_frames": lambda v: _frames_check(catalog, v),
@@ -203,9 +266,8 @@ def _checks(catalog) -> dict:
         "max_shard_blocks": is_int_range(1, catalog.blocks),
         "comfyui_args": is_str_list,
         "env": is_env_map,
-        "os_ram_headroom": is_size,
-        "disk_read_bytes_per_s": lambda v: is_size(v) or (None if parse_size(v) > 0 else
-                                                            "is 0; allowed: a rate above 0, e.g. 1.5 GB"),
+        "os_ram_headroom": _is_size_in("os_ram_headroom"),
+        "disk_read_bytes_per_s": _is_size_in("disk_read_bytes_per_s"),
     }
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Callable
 
@@ -32,6 +33,7 @@ MAX_BYTES = 1 << 20  # the catalog, the largest of h3kit's own files, is under 6
 MAX_DEPTH = 64  # PyYAML composes recursively: 100,000 levels would be a RecursionError
 MAX_ALIASES = 100
 MAX_NODES = 100_000  # values counted with every alias expanded, as the code after the parse sees them
+MAX_DIGITS = 1000  # Python refuses to read an int past 4300 digits (a ValueError); the ranges name the rest
 
 
 @dataclass
@@ -91,6 +93,15 @@ class _BoundedLoader(yaml.SafeLoader):
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
+
+    def construct_yaml_int(self, node):
+        digits = sum(ch.isdigit() for ch in node.value)
+        if digits > MAX_DIGITS:
+            raise _too_big(self._where, node.start_mark.line + 1, f"a number {digits} digits long")
+        return super().construct_yaml_int(node)
+
+
+_BoundedLoader.add_constructor("tag:yaml.org,2002:int", _BoundedLoader.construct_yaml_int)
 
 
 def _record_lines(node: yaml.Node, keypath: KeyPath, lines: dict, path: Path | None = None,
@@ -191,8 +202,20 @@ def parse_size(value: Any) -> int | None:
     if isinstance(value, str):
         m = _SIZE.match(value)
         if m and m.group(2).lower() in _UNITS:
-            return int(round(float(m.group(1)) * _UNITS[m.group(2).lower()]))
+            number, unit = m.group(1), _UNITS[m.group(2).lower()]
+            if len(number) <= 30:
+                return int(round(float(number) * unit))
+            # past float's range "1e400 TB" would be inf (an OverflowError in int()); exact, a range check can name it
+            return int(Fraction(number) * unit)
     return None
+
+
+def shown(value: Any) -> str:
+    """A value as a sentence quotes it: repr, but a 400-digit number is named by its length, not printed."""
+    text = repr(value) if not isinstance(value, int) or isinstance(value, bool) or abs(value) < 10**30 else None
+    if text is None:
+        return f"a number {len(str(abs(value)))} digits long"
+    return text if len(text) <= 60 else f"{text[:24]}...{text[-10:]} ({len(text)} characters)"
 
 
 SIZE_HELP = "a size in bytes (an integer >= 0) or a string like \"4 GB\" or \"2.5 GiB\""
@@ -208,7 +231,7 @@ def is_int_range(lo: int, hi: int, multiple: int = 1) -> Check:
         if isinstance(v, bool) or not isinstance(v, int):
             return f"must be a whole number from {lo} to {hi}" + (f" (a multiple of {multiple})" if multiple > 1 else "") + f", not {v!r}"
         if not lo <= v <= hi or v % multiple:
-            return f"is {v}; allowed: {lo} to {hi}" + (f", a multiple of {multiple}" if multiple > 1 else "")
+            return f"is {shown(v)}; allowed: {lo} to {hi}" + (f", a multiple of {multiple}" if multiple > 1 else "")
         return None
     return check
 
@@ -216,7 +239,7 @@ def is_int_range(lo: int, hi: int, multiple: int = 1) -> Check:
 def is_size(v: Any) -> str | None:
     if parse_size(v) is None:
         neg = isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0
-        return f"is {'negative' if neg else 'not a size'} ({v!r}); allowed: {SIZE_HELP}"
+        return f"is {'negative' if neg else 'not a size'} ({shown(v)}); allowed: {SIZE_HELP}"
     return None
 
 

@@ -149,7 +149,7 @@ def check_free_space(folder: Path, need_bytes: int, *, free_bytes: Callable[[Pat
             f"{human_bytes(short)} short.",
             "Free that much space, or put ComfyUI's models on a bigger disk (extra_model_paths.yaml), "
             "or pick a smaller profile ('h3kit profile list').",
-            details={"need_bytes": need_bytes, "free_bytes": free, "short_bytes": short},
+            details={"need_bytes": need_bytes, "free_bytes": free, "short_bytes": short, "folder": str(folder)},
         )
     return free
 

@@ -76,7 +76,8 @@ def comfy_python(comfyui_dir: Path, config=None) -> Path | None:
     """ComfyUI's own interpreter, by h3kit.comfyui.locate's search order (portable python_embeded, a venv
     inside ComfyUI, then `comfyui_python` of `config`); None when none is found."""
     base = Path(comfyui_dir)
-    py, _source = locate.find_python(locate.ComfyInstall(base, "given", locate.detect_layout(base)), config)
+    py, _source = locate.find_python(locate.ComfyInstall(base, "given", locate.detect_layout(base)), config,
+                                     app=locate.app_of(base, {}))  # the app's venv (Pinokio's env/, ...) first
     return Path(py) if py is not None else None
 
 

@@ -23,7 +23,7 @@ from h3kit.data.plan_doc import Plan
 from h3kit.core.files import nearest_existing, sha256_file
 from h3kit.core.units import human_bytes
 from h3kit.models.download import ROUNDED_SIZE_TOLERANCE, Downloader, Fetched, HostsUnreachable, check_free_space
-from h3kit.comfyui.model_folders import ModelFolders
+from h3kit.comfyui.model_folders import ModelFolders, creation_root
 from h3kit.models.files import (
     ROLE,
     SCHEMA,
@@ -260,8 +260,14 @@ def _same_disk(src: Path | None, target: Path) -> bool:
 
 def _check_target(target: Path, folders: ModelFolders) -> None:
     """BadInput, before anything is written, when a folder a file goes to cannot be made or written: a
-    configured default on a drive that is not there, or under a file."""
+    configured default on a drive that is not there, or under a file. Folders are made only under a root
+    that exists (model_folders.creation_root), never as a chain down from the disk below a missing mount."""
     base = nearest_existing(target)
+    root, what = creation_root(folders, target)
+    if base.is_dir() and not os.path.exists(root):
+        raise BadInput(f"The model files would go to {target}, but {root} ({what}) does not exist: the drive it is "
+                       "on is not connected, so h3kit creates nothing there.",
+                       "Connect that drive (or fix that entry: is_default, base_path), then run the same command again.")
     why = None
     if not base.is_dir():
         why = f"{base} is not a folder"

@@ -14,6 +14,7 @@ loud, never a skipped step.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 from h3kit import calibrate
 from h3kit.calibrate.handover import Planned
@@ -29,7 +30,7 @@ from h3kit.data import catalog
 from h3kit.data.plan_doc import Plan, PlanSettings
 from h3kit.models import ensure_models
 from h3kit.native.build import build, find_library
-from h3kit.steps import next_steps
+from h3kit.steps import ends_short, next_steps
 from h3kit.steps.common import (
     check_profile,
     exclusive,
@@ -142,7 +143,8 @@ def _into(options: InstallOptions, ctx: Session, config, planned: Planned, libra
     ctx.progress("Checking that this ComfyUI can run MiniMax H3...")
     support = h3_support.check(install, catalog.load(), comfyui_locate.run_python)
     result.h3 = support.to_json()
-    final = _after_deploy(options, ctx, planned, install, result, support) or plan
+    after = _after_deploy(options, ctx, planned, install, result, support)
+    final = after.plan or plan
     _refuse_after(options, ctx, plan, install, result, support)
     deployed = state_mod.refreshed(ctx, install, found, pip_ran=options.with_loaders)
     notes.append(record_after_install(ctx, install, deployed))
@@ -157,6 +159,8 @@ def _into(options: InstallOptions, ctx: Session, config, planned: Planned, libra
     result.next_steps = next_steps.lines(result.launchers[0] if result.launchers else None, final,
                                          cpu_only=not (planned.fingerprint and planned.fingerprint.gpus),
                                          app_start=app_start)
+    if after.short is not None:  # all but some weights: what is in place, what is not, the command that finishes
+        raise ends_short.summary(options, ctx, install, result, final, after.folders, after.short)
     text = (f"h3kit installed into {install.node_dir} (profile '{final.profile if final else profile}', verified)."
             + "".join(f"\nnote: {n}" for n in notes) + "\n" + "\n".join(result.next_steps))
     return Outcome(result.to_json(), text, 0, warnings), final
@@ -241,17 +245,25 @@ def _lower_first(text: str) -> str:
     return text[:1].lower() + text[1:] if text.startswith("This ") else text
 
 
+class AfterDeploy(NamedTuple):
+    plan: Plan | None  # the plan calibration re-applied, or None
+    short: NotReady | None = None  # the models step ran short of room or of a host (ends_short.is_shortfall)
+    folders: object = None  # the ComfyUI's model folders the models step used
+
+
 def _after_deploy(options: InstallOptions, ctx: Session, planned: Planned, install: comfyui_locate.ComfyInstall,
-                  result: InstallResult, support: h3_support.H3Support) -> Plan | None:
+                  result: InstallResult, support: h3_support.H3Support) -> AfterDeploy:
     """The models (when this ComfyUI can load them and the plan fits and holds nothing refused), then the
-    calibration of install's plan and fingerprint; the plan calibration re-applied, or None."""
+    calibration of install's plan and fingerprint. A models step short of disk or of a host is kept, not
+    raised, so the install records and summarises everything else before it ends with it."""
     plan, notes = planned.plan, result.notes
     skip = ("this ComfyUI cannot load MiniMax H3 yet" if not support.ready
             else "the plan does not fit this machine" if plan.fits is False
             else "the plan holds files not known to load here" if _refused(options, ctx, plan) else None)
     if skip:
         notes.append(f"models skipped: {skip}, so no weights are downloaded")
-        return _calibrate(options, ctx, install.path, result, planned)
+        return AfterDeploy(_calibrate(options, ctx, install.path, result, planned))
+    folders = None
     try:
         folders = model_folders(install, ctx)
         result.model_folders = folders.to_json()
@@ -262,10 +274,12 @@ def _after_deploy(options: InstallOptions, ctx: Session, planned: Planned, insta
         # The pack is installed and verified; the calibration needs no weights, so it still runs
         # (its report says what the machine can do), and the models error is the exit.
         notes.append(f"models not complete: {failed.message}")
-        _calibrate(options, ctx, install.path, result, planned)
+        applied = _calibrate(options, ctx, install.path, result, planned)
+        if ends_short.is_shortfall(failed):
+            return AfterDeploy(applied, failed, folders)
         failed.details = {**result.to_json(), **failed.details}
         raise
-    return _calibrate(options, ctx, install.path, result, planned)
+    return AfterDeploy(_calibrate(options, ctx, install.path, result, planned), None, folders)
 
 
 def _calibrate(options: InstallOptions, ctx: Session, comfyui_dir: Path | None, result: InstallResult,

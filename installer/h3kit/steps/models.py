@@ -13,7 +13,7 @@ from pathlib import Path
 
 from h3kit import models
 from h3kit.calibrate.format_probe import cached
-from h3kit.comfyui.locate import ComfyInstall, detect_layout, find, find_python
+from h3kit.comfyui.locate import ComfyInstall, app_of, detect_layout, find, find_python, take_app
 from h3kit.core.errors import BadInput, NotReady
 from h3kit.core.session import Session
 from h3kit.data import catalog
@@ -83,7 +83,9 @@ def _comfyui(options: ModelsOptions, ctx: Session, config, *, required: bool) ->
             raise BadInput(f"{p} does not look like ComfyUI (no main.py, no models folder).",
                            "Pass the ComfyUI folder itself (the one holding main.py).")
         install = ComfyInstall(p.absolute(), "--comfyui", detect_layout(p.absolute()))
-        install.python, install.python_source = find_python(install, config)
+        app = app_of(install.path, {})  # its launch arguments name the shared folders, as the search finds them
+        take_app(install, app)
+        install.python, install.python_source = find_python(install, config, app=app)
         return install
     try:
         return find(None, config, ctx, need_write=required)

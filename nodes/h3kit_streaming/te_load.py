@@ -40,7 +40,8 @@ from .load import ATTR, gguf_dequantizer, open_checked, patcher_class, read_gguf
 from ..h3k_loader import BYPASS_READ_BYTES
 from ..h3kit_common.files import file_stamp
 from .logic import StreamError, is_quantized, merge_ranges, plan_stream, range_starts
-from .te_logic import EMBED, group_layers, layer_file_bytes, refuse_unsupported_te, row_span, te_tensors
+from .te_logic import (EMBED, group_layers, layer_file_bytes, refuse_unsupported_te, row_span, te_layout_problem,
+                       te_tensors)
 
 LOG = logging.getLogger("h3kit")
 MINIMAX = "MINIMAX"
@@ -147,6 +148,10 @@ def _meta_state_dict(path: Path, header: dict, mmproj, folder_lookup):
     import torch
     tensors = header["tensors"]
     if not header.get("gguf"):
+        # checked here, not by ComfyUI's load: its torch error names neither the file nor the tensor
+        problem = te_layout_problem(path.name, {n: e["shape"] for n, e in tensors.items()}, with_tower=True)
+        if problem:
+            raise StreamError(problem)
         return {n: torch.empty(e["shape"], dtype=_dtype(e["dtype"]), device="meta") for n, e in tensors.items()}, None
     from ..h3kit_gguf.load import mmproj_path
     from ..h3kit_gguf.logic import comfy_shapes, has_vision, read_gguf, te_missing, vision_problem
@@ -160,7 +165,7 @@ def _meta_state_dict(path: Path, header: dict, mmproj, folder_lookup):
             shapes.update({k: v for k, v in comfy_shapes(doc["tensors"], doc["kv"]).items()
                            if k.startswith("visual.")})
         LOG.info("h3kit streamed text encoder: vision tower from %s", how)
-    problem = te_missing(shapes, path.name) or vision_problem(
+    problem = te_missing(shapes, path.name) or te_layout_problem(path.name, shapes, with_tower=False) or vision_problem(
         shapes, shapes, Path(vision_file).name if vision_file else path.name, path.name)
     if problem:
         raise StreamError(problem)

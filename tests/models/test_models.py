@@ -384,19 +384,19 @@ def test_interactive_question_per_doubtful_file_defaults_to_no(tmp_path, monkeyp
 
 
 def test_the_fast_preset_puts_its_lora_in_the_models_plan(run_cli, h3kit_home):
-    """preset: fast uses the Turbo LoRA: models plan lists it (in the plan's disk total), with its catalog entry."""
+    """preset: fast uses lightx2v's 8-step 768p LoRA: models plan lists it (in the plan's disk total), with its
+    catalog entry."""
     (h3kit_home / "config.yaml").write_text("overrides:\n  preset: fast\n")
     code, doc, err = _json(run_cli, "models", "plan", "--fingerprint", str(FP_4090))
     assert code == 0, err
-    (entry,) = [f for f in doc["files"] if f["id"] == "h3-lora-turbo"]
-    assert entry["folder"] == "loras" and entry["name"] == "minimax_h3_fl2v_turbo_8step_v1.0_comfyui_bf16.safetensors"
+    (entry,) = [f for f in doc["files"] if f["id"] == "h3-lora-turbo-768p"]
+    assert entry["folder"] == "loras" and entry["name"] == "minimax_h3_fl2v_turbo_8step_v1.0_768p_comfyui_bf16.safetensors"
     assert entry["bytes"] == entry["exact_bytes"] == 1_956_193_000 and entry["sha256"] is None
     assert entry["loader"]["node"] == "LoraLoaderModelOnly"
-    assert entry["urls"] == [f"https://huggingface.co/{repo}/resolve/main/{folder}"
-                             "minimax_h3_fl2v_turbo_8step_v1.0_comfyui_bf16.safetensors"
-                             for repo, folder in (("lightx2v/Minimax-h3-Turbo", ""), ("Comfy-Org/MiniMax-H3", "loras/"))]
+    assert entry["urls"] == ["https://huggingface.co/lightx2v/Minimax-h3-Turbo/resolve/main/"
+                             "minimax_h3_fl2v_turbo_8step_v1.0_768p_comfyui_bf16.safetensors"]
     code, plan, _ = _json(run_cli, "plan", "--fingerprint", str(FP_4090))
-    assert plan["settings"]["lora"] == "h3-lora-turbo" and doc["total_bytes"] == plan["estimates"]["disk_bytes"]
+    assert plan["settings"]["lora"] == "h3-lora-turbo-768p" and doc["total_bytes"] == plan["estimates"]["disk_bytes"]
 
 
 def test_the_fast_preset_fetches_its_lora_into_comfyuis_loras_folder(run_cli, small, comfy, h3kit_home):
@@ -404,8 +404,8 @@ def test_the_fast_preset_fetches_its_lora_into_comfyuis_loras_folder(run_cli, sm
     cfg.write_text(cfg.read_text() + "overrides:\n  preset: fast\n")
     code, got, err = _json(run_cli, "models", "fetch", "--fingerprint", str(FP_4090), "--comfyui", str(comfy))
     assert code == 0, err
-    dest = comfy / "models" / "loras" / "minimax_h3_fl2v_turbo_8step_v1.0_comfyui_bf16.safetensors"
-    assert dest.read_bytes() == small["h3-lora-turbo"]
+    dest = comfy / "models" / "loras" / "minimax_h3_fl2v_turbo_8step_v1.0_768p_comfyui_bf16.safetensors"
+    assert dest.read_bytes() == small["h3-lora-turbo-768p"]
     assert str(dest) in {f["path"] for f in got["files"]}
 
 

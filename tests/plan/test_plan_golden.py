@@ -100,9 +100,9 @@ def test_plans_make_sense():
     r4090 = _plan("nvidia-rtx4090-24gb-64gb")
     assert r4090["settings"]["preset"] == "quality" and r4090["estimates"]["minutes_per_clip"] <= 15
     assert r4090["settings"]["timing"]["source"].startswith("table: nvidia-rtx-4090 ")
-    # the fastest preset is ComfyUI's own turbo LoRA at 8 steps, and the CPU box misses the target even with it
+    # the fastest preset is lightx2v's 8-step 768p turbo LoRA at 8 steps, and the CPU box misses the target even with it
     assert cpu16["settings"]["preset"] == "fast" and not cpu16["estimates"]["time"]["meets_target"]
-    assert (cpu16["settings"]["lora"], cpu16["settings"]["steps"]) == ("h3-lora-turbo", 8)
+    assert (cpu16["settings"]["lora"], cpu16["settings"]["steps"]) == ("h3-lora-turbo-768p", 8)
     assert any("more than target_minutes 15" in w for w in cpu16["warnings"])
     # streaming (issue #15): where ComfyUI cannot hold the bf16 DiT and has no dynamic VRAM, h3kit's loader
     # streams it -- the stock safetensors file, best quality -- instead of a GGUF reported not to load

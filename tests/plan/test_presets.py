@@ -53,13 +53,13 @@ def _nodes(api: dict, class_type: str) -> list:
 
 def test_the_catalog_presets_follow_the_sources():
     p = CAT.presets
-    # ComfyUI's H3 templates: 8 turbo steps with the lightx2v LoRA, else 20; antirez/h3.c's quality preset 50
+    # lightx2v's 8-step 768p LoRA at 8 steps (discussion #48), else ComfyUI's 20; antirez/h3.c's quality preset 50
     assert [p[n].steps for n in ("fast", "balanced", "quality")] == [8, 20, 50]
     assert {x.cfg for x in p.values()} == {1.0}  # H3 fails silently with another cfg (FACTS.md)
-    assert p["fast"].lora == "h3-lora-turbo" and p["balanced"].lora is None and p["quality"].lora is None
-    lora = CAT.weight("h3-lora-turbo")
+    assert p["fast"].lora == "h3-lora-turbo-768p" and p["balanced"].lora is None and p["quality"].lora is None
+    lora = CAT.weight("h3-lora-turbo-768p")
     assert lora.bytes == lora.file.bytes == 1_956_193_000 and lora.file.sha256 is None
-    assert lora.file.name == "minimax_h3_fl2v_turbo_8step_v1.0_comfyui_bf16.safetensors"
+    assert lora.file.name == "minimax_h3_fl2v_turbo_8step_v1.0_768p_comfyui_bf16.safetensors"
     assert lora.file.folder == "loras" and lora.file.loader == "LoraLoaderModelOnly"
     assert lora.comfyui_loads == "stock" and not lora.load_tier and lora.file.unverified is None
     assert lora.file.urls[0].startswith("https://huggingface.co/lightx2v/Minimax-h3-Turbo/")
@@ -69,13 +69,13 @@ def test_the_catalog_presets_follow_the_sources():
 def test_the_fast_preset_puts_the_lora_between_the_dit_loader_and_the_sampler(tmp_path, kind):
     plan = _plan(text="overrides:\n  preset: fast\n", tmp_path=tmp_path)
     s = plan["settings"]
-    assert (s["preset"], s["steps"], s["lora"], s["cfg"]) == ("fast", 8, "h3-lora-turbo", 1.0)
+    assert (s["preset"], s["steps"], s["lora"], s["cfg"]) == ("fast", 8, "h3-lora-turbo-768p", 1.0)
     assert plan["settings_source"]["preset"].startswith("override")
     api = _api(plan, kind)
     ((lora_id, lora),) = _nodes(api, "LoraLoaderModelOnly")
     ((dit_id, _),) = _nodes(api, "UNETLoader")
     assert lora["inputs"]["model"] == [dit_id, 0]
-    assert lora["inputs"]["lora_name"] == "minimax_h3_fl2v_turbo_8step_v1.0_comfyui_bf16.safetensors"
+    assert lora["inputs"]["lora_name"] == "minimax_h3_fl2v_turbo_8step_v1.0_768p_comfyui_bf16.safetensors"
     assert lora["inputs"]["strength_model"] == 1.0
     ((_, shift),) = _nodes(api, "MiniMaxH3SigmaShift")
     assert shift["inputs"]["model"] == [lora_id, 0]
@@ -123,8 +123,8 @@ def test_auto_takes_the_best_preset_that_meets_target_minutes(tmp_path):
 def test_a_target_nothing_meets_opens_at_the_cheapest_option_and_says_so(tmp_path):
     plan = _plan(text="overrides:\n  target_minutes: 0.01\n", tmp_path=tmp_path)
     s = plan["settings"]
-    # the fast preset's LoRA is ComfyUI's own, known to load: auto takes it like any other preset
-    assert (s["preset"], s["lora"], s["steps"]) == ("fast", "h3-lora-turbo", 8)
+    # the fast preset's LoRA is known to load: auto takes it like any other preset
+    assert (s["preset"], s["lora"], s["steps"]) == ("fast", "h3-lora-turbo-768p", 8)
     assert tuple(s["canvas"]) == CAT.canvas_ladder[-1] and s["frames"] == 22
     assert not any("not chosen by itself" in r for r in plan["rationale"])
     assert not plan["estimates"]["time"]["meets_target"]
@@ -133,7 +133,7 @@ def test_a_target_nothing_meets_opens_at_the_cheapest_option_and_says_so(tmp_pat
 
 def test_auto_skips_a_preset_whose_lora_is_not_known_to_load():
     """A catalog whose turbo LoRA nobody has seen load: auto never picks it, and says how to ask for it."""
-    turbo = CAT.weight("h3-lora-turbo")
+    turbo = CAT.weight("h3-lora-turbo-768p")
     doubtful = dataclasses.replace(turbo, file=dataclasses.replace(turbo.file, unverified="no report of it loading"))
     cat = dataclasses.replace(CAT, lora=[doubtful])
     fp = Fingerprint.from_json(FPS["nvidia-rtx3060-12gb-32gb"])
@@ -178,7 +178,7 @@ def test_calibrated_timing_replaces_the_table(tmp_path):
 @pytest.mark.parametrize("line, fragment", [
     ("preset: turbo", "'overrides.preset' is 'turbo'; allowed: auto, fast, balanced, quality"),
     ("target_minutes: 0", "'overrides.target_minutes' is 0; allowed: more than 0"),
-    ("cfg: 0.5", "'overrides.cfg' is 0.5; allowed: from 1 to 30"),
+    ("cfg: 0.5", "'overrides.cfg' is 0.5; allowed: 1 to 30"),
     ("stream_dit: maybe", "'overrides.stream_dit' is 'maybe'; allowed: auto, on, off"),
     ("prefetch_blocks: 9", "'overrides.prefetch_blocks' is 9; allowed: 1 to 8"),
     ("timing: {block_s_per_token: 1.0e-4}", "'overrides.timing' is missing block_s_per_token2, step_fixed_s"),

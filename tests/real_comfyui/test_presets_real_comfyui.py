@@ -99,7 +99,8 @@ def write_safetensors(path: Path, tensors: dict[str, tuple[list, list]], dtype: 
 
 def tiny_lora(path: Path, names: tuple[str, str] = ("lora_down", "lora_up")) -> int:
     """A random LoRA for the tiny DiT in the layout of ComfyUI's own turbo LoRA
-    (minimax_h3_fl2v_turbo_8step_v1.0_comfyui_bf16.safetensors): bf16; in every block and token-refiner block
+    (minimax_h3_fl2v_turbo_8step_v1.0_comfyui_bf16.safetensors, and the 768p file of the same bytes the fast preset
+    loads): bf16; in every block and token-refiner block
     attn.qkv_proj (fused: down = q, k and v's downs stacked, rank 3r; up = their ups block-diagonal),
     attn.out_proj, mlp.fc1 and mlp.fc2; no AdaLN and no alpha keys. `names`: the down/up suffixes (the file's are
     lora_down/lora_up by a converter's description; lora_A/lora_B is the other form ComfyUI takes).
@@ -140,20 +141,24 @@ def installed_text_to_video(run_cli, comfy: Path, fingerprint) -> dict:
 
 def test_the_fast_presets_lora_runs_in_comfyui_and_changes_the_video(h3kit_home, run_cli, tmp_path):
     comfy, roomy, plan = comfy_h3.planned_test_comfyui(REAL, run_cli, h3kit_home, tmp_path, CONFIG)
-    assert (plan["settings"]["preset"], plan["settings"]["lora"]) == ("fast", "h3-lora-turbo")
+    assert (plan["settings"]["preset"], plan["settings"]["lora"]) == ("fast", "h3-lora-turbo-768p")
     cat = catalog_mod.load()
     names = {}
     for key, part in PART_OF.items():
         f = cat.weight(plan["settings"][key]).file
         names[part] = f"{f.folder}/{f.name}"
     comfy_h3.write_tiny_files(comfy, PYTHON, names)
-    lora_file = cat.weight("h3-lora-turbo").file
+    lora_file = cat.weight(plan["settings"]["lora"]).file
     patched = tiny_lora(comfy / "models" / lora_file.folder / lora_file.name)
 
     api = installed_text_to_video(run_cli, comfy, roomy)
     (lora_id,) = [k for k, n in api.items() if n["class_type"] == "LoraLoaderModelOnly"]
     assert api[lora_id]["inputs"]["lora_name"] == lora_file.name and api[lora_id]["inputs"]["strength_model"] == 1.0
     assert next(n for n in api.values() if n["class_type"] == "BasicScheduler")["inputs"]["steps"] == 2
+    # the LoRA's published schedule (lightx2v discussion #48), which this ComfyUI runs as written
+    one = {n["class_type"]: n["inputs"] for n in api.values()}
+    assert one["KSamplerSelect"]["sampler_name"] == "euler" and one["BasicScheduler"]["scheduler"] == "simple"
+    assert (one["MiniMaxH3SigmaShift"]["shift_video"], one["MiniMaxH3SigmaShift"]["shift_audio"]) == (6.0, 3.0)
 
     without = json.loads(json.dumps(api))
     without[lora_id]["inputs"]["strength_model"] = 0.0

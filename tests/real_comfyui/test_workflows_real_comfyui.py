@@ -38,7 +38,7 @@ def test_every_installed_workflow_runs_and_writes_video_with_audio(h3kit_home, r
     cat = catalog_mod.load()
     twin = cat.weight(ref["dit_weights"])
     assert twin is cat.reference_twin(cat.weight(s["dit_weights"]))
-    assert (s["lora"], ref["lora"], ref["steps"]) == ("h3-lora-turbo", "h3-lora-ref2v-turbo", 2)  # steps: 2 wins
+    assert (s["lora"], ref["lora"], ref["steps"]) == ("h3-lora-turbo-768p", "h3-lora-ref2v-turbo", 2)  # steps: 2 wins
 
     files = {part: cat.weight(s[key]).file for key, part in comfy_h3.PART_OF.items()}
     comfy_h3.write_tiny_files(comfy, PYTHON, {part: f"{f.folder}/{f.name}" for part, f in files.items()})

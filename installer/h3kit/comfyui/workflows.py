@@ -17,7 +17,9 @@ H3kitStreamedTextEncoderLoader (with the plan's page_cache and prefetch_layers) 
 settings.text_encoder_streaming says so -- then the preset's LoRA (LoraLoaderModelOnly) when it
 uses one, the plan's canvas, frames, steps and cfg as defaults (cfg 1.0: one
 model call per step through BasicGuider; any other through CFGGuider with an
-empty negative prompt), sampler and shifts from the catalog, h3kit's tiled
+empty negative prompt), sampler, scheduler and shifts from the catalog -- the
+loaded LoRA's own where its catalog entry gives them (a turbo LoRA is distilled
+on one schedule: lightx2v's 768p files at shifts 6 / 3) -- h3kit's tiled
 decode (which applies the profile's tiles) and, when the plan unloads the
 text encoder before sampling, h3kit's memory guard between the two. The
 reference graph loads the plan's ref2va twin of the DiT instead (same loader
@@ -55,6 +57,23 @@ REFERENCE_IMAGE = "example.png"
 
 
 @dataclass(frozen=True)
+class Schedule:
+    """The sampler, scheduler and video/audio flow shifts one workflow samples with."""
+
+    sampler: str
+    scheduler: str
+    shift_video: float
+    shift_audio: float
+
+
+def schedule_for(catalog, lora_id: str | None) -> Schedule:
+    """The LoRA's own schedule when its catalog entry gives one (lora[].sampling), else the catalog's defaults."""
+    own = catalog.weight(lora_id).sampling if lora_id and catalog.weight(lora_id) is not None else None
+    src = own if own is not None else catalog.sampling
+    return Schedule(src.sampler, src.scheduler, float(src.shift_video), float(src.shift_audio))
+
+
+@dataclass(frozen=True)
 class ReferenceSettings:
     """The reference-to-video graph's own part: the ref2va DiT, its steps and LoRA (plan settings.reference)."""
 
@@ -62,6 +81,7 @@ class ReferenceSettings:
     steps: int
     lora: "LoadedFile | None" = None
     lora_strength: float = 1.0
+    schedule: Schedule | None = None  # its LoRA's (or the catalog's) schedule; None: the main workflows' own
 
 
 @dataclass(frozen=True)
@@ -105,6 +125,7 @@ class WorkflowSettings:
     def from_plan(cls, plan: Plan, catalog) -> "WorkflowSettings":
         s = plan.settings
         sampling = catalog.sampling
+        sched = schedule_for(catalog, s.lora)
         width, height = s.canvas or s.max_canvas
         return cls(
             dit=_file(catalog, s.dit_weights), text_encoder=_file(catalog, s.text_encoder_weights),
@@ -112,8 +133,8 @@ class WorkflowSettings:
             audio_vae=_file(catalog, s.audio_vae_weights or catalog.audio_vae[0].id),
             width=int(width), height=int(height), frames=int(s.frames or s.max_frames),
             steps=int(s.steps or sampling.steps),
-            sampler=sampling.sampler, scheduler=sampling.scheduler,
-            shift_video=float(sampling.shift_video), shift_audio=float(sampling.shift_audio),
+            sampler=sched.sampler, scheduler=sched.scheduler, shift_video=sched.shift_video,
+            shift_audio=sched.shift_audio,
             fps=int(sampling.fps), seed=int(sampling.seed),
             guard_memory=True,
             cfg=float(s.cfg if s.cfg is not None else sampling.cfg),
@@ -127,7 +148,8 @@ def _reference(catalog, settings: PlanSettings) -> ReferenceSettings | None:
     if ref is None or not ref.dit_weights:
         return None
     return ReferenceSettings(_file(catalog, ref.dit_weights), int(ref.steps or settings.steps or catalog.sampling.steps),
-                             _file(catalog, ref.lora) if ref.lora else None, float(ref.lora_strength or 1.0))
+                             _file(catalog, ref.lora) if ref.lora else None, float(ref.lora_strength or 1.0),
+                             schedule_for(catalog, ref.lora))
 
 
 def _stream(settings: PlanSettings) -> dict | None:
@@ -166,6 +188,8 @@ def build(kind: str, ws: WorkflowSettings, specs: dict) -> Graph:
         raise ValueError("the reference-to-video workflow needs the plan's reference settings")
     dit, lora, lora_strength, steps = (ref.dit, ref.lora, ref.lora_strength, ref.steps) if ref else \
         (ws.dit, ws.lora, ws.lora_strength, ws.steps)
+    sched = ref.schedule if ref is not None and ref.schedule is not None else \
+        Schedule(ws.sampler, ws.scheduler, ws.shift_video, ws.shift_audio)
     g = Graph(specs)
     model = _load_dit(g, dit, ws.stream)
     if lora is not None:
@@ -191,16 +215,16 @@ def build(kind: str, ws: WorkflowSettings, specs: dict) -> Graph:
     positive = encode.out(0)
     if ws.guard_memory:  # the 32B text encoder leaves memory before the DiT needs it
         positive = g.add("H3kitMemoryGuard", "free the text encoder", value=positive).out(0)
-    shifted = g.add("MiniMaxH3SigmaShift", "flow shift", model=model.out(), shift_video=ws.shift_video,
-                    shift_audio=ws.shift_audio)
+    shifted = g.add("MiniMaxH3SigmaShift", "flow shift", model=model.out(), shift_video=sched.shift_video,
+                    shift_audio=sched.shift_audio)
     noise = g.add("RandomNoise", noise_seed=ws.seed)
     if abs(ws.cfg - 1.0) < 1e-9:  # H3's setting: the positive prompt alone, one model call per step
         guider = g.add("BasicGuider", model=shifted.out(), conditioning=positive)
     else:
         negative = g.add("CLIPTextEncode", "negative prompt", text="", clip=clip.out())
         guider = g.add("CFGGuider", model=shifted.out(), positive=positive, negative=negative.out(), cfg=ws.cfg)
-    sampler = g.add("KSamplerSelect", sampler_name=ws.sampler)
-    sigmas = g.add("BasicScheduler", model=shifted.out(), scheduler=ws.scheduler, steps=steps, denoise=1.0)
+    sampler = g.add("KSamplerSelect", sampler_name=sched.sampler)
+    sigmas = g.add("BasicScheduler", model=shifted.out(), scheduler=sched.scheduler, steps=steps, denoise=1.0)
     sampled = g.add("SamplerCustomAdvanced", noise=noise.out(), guider=guider.out(), sampler=sampler.out(),
                     sigmas=sigmas.out(), latent_image=encode.out(1))
     images = g.add("H3kitTiledVAEDecode", "decode video (profile tiles)", samples=sampled.out(0), vae=vae.out(),

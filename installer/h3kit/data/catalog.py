@@ -25,10 +25,10 @@ from h3kit.data import throughput as throughput_mod
 from h3kit.data import settings as settings_mod
 from h3kit.data.architecture import (Architecture, Canvas, Frames, Tokens, parse_architecture, parse_canvas,
                                      parse_frames, parse_tokens)
-from h3kit.data.catalog_sections import (LOAD_TIERS, ComfyH3, Limits, Model, Sampling, WeightFile, check_loads,
-                                         parse_comfyui_h3, parse_limits, parse_measured, parse_model,
-                                         parse_loader_packs, parse_placement, parse_reported_setups, parse_sampling,
-                                         parse_sequence_caps, parse_weight_file)
+from h3kit.data.catalog_sections import (LOAD_TIERS, ComfyH3, Limits, LoraSampling, Model, Sampling, WeightFile,
+                                         check_loads, parse_comfyui_h3, parse_limits, parse_loader_packs,
+                                         parse_lora_sampling, parse_measured, parse_model, parse_placement,
+                                         parse_reported_setups, parse_sampling, parse_sequence_caps, parse_weight_file)
 from h3kit.data.comfy_versions import ComfyVersions, parse_comfy_versions
 from h3kit.data.figures import DTYPE_BYTES, ComfyMemory, MemoryModel
 from h3kit.data.fingerprint import Fingerprint
@@ -53,6 +53,7 @@ class Weight:
     quality: int
     variant: str | None = None  # full | pruned (DiT only)
     file: WeightFile = WeightFile()
+    sampling: LoraSampling | None = None  # a LoRA's own sampler and shifts (lora[].sampling), else None
 
     @property
     def comfyui_loads(self) -> str:
@@ -207,7 +208,9 @@ def _weights(data: dict, problems: Problems, key: str, part: str, formats: dict)
         check_loads(data.get("loader_packs") or {}, problems, kp + ("file",), item.get("file") or {})
         # a bad `file:` is reported; the weight stays (the catalog is refused anyway) so its id raises nothing more
         file = parse_weight_file(item.get("file") or {}, problems, kp + ("file",)) or WeightFile()
-        out.append(Weight(wid, part, fmt, size, int(formats[fmt].get("quality", 0)), item.get("variant"), file))
+        sampling = parse_lora_sampling(item.get("sampling"), problems, kp + ("sampling",)) if part == "lora" else None
+        out.append(Weight(wid, part, fmt, size, int(formats[fmt].get("quality", 0)), item.get("variant"), file,
+                          sampling))
     return out
 
 

@@ -2,7 +2,7 @@
 
 `model` (its id and the first ComfyUI release that runs it), `comfyui_h3`
 (what a ComfyUI tree and its Python need for H3), `sampling` (the generated
-workflows' defaults), `limits` (ranges the settings checks accept),
+workflows' defaults, and a LoRA's own where its publisher gives them), `limits` (ranges the settings checks accept),
 `placement` and `reported_setups` (where weights run, setups users reported),
 `measured` (points users reported, for scripts/validate_estimator.py) and
 each weight file's `comfyui_loads` (does ComfyUI load it, and who says so).
@@ -162,6 +162,22 @@ class Sampling:
 
 
 @dataclass(frozen=True)
+class LoraSampling:
+    """lora[].sampling: the sampler, scheduler and flow shifts the LoRA's publisher gives for it; the workflows
+    that load the LoRA sample with these (a turbo LoRA is distilled on one schedule)."""
+
+    sampler: str
+    scheduler: str
+    shift_video: float
+    shift_audio: float
+    source: str
+
+
+LORA_SAMPLING_KEYS = ("sampler", "scheduler", "shift_video", "shift_audio", "source")
+MAX_SHIFT = 100.0  # MiniMaxH3SigmaShift's own limit (comfy_extras/nodes_minimax_h3.py)
+
+
+@dataclass(frozen=True)
 class Limits:
     """[min, max] or [min, max, multiple] for the VAE tile settings."""
 
@@ -283,6 +299,30 @@ def parse_sampling(section: Any, problems: Problems) -> Sampling:
             continue
         values[key] = v  # as written: an fps of 24 stays the whole number the reports print
     return Sampling(**{**defaults, **values})
+
+
+def parse_lora_sampling(section: Any, problems: Problems, kp: tuple) -> LoraSampling | None:
+    """A LoRA's `sampling:` (None when it has none), every key checked: names, shifts in MiniMaxH3SigmaShift's
+    range, and where the values come from."""
+    if section is None:
+        return None
+    if not isinstance(section, dict) or set(section) != set(LORA_SAMPLING_KEYS):
+        problems.add(kp, f"must be a mapping of exactly {', '.join(LORA_SAMPLING_KEYS)}, not {section!r}")
+        return None
+    ok = True
+    for key in ("sampler", "scheduler", "source"):
+        if not (isinstance(section[key], str) and section[key].strip()):
+            problems.add(kp + (key,), f"is {section[key]!r}; allowed: " + ("the text of the source" if key == "source"
+                                                                            else "a ComfyUI name"))
+            ok = False
+    for key in ("shift_video", "shift_audio"):
+        if not (_number(section[key]) and 0 < section[key] <= MAX_SHIFT):
+            problems.add(kp + (key,), f"is {section[key]!r}; allowed: a number above 0 and at most {MAX_SHIFT:g}")
+            ok = False
+    if not ok:
+        return None
+    return LoraSampling(section["sampler"], section["scheduler"], float(section["shift_video"]),
+                        float(section["shift_audio"]), section["source"])
 
 
 def parse_limits(section: dict, problems: Problems) -> Limits | None:

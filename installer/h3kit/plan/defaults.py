@@ -145,6 +145,7 @@ def workflow_defaults(cat: Catalog, settings: Settings, source: dict, max_canvas
                    f"the workflows open with the fastest, {p.name} ({p.why}).")
     shape_why, warnings = _shape_sentences(cat, settings, source, p, canvas, frames, max_canvas, max_frames, met)
     steps_why, steps_warnings = _steps_sentences(settings, source, p, est, timing, canvas, frames, met, target)
+    steps_why += _lora_schedule_sentence(cat, p)
     defaults = {"canvas": list(canvas), "frames": int(frames), "steps": est["steps"], "cfg": est["cfg"],
                 "preset": p.name, "lora": p.lora, "lora_strength": p.lora_strength if p.lora else None,
                 "target_minutes": target}
@@ -180,6 +181,17 @@ def _shape_sentences(cat: Catalog, settings: Settings, source: dict, p: Preset, 
                    + ("the most within the target at that canvas" if met else "the fewest there are")
                    + f" (at most {min(max_frames, cap)}: the video node's default length {cap} or the memory limit).")
     return why, warnings
+
+
+def _lora_schedule_sentence(cat: Catalog, p: Preset) -> list[str]:
+    """Why the workflows that load the preset's LoRA sample with its own sampler and shifts, when it has them."""
+    lora = cat.weight(p.lora) if p.lora else None
+    own = lora.sampling if lora is not None else None
+    if own is None:
+        return []
+    return [f"With the LoRA {p.lora} they sample with {own.sampler}, scheduler {own.scheduler}, flow shifts "
+            f"{own.shift_video:g} (video) / {own.shift_audio:g} (audio), the setting its publisher gives for it "
+            f"({own.source.split(';')[0]})."]
 
 
 def _steps_sentences(settings: Settings, source: dict, p: Preset, est: dict, timing: dict, canvas, frames: int,

@@ -320,7 +320,8 @@ def main(argv=None) -> int:
     ap.add_argument("--keep", type=Path, help="work in this folder and keep it (files are reused on the next run)")
     ap.add_argument("--held", action="store_true", help="the older check: ComfyUI's own loader, calibration's runner")
     ap.add_argument("--calibrations", type=int, default=3, help="quick calibrations of the fits case (their spread)")
-    ap.add_argument("--only", choices=("fits", "nofit"), help="one of the two page-cache cases")
+    ap.add_argument("--only", action="append", choices=("fits", "bypass", "nofit"),
+                    help="only these page-cache cases (repeatable; estimator_cases.CASES)")
     a = ap.parse_args(argv)
     os.environ.setdefault("H3KIT_HOME", tempfile.mkdtemp(prefix="h3kit-validate-home-"))
     if a.published:
@@ -369,7 +370,7 @@ def installed(comfy_real: Path, a) -> int:
 
     python = next(p for p in (comfy_real / "venv/bin/python", comfy_real / ".venv/bin/python") if p.exists())
     root = a.keep.resolve() if a.keep else Path(tempfile.mkdtemp(prefix="h3kit-validate-"))
-    cases = [c for i, c in enumerate(ec.CASES) if a.only is None or (a.only == "fits") == (i == 0)]
+    cases = [c for c in ec.CASES if not a.only or c["slug"] in a.only]
     # the spread is the fits case's (a quick run there takes a minute); the larger file gets one calibration
     table = [ec.run_case(comfy_real, python, root, case, max(1, a.calibrations) if case is ec.CASES[0] else 1,
                          keep_dit=False) for case in cases]

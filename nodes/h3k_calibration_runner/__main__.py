@@ -30,6 +30,7 @@ if __package__:
     from .measure import Progress
     from .native_bench import load_bridge, measure_native
     from .scaled_dit import run_scaled_dit
+    from .streamed_pass import measure_streamed_pass
 else:  # run as a path (python .../h3k_calibration_runner): import the package from its parent folder
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from h3k_calibration_runner import _numpy
@@ -41,6 +42,7 @@ else:  # run as a path (python .../h3k_calibration_runner): import the package f
     from h3k_calibration_runner.measure import Progress
     from h3k_calibration_runner.native_bench import load_bridge, measure_native
     from h3k_calibration_runner.scaled_dit import run_scaled_dit
+    from h3k_calibration_runner.streamed_pass import measure_streamed_pass
 
 
 def _runner_info() -> dict:
@@ -106,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     result["h3_model"] = _guard("H3 model measurement", measure_h3_model, job, args.comfyui, args.quick, progress)
     if result["h3_model"].get("status") != "measured":
         result["skipped"].append(f"ComfyUI's H3 model: {result['h3_model'].get('reason')}")
+    if job.h3_streamed:  # after the held model is unloaded: the installed loader's pass, timed whole
+        result["streamed_pass"] = _guard("streamed pass", measure_streamed_pass, job, args.comfyui, args.quick,
+                                         progress, result["h3_model"].get("canvas"))
     result["runner"]["torch"] = _torch_version()
     result["seconds"] = time.perf_counter() - started
     tmp = args.out + ".tmp"

@@ -95,6 +95,8 @@ class Job:
     h3_parts: tuple[str, ...] = H3_PARTS
     h3_vae: Mapping = field(default_factory=lambda: _frozen(None))
     h3_text_encoder: Mapping = field(default_factory=lambda: _frozen(None))
+    # {pack, node, dit_path, inputs}: the installed workflow's streamed DiT loader, timed whole (streamed_pass.py)
+    h3_streamed: Mapping = field(default_factory=lambda: _frozen(None))
     device_matmul_size: int | None = None
     device_copy_bytes: int | None = None
 
@@ -128,6 +130,7 @@ class Job:
             h3_blocks_built=_int(doc.get("h3_blocks_built")),
             h3_parts=tuple(doc["h3_parts"]) if isinstance(doc.get("h3_parts"), (list, tuple)) else H3_PARTS,
             h3_vae=_frozen(doc.get("h3_vae")), h3_text_encoder=_frozen(doc.get("h3_text_encoder")),
+            h3_streamed=_frozen(doc.get("h3_streamed")),
             device_matmul_size=_int(doc.get("device_matmul_size")),
             device_copy_bytes=_int(doc.get("device_copy_bytes")))
 
@@ -141,7 +144,8 @@ class Job:
                     "h3_device": self.h3_device, "h3_points": self.h3_points,
                     "h3_point_seconds": self.h3_point_seconds, "h3_prompt": self.h3_prompt,
                     "h3_blocks_built": self.h3_blocks_built, "h3_vae": self.h3_vae,
-                    "h3_text_encoder": self.h3_text_encoder, "device_matmul_size": self.device_matmul_size,
+                    "h3_text_encoder": self.h3_text_encoder, "h3_streamed": self.h3_streamed,
+                    "device_matmul_size": self.device_matmul_size,
                     "device_copy_bytes": self.device_copy_bytes}
         doc.update({k: _plain(v) for k, v in optional.items() if v})
         return doc
@@ -158,6 +162,7 @@ class Result:
     device: Mapping = field(default_factory=lambda: _frozen(None))
     tiles: tuple[Mapping, ...] = ()
     h3_model: Mapping | None = None
+    streamed_pass: Mapping | None = None
     skipped: tuple[str, ...] = ()
     seconds: float | None = None
     stderr_tail: str | None = None
@@ -172,6 +177,8 @@ class Result:
                    inference=_frozen(doc.get("inference")), device=_frozen(doc.get("device")),
                    tiles=tuple(_frozen(t) for t in doc.get("tiles") or ()),
                    h3_model=_frozen(h3) if isinstance(h3, Mapping) else None,
+                   streamed_pass=_frozen(doc["streamed_pass"]) if isinstance(doc.get("streamed_pass"), Mapping)
+                   else None,
                    skipped=tuple(str(s) for s in doc.get("skipped") or ()),
                    seconds=doc.get("seconds") if isinstance(doc.get("seconds"), (int, float)) else None,
                    stderr_tail=doc.get("stderr_tail"), status=doc.get("status"), reason=doc.get("reason"))

@@ -22,6 +22,7 @@ from h3kit import __version__
 from h3kit.calibrate import estimates
 from h3kit.calibrate import report
 from h3kit.calibrate import repeatability
+from h3kit.calibrate import streamed_pass
 from h3kit.calibrate import with_model as real_model
 from h3kit.calibrate.arch import arch_for
 from h3kit.calibrate.decisions import calibrated_values, decide, prefetch_figures
@@ -124,12 +125,16 @@ def device_of(fingerprint: Fingerprint, plan: Plan) -> str:
     return {"directml": "cuda"}.get(backend, backend)
 
 
-def workflow_prompt(install, plan: Plan, cat) -> str | None:
-    """The prompt of the text-to-video workflow the pack installed (else the one it would install)."""
+def installed_graph(install, plan: Plan, cat) -> dict | None:
+    """The text-to-video workflow the pack installed (else the one it would install), API format."""
     try:
-        graph, _source = real_model.workflow_for(install, plan, cat)
+        return real_model.workflow_for(install, plan, cat)[0]
     except (KeyError, ValueError, TypeError, OSError):
         return None
+
+
+def workflow_prompt(graph: dict) -> str | None:
+    """The prompt of that workflow's H3 node."""
     node = next((n for n in graph.values() if n.get("class_type") == "MiniMaxH3ImageToVideo"), None)
     prompt = ((node or {}).get("inputs") or {}).get("prompt")
     return prompt if isinstance(prompt, str) else None
@@ -169,6 +174,10 @@ def _estimates(cat, plan: Plan, fingerprint: Fingerprint, measured: dict, arch: 
     fitted = (measured.get("h3_model") or {}).get("fit") or {}
     streaming = prefetch_figures(plan, est, disk, cpu=device == "cpu", fingerprint=fingerprint,
                                  block_fixed_s=fitted.get("block_fixed_s") or 0.0)
+    whole = streamed_pass.measured_share(measured.get("streamed_pass"), est.get("timing"), arch, cat)
+    if whole is not None:  # the installed loader's pass, timed whole, over the share composed from its parts
+        streaming = {**(streaming or {"enabled": True}), "pass_overhead_composed": (streaming or {}).get(
+            "pass_overhead"), "pass_overhead": whole["pass_overhead"], "pass_measured": whole}
     if streaming is not None and streaming.get("pass_overhead") is not None:
         est = estimates.clip_estimate(cat, plan, fingerprint, measured.get("h3_model"), arch, day=day, device=device,
                                  native_appendix=appendix, pass_overhead=streaming["pass_overhead"], weights=weights)
@@ -348,13 +357,19 @@ def _job(state: _Run, dit: dict, arch: dict, device: str) -> Job:
     rows = tm.sequence_tokens(cat, work["canvas"][0], work["canvas"][1], work["frames"])
     table = tm.rates_from_table(state.fingerprint, cat, cat.comfyui.dtype_on(device), backend=device)
     points = estimates.measure_points(rows, arch, table, quick)
+    graph = installed_graph(state.install, plan, cat) if state.install is not None else None
+    streamed = streamed_pass.job_spec(state.install, plan, cat, graph)
+    if streamed is not None:  # the runner's time limit: a held call by the table, streaming at most doubling it
+        blocks = int(arch.get("blocks_total") or cat.blocks)
+        streamed["expected_call_s"] = 2 * estimates.call_seconds(rows, arch, table, blocks, tm)
     return dataclasses.replace(
         h3_job(cat, plan, arch, device, points), scaled_dit=dit, quick=quick, tile_candidates=TILE_CANDIDATES,
         # what one call at each point should take, by the table: the runner's time limit follows it
         h3_point_seconds=tuple(estimates.call_seconds(t, arch, table, estimates.points_blocks(quick), tm)
                                for t in points),
         # the runner counts the rows of the prompt the installed workflow sends
-        h3_prompt=workflow_prompt(state.install, plan, cat) if state.install is not None else None)
+        h3_prompt=workflow_prompt(graph) if graph else None,
+        h3_streamed=streamed)
 
 
 def _results(state: _Run, lib: Path | None, measured: dict, setup: dict) -> dict:
@@ -407,6 +422,7 @@ def _document(state: _Run, lib: Path | None, measured: dict, setup: dict, with_m
         "disk": setup["disk"],
         "tiles": measured.get("tiles") or [],
         "h3_model": got["h3_model"],
+        "streamed_pass": measured.get("streamed_pass"),  # the installed loader's pass, timed whole (or absent)
         "format_probe": probe.to_json() if probe is not None else None,
         "estimates": got["estimates"],
         "real_model": real,

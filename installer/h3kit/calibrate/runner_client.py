@@ -21,6 +21,7 @@ from pathlib import Path
 
 from h3kit import bundled
 from h3kit.bundled.h3k_calibration_runner.job import Job, JobSettings, Result
+from h3kit.bundled.h3k_calibration_runner.streamed_pass import WARM_CALLS
 from h3kit.core.session import Session
 from h3kit.core.subproc import run as run_process
 from h3kit.data.plan_doc import Plan
@@ -38,6 +39,7 @@ POINT_CAP_S = {True: 4.0, False: 15.0}  # each timed point repeats its call unti
 # was wrong. Three times the idle estimate still ends a runner that hangs (in about four minutes for
 # --quick, twenty for a full run, whose own work is five minutes and more).
 BUSY_FACTOR = 3
+SLOW_DISK = 100e6  # bytes/s: the cold call's read of the whole file, at a slow disk's rate
 FLOOR_S = 90  # the old fixed limit: no job is cut off sooner than before
 
 
@@ -57,8 +59,13 @@ def runner_limit(job: Job, quick: bool, comfyui: bool) -> tuple[int, str]:
     points = list(job.h3_points) if comfyui else []
     calls = list(job.h3_point_seconds)
     idle = base + sum(POINT_CAP_S[quick] + 2 * (calls[i] if i < len(calls) else 0.0) for i in range(len(points)))
+    streamed = dict(job.h3_streamed or {}) if comfyui else {}
+    if streamed:  # the installed loader's pass: a cold call and the warm ones, the file read at a slow disk's rate
+        file_bytes = os.path.getsize(streamed["dit_path"]) if os.path.isfile(streamed.get("dit_path") or "") else 0
+        idle += (1 + WARM_CALLS[quick]) * float(streamed.get("expected_call_s") or 0.0) + file_bytes / SLOW_DISK
     limit = max(FLOOR_S, math.ceil(BUSY_FACTOR * idle / 10) * 10)
     timed = f" and {len(points)} timed points of ComfyUI's H3" if points else ""
+    timed += " and the streamed pass" if streamed else ""
     basis = (f"{BUSY_FACTOR}x the {idle:.0f} s a {'quick' if quick else 'full'} run of this job takes on an idle "
              f"machine ({base} s of setup and measuring{timed}), for a busy one")
     return limit, basis

@@ -157,6 +157,13 @@ def rates_from_table(fingerprint: Fingerprint, catalog: Catalog, dtype: str, *, 
     return out
 
 
+def held_call_seconds(arch: dict, timing: dict, tokens: int, catalog: Catalog) -> float:
+    """Seconds of one model call over `tokens` packed rows with the weights held (no streaming share)."""
+    blocks = int(arch.get("blocks_total") or arch.get("blocks") or catalog.blocks)
+    return (blocks * (float(timing["block_s_per_token"]) * tokens + float(timing["block_s_per_token2"]) * tokens ** 2)
+            + float(timing["step_fixed_s"]) + float(timing.get("step_fixed_s_per_token") or 0.0) * tokens)
+
+
 def estimate_clip(arch: dict, timing: dict, canvas: tuple[int, int], frames: int, steps: int, cfg: float,
                   catalog: Catalog, *, pass_overhead: float = 0.0) -> dict:
     """Seconds and minutes for one clip at `canvas` x `frames`, `steps` steps, guidance `cfg`, with `timing`'s rates.
@@ -165,11 +172,8 @@ def estimate_clip(arch: dict, timing: dict, canvas: tuple[int, int], frames: int
     `pass_overhead` is the share every model call takes longer when h3kit streams the DiT (0.84: +84%)."""
     w, h = int(canvas[0]), int(canvas[1])
     tokens = sequence_tokens(catalog, w, h, int(frames))
-    blocks = int(arch.get("blocks_total") or arch.get("blocks") or catalog.blocks)
     calls = 1 if abs(float(cfg) - 1.0) < 1e-9 else 2
-    per_call = (blocks * (float(timing["block_s_per_token"]) * tokens + float(timing["block_s_per_token2"]) * tokens ** 2)
-                + float(timing["step_fixed_s"]) + float(timing.get("step_fixed_s_per_token") or 0.0) * tokens)
-    per_call *= 1.0 + max(0.0, float(pass_overhead or 0.0))
+    per_call = held_call_seconds(arch, timing, tokens, catalog) * (1.0 + max(0.0, float(pass_overhead or 0.0)))
     per_step = calls * per_call
     sampling = int(steps) * per_step
     text = float(timing.get("text_encode_s") or 0.0)

@@ -207,9 +207,8 @@ def streaming(doc: dict) -> Section | None:
     if not (st.get("enabled") or (not st and planned.enabled)):
         return None
     wait = _num(st.get("io_wait_fraction"))
-    compute, read = _num(st.get("compute_s_per_block")), _num(st.get("read_s_per_block"))
+    compute, read, copy = (_num(st.get(k)) for k in ("compute_s_per_block", "read_s_per_block", "copy_s_per_block"))
     ahead = st.get("prefetch_blocks") or planned.prefetch_blocks
-    copy = _num(st.get("copy_s_per_block"))
     measured_split = _num(st.get("wait_s")) is not None and _num(st.get("compute_s")) is not None
     blocks: list = []
     if compute is not None and read is not None:
@@ -222,7 +221,8 @@ def streaming(doc: dict) -> Section | None:
             text += (f". On the CPU each block is then read into its fp32 buffers while the model waits: "
                      f"{precise_seconds(copy)} a block at {human_rate(_num(st.get('direct_read_bytes_per_s')))}")
         if _num(st.get("pass_overhead")) is not None:
-            text += f"; in all, streaming makes each model call about {percent(_num(st['pass_overhead']))} longer"
+            text += (f"; in all, streaming makes each model call about {percent(_num(st['pass_overhead']))} longer"
+                     + _measured_whole(_dict(st.get("pass_measured"))))
         if st.get("disk_bound") and _dict(st.get("page_cache")).get("case") != "fits":
             text += (". The disk is the limit here: reading a block takes longer than computing one, so a faster "
                      "disk or more blocks kept resident would shorten every step")
@@ -260,3 +260,11 @@ def streaming(doc: dict) -> Section | None:
     if rows:
         blocks.append(Details("streaming figures", (Table(("item", "value"), tuple(rows)),)))
     return Section("Streaming: computing vs waiting for disk", blocks)
+
+
+def _measured_whole(whole: dict) -> str:
+    """The clause for a share timed whole (calibrate.streamed_pass), else nothing."""
+    if _num(whole.get("streamed_s")) is None or _num(whole.get("held_s")) is None:
+        return ""
+    return (f" (timed whole: the installed loader's pass took {precise_seconds(whole['streamed_s'])} a call at "
+            f"{whole.get('tokens')} rows, against {precise_seconds(whole['held_s'])} with the weights held)")

@@ -115,3 +115,6 @@ def test_doctor_with_installations_json_200000_deep_is_no_internal_error(tmp_pat
     assert code != 1, err
     assert "RecursionError" not in err and "internal error" not in err
     assert json.loads(out)["findings"]
+    # the file it went on without is named on the screen, without -v (core.logs.skipped)
+    (note,) = [line for line in err.splitlines() if line.startswith("note: skipped")]
+    assert "installations.json" in note and "nested" in note

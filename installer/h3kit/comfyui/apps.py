@@ -40,6 +40,7 @@ from pathlib import Path
 
 from h3kit.core import bounded_read
 from h3kit.core.venv import venv_python
+from h3kit.core import logs
 
 log = logging.getLogger("h3kit.comfyui.apps")
 
@@ -84,7 +85,7 @@ def _read_json(path: Path) -> object:
         return bounded_read.read_json(path)
     except bounded_read.UnreadableFile as exc:
         if not exc.absent:
-            log.warning("%s", exc.skipped)
+            logs.skipped(exc.skipped)
         return None
 
 

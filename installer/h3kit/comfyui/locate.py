@@ -52,6 +52,7 @@ from h3kit.comfyui.inspect import (
 from h3kit.core import bounded_read, subproc
 from h3kit.core.errors import BadInput, NotReady
 from h3kit.core.venv import venv_python
+from h3kit.core import logs
 
 log = logging.getLogger("h3kit.comfyui.locate")
 NODE_DIR_NAME = "ComfyUI-h3kit"
@@ -181,7 +182,7 @@ def comfy_cli_workspaces(home: Path, system: str) -> list[str]:
         text = bounded_read.read_text(path, bounded_read.TEXT_CAP)
     except bounded_read.UnreadableFile as exc:
         if not exc.absent:
-            log.warning("%s", exc.skipped)
+            logs.skipped(exc.skipped)
         return []
     return [ws for ws in parse_comfy_cli_config(text) if "\0" not in ws]  # a NUL is no path: os calls raise on it
 

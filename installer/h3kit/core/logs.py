@@ -13,6 +13,14 @@ from pathlib import Path
 
 FORMAT = "%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s"
 SCREEN_FORMAT = "%(levelname)s %(name)s: %(message)s"
+# Files h3kit went on without (an app's settings that are a FIFO, a cache ref in another encoding): the user
+# should see which and why, so these lines reach the screen without -v too (core.bounded_read's `.skipped`).
+SKIPPED = "h3kit.skipped"
+
+
+def skipped(line: str) -> None:
+    """One "skipped <file>: <why>" line: in the log, and on the screen."""
+    logging.getLogger(SKIPPED).warning("%s", line)
 
 
 def _warn_once(log_file: Path, exc: BaseException | None) -> None:
@@ -65,11 +73,15 @@ def setup(log_file: Path, verbose: int = 0) -> Path | None:
     except OSError as exc:  # a read-only home must not stop fingerprint or plan from working
         _warn_once(log_file, exc)
         _screen_fallback(logger)
+    sh = logging.StreamHandler(sys.stderr)
     if verbose:
-        sh = logging.StreamHandler(sys.stderr)
         sh.setFormatter(logging.Formatter(SCREEN_FORMAT))
         sh.setLevel(logging.DEBUG if verbose > 1 else logging.INFO)
-        logger.addHandler(sh)
+    else:  # without -v the screen gets only the skipped files
+        sh.setFormatter(logging.Formatter("note: %(message)s"))
+        sh.setLevel(logging.WARNING)
+        sh.addFilter(lambda record: record.name == SKIPPED)
+    logger.addHandler(sh)
     logger.propagate = False
     logger.debug("h3kit start argv=%r pid=%d", sys.argv, os.getpid())
     return written

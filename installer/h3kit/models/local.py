@@ -20,6 +20,7 @@ from h3kit.core import bounded_read
 from h3kit.core import files as core_files
 from h3kit.core.errors import BadInput
 from h3kit.core.files import sha256_file
+from h3kit.core import logs
 from h3kit.models.download import CHUNK, Fetched, Want, progress_bar, verify_or_raise
 
 log = logging.getLogger("h3kit.models.local")
@@ -83,7 +84,7 @@ def _is_main_snapshot(path: Path) -> bool:
         return bounded_read.read_text(ref, REF_CAP, "ascii").strip() == parts[at + 1]
     except bounded_read.UnreadableFile as exc:
         if not exc.absent:
-            log.warning("%s", exc.skipped)
+            logs.skipped(exc.skipped)
         return False
 
 

@@ -18,7 +18,10 @@ these packages beside them, which stand on their own:
   value (deploy writes its bytes, the nodes read it);
 - `h3k_loader`: what the streamed loaders read and how (the read past the
   page cache, the prefetch cap, the streamable formats), for the planner and
-  calibration as for the nodes.
+  calibration as for the nodes;
+- `h3k_cost`: what a run costs at a canvas, frames and steps (tokens,
+  activations, decoded video, a clip's time), for the planner as for the
+  pack's panel, routes and queue guard.
 
 This package's search path is that folder, so `from h3kit.bundled import
 h3k_native` imports the very file deploy ships, from a checkout and from the
@@ -32,7 +35,8 @@ from h3kit.core.paths import asset_dir
 
 PACK_SOURCE = asset_dir("nodes")
 __path__ = [str(PACK_SOURCE)]  # submodules are found in nodes/, not beside this file
-PACKAGES = ("h3k_native", "h3k_calibration_runner", "h3k_safetensors", "h3k_gguf", "h3k_profile", "h3k_loader")
+PACKAGES = ("h3k_native", "h3k_calibration_runner", "h3k_safetensors", "h3k_gguf", "h3k_profile", "h3k_loader",
+            "h3k_cost")
 NATIVE_BRIDGE = PACK_SOURCE / "h3k_native"
 CALIBRATION_RUNNER = PACK_SOURCE / "h3k_calibration_runner"
 SAFETENSORS = PACK_SOURCE / "h3k_safetensors"

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from h3kit.bundled import h3k_cost
 from h3kit.data.yamlio import Problems
 
 # architecture: the whole numbers every DiT formula needs, and those only shown or used for a ratio.
@@ -81,8 +82,7 @@ class Tokens:
 
 def tokens_for(tokens: Tokens, width: int, height: int, frames: int) -> int:
     """The DiT's token count for a canvas by the catalog's `tokens:` rule: the one formula planning and calibration share."""
-    latent_frames = math.ceil(frames / tokens.temporal_compression)
-    return max(1, (width // tokens.spatial_tokens_px) * (height // tokens.spatial_tokens_px) * latent_frames)
+    return h3k_cost.memory_tokens(tokens.spatial_tokens_px, tokens.temporal_compression, width, height, frames)
 
 
 def _whole(v: Any) -> bool:

@@ -238,6 +238,28 @@ class ClipTime(_Doc):
 
 
 @dataclass(frozen=True)
+class WorkflowCost(_Doc):
+    """The run the installed workflows open with (the defaults' canvas and frames), the plan's loading decisions
+    kept: plan/cost.py `pinned_estimate`, which the pack's cost model (`Plan.cost`) gives too."""
+
+    canvas: tuple[int, int] | None = None
+    frames: int | None = None
+    fits: bool | None = None
+    peak_gpu_bytes: int | None = None
+    peak_ram_bytes: int | None = None
+    phases: Mapping[str, PhasePeak] = _no_map()
+
+    @classmethod
+    def from_json(cls, doc: Any) -> WorkflowCost:
+        return _plain(cls, doc, canvas=_pair, phases=_phases)
+
+
+def _phases(value: Any) -> Mapping:
+    return MappingProxyType({k: _plain(PhasePeak, v) for k, v in value.items()}) \
+        if isinstance(value, Mapping) else _EMPTY
+
+
+@dataclass(frozen=True)
 class Estimates(_Doc):
     """The peaks and the time of the run the plan sets up."""
 
@@ -250,13 +272,11 @@ class Estimates(_Doc):
     minutes_per_clip: float | None = None
     seconds_per_step: float | None = None
     time: ClipTime = field(default_factory=ClipTime)
+    workflow: WorkflowCost = field(default_factory=WorkflowCost)
 
     @classmethod
     def from_json(cls, doc: Any) -> Estimates:
-        def phases(value):
-            return MappingProxyType({k: _plain(PhasePeak, v) for k, v in value.items()}) \
-                if isinstance(value, Mapping) else _EMPTY
-        return _plain(cls, doc, phases=phases, time=ClipTime.from_json)
+        return _plain(cls, doc, phases=_phases, time=ClipTime.from_json, workflow=WorkflowCost.from_json)
 
 
 @dataclass(frozen=True)
@@ -302,6 +322,7 @@ class Plan(_Doc):
     settings_source: Mapping[str, str] = _no_map()  # settings key -> where its value came from
     budget: MemoryBudget = field(default_factory=MemoryBudget)
     estimates: Estimates = field(default_factory=Estimates)
+    cost: Mapping[str, Any] = _no_map()  # the pack's cost model (nodes/h3k_cost, an h3kit.cost/1), from plan/cost.py
     candidates: tuple[CandidateSummary, ...] = ()
     rationale: tuple[str, ...] = ()  # one sentence per decision, with the numbers
     warnings: tuple[str, ...] = ()
@@ -317,7 +338,7 @@ class Plan(_Doc):
             return tuple(CandidateSummary.from_json(v) for v in value) if isinstance(value, list) else ()
         return _plain(cls, doc, settings=PlanSettings.from_json, comfyui_loads=_frozen_map, evidence=evidence,
                       settings_source=_frozen_map, budget=lambda v: _plain(MemoryBudget, v),
-                      estimates=Estimates.from_json, candidates=candidates, rationale=_strings, warnings=_strings)
+                      estimates=Estimates.from_json, cost=_frozen_map, candidates=candidates, rationale=_strings, warnings=_strings)
 
     @property
     def streams_dit(self) -> bool:

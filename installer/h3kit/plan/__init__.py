@@ -45,7 +45,8 @@ from h3kit.data import catalog as catalog_mod
 from h3kit.data.catalog import Catalog, Machine, Profile
 from h3kit.data.fingerprint import Fingerprint
 from h3kit.data.plan_doc import (SCHEMA, CandidateSummary, ClipTime, Estimates, FormatEvidence, MemoryBudget,
-                                 PhasePeak, Plan, PlanSettings, TextEncoderStreaming)
+                                 PhasePeak, Plan, PlanSettings, TextEncoderStreaming, WorkflowCost)
+from h3kit.plan.cost import cost_model, pinned_estimate
 from h3kit.plan.comfy_version import loadable_catalog, version_args
 from h3kit.plan.loads import (blocked_sentence, evidence_doc, evidence_rationale, reported_setup_rationale,
                               shortfall_fix)
@@ -120,7 +121,8 @@ def make_plan(fingerprint: Fingerprint, catalog: Catalog, profiles: Mapping[str,
         shortfall_fix=shortfall_fix(best),
         settings_source=MappingProxyType({f.name: best.source.get(f.name, "planner") for f in fields(settings)}),
         budget=MemoryBudget(best.budget.gpu_bytes, best.budget.ram_bytes, best.budget.disk_bytes, best.budget.unified),
-        estimates=_estimates(best, disk + ref_disk),
+        estimates=_estimates(catalog, best, disk + ref_disk),
+        cost=MappingProxyType(cost_model(catalog, best).to_json()),
         candidates=tuple(CandidateSummary(p.profile.name, p.est.fits, p.choice.dit.format, tuple(p.choice.canvas),
                                           p.choice.frames, p.est.streamed) for p in plans),
         rationale=tuple(rationale_for(catalog, best, why_profile) + cap_rationale(catalog, best) + best.defaults_why
@@ -149,10 +151,14 @@ def _plan_settings(catalog: Catalog, best: Candidate, comfyui_args: tuple, refer
         reference=reference, target_minutes=defaults["target_minutes"], timing=MappingProxyType(dict(best.timing)))
 
 
-def _estimates(best: Candidate, disk_bytes: int) -> Estimates:
+def _estimates(catalog: Catalog, best: Candidate, disk_bytes: int) -> Estimates:
     e, time = best.est, best.time
+    at = pinned_estimate(catalog, best, best.defaults["canvas"], best.defaults["frames"])
+    workflow = WorkflowCost(canvas=tuple(best.defaults["canvas"]), frames=best.defaults["frames"], fits=at.fits,
+                            peak_gpu_bytes=at.peak_gpu, peak_ram_bytes=at.peak_ram,
+                            phases=MappingProxyType({k: PhasePeak(**v) for k, v in at.phases.items()}))
     return Estimates(peak_gpu_bytes=e.peak_gpu, peak_ram_bytes=e.peak_ram, disk_bytes=disk_bytes, tokens=e.tokens,
                      activation_bytes=e.activations,
                      phases=MappingProxyType({k: PhasePeak(**v) for k, v in e.phases.items()}),
                      minutes_per_clip=time["minutes_per_clip"], seconds_per_step=time["seconds_per_step"],
-                     time=ClipTime.from_json(time))
+                     time=ClipTime.from_json(time), workflow=workflow)

@@ -40,6 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import PurePath, PurePosixPath, PureWindowsPath
 
+from h3kit.bundled import h3k_cost
 from h3kit.data.architecture import tokens_for
 from h3kit.data.catalog import Catalog, Weight
 from h3kit.data.fingerprint import Disk, Fingerprint
@@ -260,8 +261,8 @@ def _needs(cat: Catalog, budget: Budget, settings: Settings, choice: Choice, str
     mem = cat.memory
     process = mem.comfyui_process_ram if measured.process_bytes is None else measured.process_bytes
     tokens = tokens_for(cat.tokens, *choice.canvas, choice.frames)
-    act = tokens * mem.activation_bytes_per_token + mem.activation_fixed if measured.activation_bytes is None \
-        else measured.activation_bytes
+    act = h3k_cost.activation_bytes(tokens, mem.activation_bytes_per_token, mem.activation_fixed) \
+        if measured.activation_bytes is None else measured.activation_bytes
     dit, block = choice.dit.bytes, cat.block_bytes(choice.dit)
     dit_held = held_bytes(cat, choice.dit, budget.backend) if measured.dit_held_bytes is None \
         else measured.dit_held_bytes
@@ -273,7 +274,7 @@ def _needs(cat: Catalog, budget: Budget, settings: Settings, choice: Choice, str
     tile_ws = tile * tile * settings.vae_temporal_tile * mem.vae_decode_bytes_per_voxel
     vaes = held_bytes(cat, choice.vae, budget.backend) + held_bytes(cat, choice.audio_vae, budget.backend) \
         if measured.vae_held_bytes is None else measured.vae_held_bytes
-    video = choice.canvas[0] * choice.canvas[1] * choice.frames * mem.decoded_video_bytes_per_pixel_frame
+    video = h3k_cost.decoded_video_bytes(*choice.canvas, choice.frames, mem.decoded_video_bytes_per_pixel_frame)
     return _Needs(process, tokens, act, dit, block, dit_held, per_block, shard_blocks, shard_blocks * block,
                   vaes + tile_ws, video, _encode_phase(cat, budget, choice, process, measured))
 

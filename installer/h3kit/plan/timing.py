@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 
+from h3kit.bundled import h3k_cost
 from h3kit.data import throughput as throughput_mod
 from h3kit.data import architecture
 from h3kit.data.catalog import Catalog
@@ -32,18 +33,22 @@ DTYPE_NAMES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "f
 _CLOCK = re.compile(r"@\s*([0-9]+(?:\.[0-9]+)?)\s*GHz", re.IGNORECASE)
 
 
+def sequence_rule(cat: Catalog) -> h3k_cost.SequenceRule | None:
+    """The catalog's `sequence:` and `frames:` as the cost model's rule; None for a catalog without `sequence:`."""
+    seq = cat.sequence
+    if seq is None:
+        return None
+    return h3k_cost.SequenceRule(seq.text_tokens, seq.first_latent_frames, seq.latent_frames_per_step,
+                                 seq.audio_rows_per_second, seq.fps, cat.frames.base, cat.frames.step,
+                                 cat.tokens.spatial_tokens_px)
+
+
 def sequence_tokens(cat: Catalog, width: int, height: int, frames: int) -> int:
     """Rows of the DiT's joint sequence [text | audio | video] at this canvas (the catalog's `sequence:`)."""
-    seq = cat.sequence
-    if seq is None:  # a catalog without the section: the memory model's token rule
+    rule = sequence_rule(cat)
+    if rule is None:  # a catalog without the section: the memory model's token rule
         return architecture.tokens_for(cat.tokens, width, height, frames)
-    rule = cat.frames
-    frames = rule.snap_up(frames)  # ComfyUI snaps the length up to 5 + 17n
-    latent_t = seq.first_latent_frames + (frames - rule.base) // rule.step * seq.latent_frames_per_step
-    px = cat.tokens.spatial_tokens_px  # the latent is padded to whole 2x2 patches
-    video = latent_t * max(1, -(-int(height) // px)) * max(1, -(-int(width) // px))
-    audio = 2 * round(frames / seq.fps * seq.audio_rows_per_second / 2)
-    return int(seq.text_tokens + audio + video)
+    return rule.rows(width, height, frames)
 
 
 def block_flops(arch: dict) -> tuple[float, float]:
@@ -157,28 +162,24 @@ def rates_from_table(fingerprint: Fingerprint, catalog: Catalog, dtype: str, *, 
     return out
 
 
+def _blocks(arch: dict, catalog: Catalog) -> int:
+    return int(arch.get("blocks_total") or arch.get("blocks") or catalog.blocks)
+
+
 def held_call_seconds(arch: dict, timing: dict, tokens: int, catalog: Catalog) -> float:
     """Seconds of one model call over `tokens` packed rows with the weights held (no streaming share)."""
-    blocks = int(arch.get("blocks_total") or arch.get("blocks") or catalog.blocks)
-    return (blocks * (float(timing["block_s_per_token"]) * tokens + float(timing["block_s_per_token2"]) * tokens ** 2)
-            + float(timing["step_fixed_s"]) + float(timing.get("step_fixed_s_per_token") or 0.0) * tokens)
+    return h3k_cost.held_call_seconds(timing, _blocks(arch, catalog), tokens)
 
 
 def estimate_clip(arch: dict, timing: dict, canvas: tuple[int, int], frames: int, steps: int, cfg: float,
                   catalog: Catalog, *, pass_overhead: float = 0.0) -> dict:
-    """Seconds and minutes for one clip at `canvas` x `frames`, `steps` steps, guidance `cfg`, with `timing`'s rates.
+    """Seconds and minutes for one clip at `canvas` x `frames`, `steps` steps, guidance `cfg`, with `timing`'s rates
+    (h3k_cost.clip_time, the formula the pack's panel and guard use too).
 
     `arch` needs `blocks` (or `blocks_total`, as the runner reports it); the catalog's architecture fills it in.
     `pass_overhead` is the share every model call takes longer when h3kit streams the DiT (0.84: +84%)."""
     w, h = int(canvas[0]), int(canvas[1])
     tokens = sequence_tokens(catalog, w, h, int(frames))
-    calls = 1 if abs(float(cfg) - 1.0) < 1e-9 else 2
-    per_call = held_call_seconds(arch, timing, tokens, catalog) * (1.0 + max(0.0, float(pass_overhead or 0.0)))
-    per_step = calls * per_call
-    sampling = int(steps) * per_step
-    text = float(timing.get("text_encode_s") or 0.0)
-    decode = float(timing.get("decode_s_per_pixel_frame") or 0.0) * w * h * int(frames)
-    total = sampling + text + decode
-    return {"tokens": tokens, "model_calls_per_step": calls, "seconds_per_call": per_call,
-            "seconds_per_step": per_step, "sampling_s": sampling, "text_encode_s": text, "decode_s": decode,
-            "seconds_per_clip": total, "minutes_per_clip": total / 60.0, "source": str(timing.get("source", ""))}
+    out = h3k_cost.clip_time(timing, _blocks(arch, catalog), tokens, w, h, int(frames), int(steps), cfg,
+                             pass_overhead)
+    return {**out, "source": str(timing.get("source", ""))}

@@ -89,15 +89,26 @@ class DiTLoaderSettings:
 
 @dataclass(frozen=True)
 class PackProfile:
-    """h3kit_profile.json: the profile's name, the h3kit that wrote it, and the plan's settings."""
+    """h3kit_profile.json: the profile's name, the h3kit that wrote it, and the plan's settings.
+
+    `h3kit` says how to run that h3kit again from ComfyUI (the panel's preset switch): {"command": [python,
+    "-m", "h3kit"], "env": {"H3KIT_HOME": ...} (only what it was run with), "comfyui": the ComfyUI folder}."""
 
     profile: str | None = None
     h3kit_version: str | None = None
     settings: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     schema: str = SCHEMA
+    h3kit: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self):
         object.__setattr__(self, "settings", MappingProxyType(dict(_section(self.settings))))
+        object.__setattr__(self, "h3kit", MappingProxyType(dict(_section(self.h3kit))))
+
+    def h3kit_command(self) -> list[str] | None:
+        """The recorded command that runs h3kit (a list of strings), or None when the profile holds none."""
+        command = self.h3kit.get("command")
+        ok = isinstance(command, list) and command and all(isinstance(c, str) and c for c in command)
+        return list(command) if ok else None
 
     @classmethod
     def from_json(cls, doc: Any) -> PackProfile:
@@ -107,11 +118,15 @@ class PackProfile:
         return cls(profile=name if isinstance(name, str) else None,
                    h3kit_version=version if isinstance(version, str) else None,
                    settings=_section(doc.get("settings")),
-                   schema=doc["schema"] if isinstance(doc.get("schema"), str) else SCHEMA)
+                   schema=doc["schema"] if isinstance(doc.get("schema"), str) else SCHEMA,
+                   h3kit=_section(doc.get("h3kit")))
 
     def to_json(self) -> dict:
-        return {"schema": self.schema, "profile": self.profile, "h3kit_version": self.h3kit_version,
-                "settings": dict(self.settings)}
+        doc = {"schema": self.schema, "profile": self.profile, "h3kit_version": self.h3kit_version,
+               "settings": dict(self.settings)}
+        if self.h3kit:
+            doc["h3kit"] = json.loads(json.dumps(dict(self.h3kit)))
+        return doc
 
     def to_bytes(self) -> bytes:
         """The file's bytes: the same settings always give the same bytes (sorted keys, two-space indent)."""

@@ -7,7 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
+
 from fixtures.comfyui import comfy_tree
+from h3kit.bundled import h3k_cost
 from h3kit.comfyui import workflows
 from h3kit.comfyui.graph import Graph, ui_to_api
 from h3kit.data import catalog as catalog_mod
@@ -41,8 +43,9 @@ def test_the_ui_file_stands_for_exactly_the_api_graph(plan_name):
     plan = _plan(plan_name, reference=True)
     files = workflows.pack_files(plan, CAT, "p")
     kinds = ["t2v", "i2v", "flf2v"] + (["r2v"] if plan.settings.reference else [])
-    assert sorted(files) == sorted(f"{d}/{workflows.NAMES[k]}.json" for k in kinds
-                                   for d in (workflows.UI_DIR, workflows.API_DIR))
+    assert sorted(files) == sorted([f"{d}/{workflows.NAMES[k]}.json" for k in kinds
+                                    for d in (workflows.UI_DIR, workflows.API_DIR)] + [h3k_cost.COST_FILE])
+    assert json.loads(files[h3k_cost.COST_FILE]) == dict(plan.cost)  # the plan's cost model, for the pack's panel
     for name in (workflows.NAMES[k] for k in kinds):
         ui = json.loads(files[f"{workflows.UI_DIR}/{name}.json"])
         api = json.loads(files[f"{workflows.API_DIR}/{name}.json"])

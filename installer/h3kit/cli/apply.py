@@ -13,7 +13,9 @@ def add_arguments(p) -> None:
     p.add_argument("--comfyui", metavar="PATH", help="the ComfyUI folder h3kit was installed into")
     p.add_argument("--comfyui-python", metavar="PATH", help="the Python that runs that ComfyUI")
     p.add_argument("--profile", metavar="NAME", help="apply this profile instead of the config's")
+    p.add_argument("--preset", metavar="NAME", help="switch the speed preset first (auto, fast, balanced, quality): "
+                   "written to config.yaml's overrides, as the pack's panel does")
 
 
 def run(args, ctx: Context) -> Outcome:
-    return apply.run(ApplyOptions(comfyui_target(args), args.profile), ctx)
+    return apply.run(ApplyOptions(comfyui_target(args), args.profile, args.preset), ctx)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from fnmatch import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,7 +75,7 @@ class DeployResult:
 
 
 def pack_contents(library: Path | None, settings: PlanSettings, profile: str,
-                  generated: dict[str, bytes] | None = None) -> dict[str, bytes]:
+                  generated: dict[str, bytes] | None = None, comfyui: Path | None = None) -> dict[str, bytes]:
     """Relative path -> bytes of every file of the pack (`generated`: files made from the plan, the workflows).
 
     nodes/ is the pack as it lands in ComfyUI (its node modules and the packages h3kit.bundled names);
@@ -95,14 +96,20 @@ def pack_contents(library: Path | None, settings: PlanSettings, profile: str,
             files[f"lib/{variant.name}"] = variant.read_bytes()
         for program in sorted(library.parent.glob(SELFTEST_PROGRAMS)):
             files[f"lib/{program.name}"] = program.read_bytes()
-    files[PROFILE_FILE] = profile_document(settings, profile)
+    files[PROFILE_FILE] = profile_document(settings, profile, comfyui)
     files.update(generated or {})
     return files
 
 
-def profile_document(settings: PlanSettings, profile: str) -> bytes:
-    return h3k_profile.PackProfile(profile=profile, h3kit_version=h3kit.__version__,
-                                   settings=settings.to_json()).to_bytes()
+def profile_document(settings: PlanSettings, profile: str, comfyui: Path | None = None) -> bytes:
+    """h3kit_profile.json's bytes; with `comfyui`, also how the pack's panel runs this h3kit again there."""
+    run_again = {}
+    if comfyui is not None:
+        home = os.environ.get("H3KIT_HOME")
+        run_again = {"command": [sys.executable, "-m", "h3kit"], "env": {"H3KIT_HOME": home} if home else {},
+                     "comfyui": str(comfyui)}
+    return h3k_profile.PackProfile(profile=profile, h3kit_version=h3kit.__version__, settings=settings.to_json(),
+                                   h3kit=run_again).to_bytes()
 
 
 def pack_dirs(files: dict[str, bytes]) -> list[str]:
@@ -246,7 +253,7 @@ def deploy(install: ComfyInstall, *, settings: PlanSettings, profile: str, libra
     mark = target / STAGING_MARK
     if ours and mark.is_file() and not mark.is_symlink():
         Journal(record).remove(mark, known=True)  # a crash right after the rename left it (or an older h3kit's)
-    files = pack_contents(library, settings, profile, generated)
+    files = pack_contents(library, settings, profile, generated, install.path)
     if library is None:
         notes.append("no native library was built: the pack works, nodes that need it say so")
     check_space(install, files)
@@ -310,7 +317,7 @@ def rewrite_profile(install: ComfyInstall, record: mf.Manifest, settings: PlanSe
     backup = None
     if (path.exists() or path.is_symlink()) and (entry is None or not record.still_ours(entry)) and state_dir:
         backup = str(Journal(record).back_up(path, install.node_dir, backup_root(state_dir, install.path)))
-    Journal(record).write(path, profile_document(settings, profile), "node-pack")
+    Journal(record).write(path, profile_document(settings, profile, install.path), "node-pack")
     return path, backup
 
 
@@ -394,7 +401,22 @@ def apply(install: ComfyInstall, settings: PlanSettings, profile: str, state_dir
     record.save()
     doc.update({"profile_file": str(path), "launcher": launcher, "manifest": str(record.path), "notes": notes,
                 "backed_up": [b for b in (backup, launcher.get("backup")) if b]})
+    doc["restart_needed"], doc["restart_why"] = restart_needed(before.get("settings") or {}, settings, launcher)
     return doc
+
+
+def restart_needed(before: dict, settings: PlanSettings, launcher: dict) -> tuple[bool, str]:
+    """Whether a running ComfyUI must be restarted for the new profile: only its launch flags and environment
+    need one (the nodes re-read the profile at their next run), and why, in one sentence."""
+    old_args, new_args = list(before.get("comfyui_args") or []), list(settings.comfyui_args)
+    old_env, new_env = dict(before.get("env") or {}), dict(settings.env)
+    where = launcher.get("path") or "its launcher"
+    if old_args != new_args:
+        return True, (f"The launch flags changed ({' '.join(old_args) or 'none'} -> {' '.join(new_args) or 'none'}): "
+                      f"restart ComfyUI with {where} for them to take effect.")
+    if old_env != new_env:
+        return True, f"ComfyUI's environment changed: restart ComfyUI with {where} for it to take effect."
+    return False, "The launch flags are unchanged: no restart is needed; the nodes use the new profile at their next run."
 
 
 def write_generated(install: ComfyInstall, record: mf.Manifest, files: dict[str, bytes]) -> tuple[list[str], list[str]]:

@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from h3kit.bundled import h3k_cost
 from h3kit.comfyui.graph import Graph
 from h3kit.core.errors import BadInput
 from h3kit.data import comfy_nodes
@@ -269,8 +270,12 @@ def _load_text_encoder(g: Graph, ws: WorkflowSettings):
 
 
 def pack_files(plan: Plan, catalog, profile: str, specs: dict | None = None) -> dict[str, bytes]:
-    """Relative path inside the pack -> bytes, for both formats of every workflow of `plan`."""
-    return files(WorkflowSettings.from_plan(plan, catalog), specs if specs is not None else comfy_nodes.load(), profile)
+    """Relative path inside the pack -> bytes of what is generated from `plan`: both formats of every workflow,
+    and the plan's cost model (h3kit_cost.json, which the pack's panel and queue guard price graphs with)."""
+    out = files(WorkflowSettings.from_plan(plan, catalog), specs if specs is not None else comfy_nodes.load(), profile)
+    if plan.cost:
+        out[h3k_cost.COST_FILE] = _json(dict(plan.cost))
+    return out
 
 
 def files(ws: WorkflowSettings, specs: dict, profile: str) -> dict[str, bytes]:

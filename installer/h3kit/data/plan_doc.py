@@ -181,6 +181,7 @@ class PlanSettings(_Doc):
     lora_strength: float | None = None
     reference: ReferenceRun | None = None  # None: no reference-to-video workflow
     target_minutes: float | None = None
+    queue_guard: str = "refuse"  # the pack's queue guard for graphs that cannot fit: refuse | warn
     timing: Mapping[str, Any] = _no_map()  # rates (data/settings.py TIMING_*), in their source's order
 
     @classmethod

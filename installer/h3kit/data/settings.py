@@ -55,6 +55,9 @@ DESCRIPTIONS = {
     "target_minutes": "minutes one clip may take; the planner picks canvas, frames, steps and preset to meet it",
     "reference_to_video": "on: also set up the reference-to-video workflow (its own ref2va DiT, downloaded too); "
                           "off (default)",
+    "queue_guard": "what the node pack does when a queued H3 graph cannot fit in memory by the plan's figures: "
+                   "refuse (default: the graph stops before anything loads, with the figures and the fix) or warn "
+                   "(a warning in ComfyUI's log, and it runs)",
     "timing": "seconds per DiT block, token and step (a mapping; written by calibration, else from profiles/throughput.yaml)",
     "stream_dit": "stream the DiT from disk with h3kit's loader: auto (planner decides), on, off",
     "prefetch_blocks": "DiT blocks read ahead while the current one computes (1 to 8)",
@@ -254,6 +257,7 @@ def _checks(catalog) -> dict:
         "preset": is_one_of((AUTO,) + PRESETS),
         "target_minutes": _is_number("target_minutes"),
         "reference_to_video": _yes_no,
+        "queue_guard": is_one_of(["refuse", "warn"]),
         "timing": _timing_check,
         "stream_dit": _on_off,
         "prefetch_blocks": _is_whole("prefetch_blocks"),
@@ -337,6 +341,7 @@ class Settings:
     preset: str | Auto = AUTO
     target_minutes: float | None = None
     reference_to_video: bool = False
+    queue_guard: str | None = None  # refuse | warn (None: refuse)
     timing: Mapping[str, Any] | None = None
     stream_dit: str = AUTO  # auto | on | off
     prefetch_blocks: int | None = None

@@ -148,7 +148,8 @@ def _plan_settings(catalog: Catalog, best: Candidate, comfyui_args: tuple, refer
         streaming=streaming.to_doc(best.stream, catalog), text_encoder_streaming=te_streaming,
         canvas=tuple(defaults["canvas"]), frames=defaults["frames"], steps=defaults["steps"],
         cfg=defaults["cfg"], preset=defaults["preset"], lora=defaults["lora"], lora_strength=defaults["lora_strength"],
-        reference=reference, target_minutes=defaults["target_minutes"], timing=MappingProxyType(dict(best.timing)))
+        reference=reference, target_minutes=defaults["target_minutes"],
+        queue_guard=s.queue_guard or "refuse", timing=MappingProxyType(dict(best.timing)))
 
 
 def _estimates(catalog: Catalog, best: Candidate, disk_bytes: int) -> Estimates:

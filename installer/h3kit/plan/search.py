@@ -130,6 +130,8 @@ class Candidate:
     held: Estimate | None = None  # with a streamed `est`: the same choice loaded by ComfyUI itself
     probe: object = None  # the FormatProbe the plan was made with (data/format_evidence.py), or None
     timing: dict = field(default_factory=dict)
+    clip_rates: dict = field(default_factory=dict)  # the rates the clip's time used: `timing`, plus a streamed text
+    # encoder's read of its file per prompt in text_encode_s (the pack's cost model prices graphs with these)
     defaults: dict = field(default_factory=dict)  # workflow_defaults: (defaults, time, rationale, warnings)
     time: dict = field(default_factory=dict)
     defaults_why: list = field(default_factory=list)
@@ -210,6 +212,7 @@ class _Frame:
         if ch.te_streamed:
             read = te_stream.read_time(self.cat, self.budget, ch.te, self.settings.disk_read_bytes_per_s)
             rates = {**c.timing, "text_encode_s": float(c.timing.get("text_encode_s") or 0.0) + read.seconds}
+        c.clip_rates = rates
         c.defaults, c.time, c.defaults_why, c.defaults_warnings = workflow_defaults(
             self.cat, self.settings, self.source, ch.canvas, ch.frames, rates, pass_overhead=c.stream.pass_overhead)
         return c

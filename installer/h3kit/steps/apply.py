@@ -11,7 +11,10 @@ from pathlib import Path
 
 from h3kit.comfyui import deploy
 from h3kit.core.session import Outcome, Session
+from h3kit.core.errors import BadInput
 from h3kit.data import catalog
+from h3kit.data import config as config_mod
+from h3kit.data.settings import AUTO, PRESETS
 from h3kit.steps.common import exclusive, fingerprint_for, generated_files, load_config, locate
 from h3kit.steps.format_probe import plan_for
 from h3kit.steps.version_record import record_inherited
@@ -21,9 +24,27 @@ from h3kit.steps.options import ApplyOptions
 def run(options: ApplyOptions, ctx: Session) -> Outcome:
     notes: list[str] = []
     config = load_config(ctx)
+    if options.preset is not None:
+        config = _switch_preset(ctx, config, options.preset, notes)
     install = locate(options.comfyui, ctx, config, need_write=True)
     with exclusive(ctx, install, "apply"):
         return _apply(options, ctx, config, install, notes)
+
+
+def _switch_preset(ctx: Session, config, preset: str, notes: list[str]):
+    """config.yaml's overrides with `preset` (auto: without the key), written unless --dry-run; the config re-read."""
+    if preset not in (AUTO,) + PRESETS:
+        raise BadInput(f"There is no preset named {preset!r}.", f"Choose one of: {', '.join((AUTO,) + PRESETS)}.")
+    overrides = {k: v for k, v in config.written("overrides").items() if k != "preset"}
+    if preset != AUTO:
+        overrides["preset"] = preset
+    path = config.raw or ctx.locations.config_file
+    if ctx.dry_run:
+        notes.append(f"would set preset: {preset} in {path} (--dry-run)")
+        return config
+    config_mod.write_section(path, "overrides", overrides)
+    notes.append(f"preset: {preset} written to the overrides in {path}")
+    return load_config(ctx)
 
 
 def _apply(options: ApplyOptions, ctx: Session, config, install, notes: list[str]) -> Outcome:
@@ -44,8 +65,7 @@ def _apply(options: ApplyOptions, ctx: Session, config, install, notes: list[str
     record_inherited(ctx, install, "apply")
     if launcher.get("dropped"):
         warnings.append(f"flags this ComfyUI does not accept were left out: {' '.join(launcher['dropped'])}")
-    text = (f"Applied profile '{doc['profile']}' to {install.node_dir}. The nodes pick it up at their next run; "
-            f"restart ComfyUI with {launcher.get('path') or 'its usual launcher'} for new launch flags.")
+    text = f"Applied profile '{doc['profile']}' to {install.node_dir}. {doc['restart_why']}"
     text += "".join(f"\nYour edited {Path(b).name} was moved out of the way first (yours, kept): {b}"
                     for b in doc.get("backed_up", []))
     text += "".join(f"\nnote: {n}" for n in doc["notes"])

@@ -40,6 +40,7 @@ class InstallOptions:
 class ApplyOptions:
     comfyui: ComfyTarget = field(default_factory=ComfyTarget)
     profile: str | None = None
+    preset: str | None = None  # written to config.yaml's overrides before planning (auto: the key is removed)
 
 
 @dataclass(frozen=True)

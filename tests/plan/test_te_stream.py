@@ -17,7 +17,6 @@ from h3kit.data.plan_doc import Plan
 from h3kit.plan import make_plan, te_stream
 from h3kit.plan.te_stream import held_encode_phase
 from h3kit.plan.budget import Choice, make_budget, memory_estimate
-from h3kit.plan.defaults import TARGET_MINUTES
 from h3kit.data.settings import typed
 
 FP_DIR = Path(__file__).parents[1] / "fixtures" / "fingerprints"
@@ -52,7 +51,6 @@ def test_the_catalog_carries_the_nodes_figures_with_their_source():
     assert (TS.layers, TS.layer_held, TS.vision_tower) == (50, 975_000_000, 1_190_000_000)
     assert TS.ring_layer_sets == 2 and TS.in_place_layer_sets == 1 and TS.prefetch_layers == 1
     assert TS.read_rate("ssd") > TS.read_rate("hdd") and TS.read_rate("nvme-or-other") == TS.read_rate("unknown")
-    assert te_stream.TARGET_MINUTES == TARGET_MINUTES
 
 
 @pytest.mark.parametrize("wid, reads", [("h3-te-qwen3vl32b-q4_k_m", True), ("h3-te-qwen3vl32b-q2_k_m", True),

@@ -24,7 +24,7 @@ import os
 from h3kit.core.units import human_bytes
 from h3kit.data.fingerprint import Fingerprint
 from h3kit.data.plan_doc import Plan, PlanSettings
-from h3kit.data.settings import RANGES
+from h3kit.data.settings import RANGES, TARGET_MINUTES
 
 
 def _hb(n) -> str:
@@ -171,7 +171,6 @@ def calibrated_values(decisions: list[dict], settings_keys) -> dict:
             if d["changed"] and d["value"] is not None and d["setting"] in settings_keys}
 
 
-DEFAULT_TARGET_MINUTES = 15.0
 
 
 def _minutes(m) -> str:
@@ -217,7 +216,7 @@ def _rank(o: dict) -> tuple:
 def decide_workload(plan: Plan, cat, minutes_for) -> list[dict]:
     """Canvas, frames, steps (and preset) for the workflows: the best within target_minutes and the memory limits."""
     s = plan.settings
-    target = float(s.target_minutes or DEFAULT_TARGET_MINUTES)
+    target = float(s.target_minutes or TARGET_MINUTES)
     sampling = cat.sampling
     now = {"canvas": list(s.canvas or s.max_canvas or cat.canvas_ladder[-1]),
            "frames": int(s.frames or s.max_frames or cat.frames_ladder[-1]),

@@ -78,6 +78,7 @@ DESCRIPTIONS = {
                              "(written by calibration's disk probe; times the streamed text encoder's read per prompt)",
 }
 KEYS = tuple(DESCRIPTIONS)
+TARGET_MINUTES = 15.0  # target_minutes when nothing sets it (issue #14): the one home of the default
 SIZE_KEYS = ("shard_size_bytes", "preload_bytes", "os_ram_headroom", "disk_read_bytes_per_s")
 PRESETS = ("fast", "balanced", "quality")
 # The `timing` mapping (docs/plan.md, "How long a clip takes"): required rates, optional ones, and the devices it may name.

@@ -54,7 +54,7 @@ from h3kit.plan.rationale import rationale_for, warnings_for
 from h3kit.plan.reference import reference_run
 from h3kit.plan.search import Candidate, cap_rationale, plan_profile
 from h3kit.plan import streaming
-from h3kit.plan.te_stream import decide as decide_te_stream
+from h3kit.plan import te_stream
 
 __all__ = ["SCHEMA", "Plan", "make_plan"]
 
@@ -106,8 +106,8 @@ def make_plan(fingerprint: Fingerprint, catalog: Catalog, profiles: Mapping[str,
     disk = best.est.disk + (lora.bytes if lora else 0)
     reference, ref_disk, ref_why, ref_warnings = reference_run(catalog, best.settings, best.choice.dit, best.defaults,
                                                                lora, disk, best.budget.disk_bytes)
-    te_decided, te_why = decide_te_stream(catalog, best)
-    settings = _plan_settings(catalog, best, comfyui_args, reference, TextEncoderStreaming(**te_decided))
+    settings = _plan_settings(catalog, best, comfyui_args, reference,
+                              TextEncoderStreaming(**best.te_decision.doc(catalog)))
     ch = best.choice
     return Plan(
         model=catalog.model.id,
@@ -126,7 +126,7 @@ def make_plan(fingerprint: Fingerprint, catalog: Catalog, profiles: Mapping[str,
         candidates=tuple(CandidateSummary(p.profile.name, p.est.fits, p.choice.dit.format, tuple(p.choice.canvas),
                                           p.choice.frames, p.est.streamed) for p in plans),
         rationale=tuple(rationale_for(catalog, best, why_profile) + cap_rationale(catalog, best) + best.defaults_why
-                        + best.notes + streaming.rationale(catalog, best) + te_why
+                        + best.notes + streaming.rationale(catalog, best) + te_stream.rationale(catalog, best)
                         + evidence_rationale(catalog, best) + reported_setup_rationale(catalog, best)
                         + version_said + args_said + ref_why),
         warnings=tuple(notes + warnings_for(catalog, best, config) + best.defaults_warnings + version_warnings

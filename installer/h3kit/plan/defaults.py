@@ -22,11 +22,10 @@ from dataclasses import dataclass, replace
 
 from h3kit.core.units import human_seconds
 from h3kit.data.catalog import Catalog
-from h3kit.data.settings import Settings
+from h3kit.data.settings import TARGET_MINUTES, Settings
 from h3kit.data.speed import PRESET_ORDER, Preset
 from h3kit.plan.timing import estimate_clip
 
-TARGET_MINUTES = 15.0  # settings key target_minutes when nothing sets it (issue #14)
 SLOW_CLIP_MINUTES = 180.0  # beyond this even the cheapest clip is worth a plain warning
 
 

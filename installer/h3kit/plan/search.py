@@ -140,6 +140,7 @@ class Candidate:
     unloadable: list = field(default_factory=list)  # parts with no file that loads and runs here (then it cannot fit)
     notes: list = field(default_factory=list)  # rationale sentences about what the search itself changed
     stream: streaming.StreamDecision | None = None  # whether h3kit's loader streams the DiT, decided once (_finish)
+    te_decision: te_stream.TeDecision | None = None  # whether it streams the text encoder, decided once (candidate)
 
     @property
     def fits(self) -> bool:
@@ -208,11 +209,8 @@ class _Frame:
                       evidence_tiers=self.evidence_tiers)
         c.stream = streaming.decide(self.policy, self.cat, self.budget, ch.dit, est, held)
         c.timing = _timing(self.cat, self.machine, self.profile, self.settings, self.fingerprint, ch.dit)
-        rates = c.timing
-        if ch.te_streamed:
-            read = te_stream.read_time(self.cat, self.budget, ch.te, self.settings.disk_read_bytes_per_s)
-            rates = {**c.timing, "text_encode_s": float(c.timing.get("text_encode_s") or 0.0) + read.seconds}
-        c.clip_rates = rates
+        c.te_decision = te_stream.decide(self.cat, self.budget, self.settings, ch, est)
+        c.clip_rates = rates = c.te_decision.clip_rates(c.timing)
         c.defaults, c.time, c.defaults_why, c.defaults_warnings = workflow_defaults(
             self.cat, self.settings, self.source, ch.canvas, ch.frames, rates, pass_overhead=c.stream.pass_overhead)
         return c

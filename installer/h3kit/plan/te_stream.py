@@ -8,9 +8,10 @@ after, so the encode phase holds a few layers (the catalog's
 memory.text_encoder_stream) instead of the file, at the price of one
 sequential read of the file per prompt.
 
-It reads GGUF text encoders and plain bf16/fp16/fp32 safetensors; ComfyUI's
-quantized safetensors (int8_convrot, nvfp4_awq, convrot_w4a4, fp8) need
-ComfyUI's own converters and stay with CLIPLoader.
+It reads what h3k_loader.STREAMED_FILES names (GGUF, and plain
+bf16/fp16/fp32/fp8 safetensors without scale keys); ComfyUI's quantized
+safetensors (int8_convrot, nvfp4_awq, convrot_w4a4, scaled fp8) need ComfyUI's
+own converters and stay with CLIPLoader.
 
 The rule (settings key text_encoder_stream): off never streams; on plans
 only files the loader reads, streamed (held only when none is left); auto tries, file by file in the search's order,
@@ -24,21 +25,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from h3kit.bundled import h3k_loader
 from h3kit.core.units import gb
+from h3kit.data.settings import TARGET_MINUTES
 from h3kit.plan import page_cache
 
 NODE = "H3kitStreamedTextEncoderLoader"
-PLAIN_FLOATS = ("bf16", "fp16", "fp32")
+# On a CPU the loader reads these in place (one layer set, no ring); an fp8 file is converted as it is read.
+READ_IN_PLACE = ("bf16", "fp16", "fp32")
 GGUF_LOADERS = ("H3kitCLIPLoaderGGUF", "CLIPLoaderGGUF")
-TARGET_MINUTES = 15.0  # plan/defaults.py's default for target_minutes (kept equal by a test)
 
 
 def readable(weight) -> bool:
-    """Does the streamed loader read this text encoder file (GGUF, or plain float safetensors)?"""
+    """Does the streamed loader read this text encoder file? GGUF, or the plain safetensors formats h3k_loader
+    names (SAFETENSORS_STREAMABLE: the one list the loaders, their refusals and descriptions read too)."""
     name = str(getattr(weight.file, "name", None) or "").lower()
     if name.endswith(".gguf"):
         return weight.file.loader in GGUF_LOADERS
-    return weight.format in PLAIN_FLOATS and name.endswith(".safetensors")
+    return weight.format in h3k_loader.SAFETENSORS_STREAMABLE and name.endswith(".safetensors")
 
 
 @dataclass(frozen=True)
@@ -98,7 +102,7 @@ def options(cat, settings, budget, tes: list) -> list[tuple]:
 
 def _in_place(budget, weight) -> bool:
     """Plain safetensors on a CPU are read in place: one layer set, no ring."""
-    return budget.gpu_bytes is None and weight.format in PLAIN_FLOATS
+    return budget.gpu_bytes is None and weight.format in READ_IN_PLACE
 
 
 def ring_bytes(cat, budget, weight) -> int:
@@ -169,33 +173,66 @@ def _quality_sentence(cat, budget, te, measured: int | None) -> str:
     return out + (f"; it ranks above {', '.join(lower)}." if lower else ".")
 
 
-def decide(cat, c) -> tuple[dict, list[str]]:
-    """(plan.settings.text_encoder_streaming as a mapping, rationale sentences) for the chosen Candidate `c`."""
-    ch, b, s = c.choice, c.budget, c.settings
-    mode = str(s.text_encoder_stream)
-    te = ch.te
+@dataclass(frozen=True)
+class TeDecision:
+    """Whether h3kit's streamed loader runs the chosen text encoder, decided once in the search (search._Space
+    .candidate) and carried on the candidate: the plan's settings.text_encoder_streaming, the clip's time and the
+    rationale read it, none works it out again."""
+
+    enabled: bool
+    why: str  # the clause after "because"
+    held_encode_ram_bytes: int  # ComfyUI's own load of the file, for comparison
+    held_encode_gpu_bytes: int | None = None
+    read: ReadTime | None = None  # enabled: one read of the file per prompt
+    page_cache: str | None = None  # enabled: the node's page_cache input
+    cache_why: str = ""
+    encode_ram_bytes: int | None = None
+    encode_gpu_bytes: int | None = None
+
+    def clip_rates(self, timing: dict) -> dict:
+        """`timing` with the streamed read of the file counted in each prompt's text encode."""
+        if self.read is None:
+            return timing
+        return {**timing, "text_encode_s": float(timing.get("text_encode_s") or 0.0) + self.read.seconds}
+
+    def doc(self, cat) -> dict:
+        """plan.settings.text_encoder_streaming as a mapping."""
+        out = {"enabled": self.enabled, "why": self.why, "held_encode_ram_bytes": self.held_encode_ram_bytes}
+        if not self.enabled:
+            return out
+        rt = self.read
+        out.update(node=NODE, prefetch_layers=cat.memory.text_encoder_stream.prefetch_layers,
+                   page_cache=self.page_cache, read_bytes=rt.read_bytes, disk_bytes_per_s=rt.bytes_per_s,
+                   read_s=round(rt.seconds, 1), rate_source=rt.rate_source, encode_ram_bytes=self.encode_ram_bytes,
+                   encode_gpu_bytes=self.encode_gpu_bytes)
+        return out
+
+
+def _held_why(cat, b, te, settings, held_enc: int) -> str:
+    mode = str(settings.text_encoder_stream)
+    if mode == "off":
+        return "text_encoder_stream is off in the settings"
+    if not readable(te) or cat.memory.text_encoder_stream is None:
+        return (f"the {te.format} file is ComfyUI's quantized safetensors, which the streamed loader does not "
+                "read (CLIPLoader loads it whole)" if not readable(te) else "the catalog has no streamed figures")
+    if mode == "auto" and not within_time(cat, b, te, settings.target_minutes, settings.disk_read_bytes_per_s):
+        rt = read_time(cat, b, te, settings.disk_read_bytes_per_s)
+        return (f"streaming it would take {rt.phrase()}, more than "
+                f"{cat.memory.text_encoder_stream.max_time_share:.0%} of target_minutes")
+    return (f"ComfyUI's own load fits: the encode phase needs {gb(held_enc)} of the {gb(b.ram_bytes)} RAM "
+            "budget, and streaming would only add a read of the file per prompt")
+
+
+def decide(cat, b, settings, choice, est) -> TeDecision:
+    """The decision for `choice` (its `te_streamed` is the search's) with its memory estimate `est`."""
+    te = choice.te
     held_gpu, held_enc = held_encode_phase(cat, b, te, cat.memory.comfyui_process_ram)
+    if not choice.te_streamed:
+        return TeDecision(False, _held_why(cat, b, te, settings, held_enc), held_enc, held_gpu)
+    enc = est.phases["encode"]
+    cache, cache_why = te_page_cache(cat, b, te, enc["ram_bytes"], str(settings.page_cache))
     held_short = held_enc > b.ram_bytes or (held_gpu is not None and held_gpu > b.gpu_bytes)
-    doc = {"enabled": bool(ch.te_streamed), "why": "", "held_encode_ram_bytes": held_enc}
-    if not ch.te_streamed:
-        if mode == "off":
-            why = "text_encoder_stream is off in the settings"
-        elif not readable(te) or cat.memory.text_encoder_stream is None:
-            why = (f"the {te.format} file is ComfyUI's quantized safetensors, which the streamed loader does not "
-                   "read (CLIPLoader loads it whole)" if not readable(te) else "the catalog has no streamed figures")
-        elif mode == "auto" and not within_time(cat, b, te, s.target_minutes, s.disk_read_bytes_per_s):
-            rt = read_time(cat, b, te, s.disk_read_bytes_per_s)
-            why = (f"streaming it would take {rt.phrase()}, more than "
-                   f"{cat.memory.text_encoder_stream.max_time_share:.0%} of target_minutes")
-        else:
-            why = (f"ComfyUI's own load fits: the encode phase needs {gb(held_enc)} of the {gb(b.ram_bytes)} RAM "
-                   "budget, and streaming would only add a read of the file per prompt")
-        doc["why"] = why
-        return doc, [f"The text encoder is loaded whole, not streamed, because {why}."]
-    rt = read_time(cat, b, te, s.disk_read_bytes_per_s)
-    enc = c.est.phases["encode"]
-    cache, cache_why = te_page_cache(cat, b, te, enc["ram_bytes"], str(s.page_cache))
-    if mode == "on":
+    if str(settings.text_encoder_stream) == "on":
         why = "text_encoder_stream is on in the settings"
     elif held_short:
         why = (f"ComfyUI's own load of the {te.format} file would need {gb(held_enc)} in the encode phase against "
@@ -203,21 +240,28 @@ def decide(cat, c) -> tuple[dict, list[str]]:
                                                      f" ({gb(held_gpu)} of it on the GPU, whose budget is "
                                                      f"{gb(b.gpu_bytes)})"))
     else:
-        why = (f"it lets the {te.format} file run in {gb(c.est.phases['encode']['ram_bytes'])} instead of the "
+        why = (f"it lets the {te.format} file run in {gb(enc['ram_bytes'])} instead of the "
                f"{gb(held_enc)} ComfyUI's own load needs, with the rest of the run where it fits")
-    doc.update(why=why, node=NODE, prefetch_layers=cat.memory.text_encoder_stream.prefetch_layers, page_cache=cache,
-               read_bytes=rt.read_bytes, disk_bytes_per_s=rt.bytes_per_s, read_s=round(rt.seconds, 1),
-               rate_source=rt.rate_source, encode_ram_bytes=enc["ram_bytes"], encode_gpu_bytes=enc["gpu_bytes"])
+    return TeDecision(True, why, held_enc, held_gpu, read_time(cat, b, te, settings.disk_read_bytes_per_s), cache,
+                      cache_why, enc["ram_bytes"], enc["gpu_bytes"])
+
+
+def rationale(cat, c) -> list[str]:
+    """The plan's sentences about the text encoder, read off the candidate's decision (`c.te_decision`)."""
+    d, b, te = c.te_decision, c.budget, c.choice.te
+    if not d.enabled:
+        return [f"The text encoder is loaded whole, not streamed, because {d.why}."]
     ts = cat.memory.text_encoder_stream
     ring = ring_bytes(cat, b, te)
     held_as = (f"{ts.in_place_layer_sets} layer read in place" if not ring else
                f"{ts.ring_layer_sets} layers in use and a ring of {ts.prefetch_layers + 1} x "
                f"{gb(ring // (ts.prefetch_layers + 1))} read ahead")
-    return doc, [
-        f"h3kit streams the text encoder ({te.format}, {gb(te.bytes)}) with its {NODE} node because {why}: the "
+    return [
+        f"h3kit streams the text encoder ({te.format}, {gb(te.bytes)}) with its {NODE} node because {d.why}: the "
         f"{ts.layers} layers are read from the file one at a time ({held_as}, {gb(ts.layer_held)} a layer in bf16), "
         f"the vision tower ({gb(ts.vision_tower)}) only while an image is encoded, and nothing stays after the "
-        f"encode: encode phase {gb(enc['ram_bytes'])} of RAM"
-        + ("" if enc["gpu_bytes"] is None or b.unified else f" and {gb(enc['gpu_bytes'])} on the GPU")
-        + f" (ComfyUI's own load: {gb(held_enc)}).", _quality_sentence(cat, b, te, s.disk_read_bytes_per_s),
-        f"Text encoder streamed: {rt.phrase()}, counted in the clip's time; {cache_why}."]
+        f"encode: encode phase {gb(d.encode_ram_bytes)} of RAM"
+        + ("" if d.encode_gpu_bytes is None or b.unified else f" and {gb(d.encode_gpu_bytes)} on the GPU")
+        + f" (ComfyUI's own load: {gb(d.held_encode_ram_bytes)}).",
+        _quality_sentence(cat, b, te, c.settings.disk_read_bytes_per_s),
+        f"Text encoder streamed: {d.read.phrase()}, counted in the clip's time; {d.cache_why}."]

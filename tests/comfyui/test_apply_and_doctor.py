@@ -113,3 +113,39 @@ def test_turning_the_reference_workflow_off_removes_it_unless_it_was_edited(inst
         assert not api.exists() and ui.exists() == edited
         assert sorted(json.loads(out)["removed"]) == sorted(str(p) for p in ((api,) if edited else (ui, api)))
         assert (node / workflows.UI_DIR / (workflows.NAMES["t2v"] + ".json")).is_file()
+
+
+def test_apply_with_a_preset_writes_it_to_the_overrides_and_says_whether_to_restart(installed, run_cli):
+    """`h3kit apply --preset` (the panel's switch): config.yaml's overrides gain `preset:`, every other line kept;
+    the pack's profile, workflows and cost model follow; the launch flags did not change, so no restart."""
+    comfy, doc = installed
+    node = Path(doc["node_dir"])
+    config = locations().config_file
+    config.write_text("# mine\noverrides:\n  steps: 7  # my steps\n", encoding="utf-8")
+    code, out, err = run_cli("apply", "--comfyui", str(comfy), "--preset", "fast", "--yes", "--json")
+    assert code == 0, err
+    applied = json.loads(out)
+    assert applied["restart_needed"] is False and "no restart" in applied["restart_why"]
+    text = config.read_text(encoding="utf-8")
+    assert text.startswith("# mine\n") and "steps: 7  # my steps" in text and "preset: fast" in text
+    profile = json.loads((node / "h3kit_profile.json").read_text())
+    assert profile["settings"]["preset"] == "fast" and profile["settings"]["steps"] == 7
+    assert profile["h3kit"]["command"][1:] == ["-m", "h3kit"] and profile["h3kit"]["comfyui"] == str(comfy)
+    cost = json.loads((node / "h3kit_cost.json").read_text())
+    assert cost["schema"] == "h3kit.cost/1" and cost["defaults"]["steps"] == 7
+
+    code, out, err = run_cli("apply", "--comfyui", str(comfy), "--preset", "auto", "--yes", "--json")
+    assert code == 0, err
+    assert "preset" not in config.read_text(encoding="utf-8") and "steps: 7" in config.read_text(encoding="utf-8")
+    code, out, err = run_cli("apply", "--comfyui", str(comfy), "--preset", "turbo", "--yes")
+    assert code == 2 and "no preset named 'turbo'" in err and "Traceback" not in err
+
+
+def test_apply_says_to_restart_when_the_launch_flags_change(installed, run_cli):
+    comfy, _ = installed
+    _use_profile("nvidia-8gb")
+    code, out, err = run_cli("apply", "--comfyui", str(comfy), "--yes", "--json")
+    assert code == 0, err
+    applied = json.loads(out)
+    assert applied["restart_needed"] is (applied["launcher"] != {} and "launch flags changed" in applied["restart_why"])
+    assert applied["restart_why"].endswith(".")

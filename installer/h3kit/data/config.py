@@ -260,6 +260,11 @@ def _rewrite(path: Path, key: str, new_lines: list[str]) -> None:
         lines += new_lines
     out = "\n".join(lines) + "\n"
     parse_yaml(out, path)  # never write a file we could not read back
+    _write_text(path, out)
+
+
+def _write_text(path: Path, out: str) -> None:
+    """config.yaml replaced atomically (a temporary file beside it, then a rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".config-", suffix=".yaml", dir=path.parent)
     try:
@@ -276,15 +281,69 @@ def set_value(path: Any, key: str, value: Any) -> None:
     _rewrite(_config_path(path), key, _dump_value(key, value))
 
 
+def _child_span(text: str, section: str, key: str):
+    """(section's mapping node, [first, end) lines of `key` in it or None) for a block-style section, else None."""
+    node = yaml.compose(text, Loader=yaml.SafeLoader) if text.strip() else None
+    if not isinstance(node, yaml.MappingNode):
+        return None
+    body = next((v for k, v in node.value if k.value == section), None)
+    if not isinstance(body, yaml.MappingNode) or body.flow_style or not body.value:
+        return None
+    for key_node, value_node in body.value:
+        if key_node.value == key:
+            end = value_node.end_mark.line + (1 if value_node.end_mark.column > 0 else 0)
+            return body, (key_node.start_mark.line, max(end, key_node.start_mark.line + 1))
+    return body, None
+
+
+def set_in_section(path: Any, section: str, key: str, value: Any) -> None:
+    """Set (or, with None, remove) one key of a top-level mapping such as overrides, keeping every other line of
+    config.yaml and its comments, the key's own trailing comment too; checked as write_section checks."""
+    path = _config_path(path)
+    text = path.read_text(encoding="utf-8") if path.exists() else HEADER
+    found = _child_span(text, section, key)
+    if found is None:  # no block-style section to edit in place: the section is written whole
+        data = parse_yaml(text, path).data if text.strip() else {}
+        current = dict(data.get(section) or {}) if isinstance(data, dict) else {}
+        current.pop(key, None)
+        write_section(path, section, {**current, **({} if value is None else {key: value})})
+        return
+    body, span = found
+    lines = text.splitlines()
+    indent = " " * body.value[0][0].start_mark.column
+    new = [] if value is None else [indent + _dump_value(key, value)[0]]
+    if span is None:
+        end = body.end_mark.line + (1 if body.end_mark.column > 0 else 0)
+        while end > 0 and (not lines[end - 1].strip() or lines[end - 1].lstrip().startswith("#")) \
+                and not lines[end - 1].startswith(indent):
+            end -= 1
+        lines[end:end] = new
+    else:
+        m = re.search(r"\s+#.*$", lines[span[0]])
+        if new and m and span[1] - span[0] == 1:
+            new = [new[0] + m.group(0)]
+        lines[span[0]:span[1]] = new
+    out = "\n".join(lines) + "\n"
+    data = parse_yaml(out, path).data  # never write a file we could not read back
+    _check_section(section, dict(data.get(section) or {}) if isinstance(data, dict) else {})
+    _write_text(path, out)
+
+
 def write_section(path: Any, section: str, mapping: dict) -> None:
     """Replace one top-level mapping (e.g. calibrated) in config.yaml, keeping every other line."""
     if not isinstance(mapping, dict):
         raise TypeError("write_section needs a mapping")
-    if section in ("calibrated", "overrides"):  # never write a config the next plan would refuse
-        from h3kit.data import catalog as catalog_mod
-
-        text = yaml.safe_dump({section: mapping}, sort_keys=False)
-        problems = Problems(parse_yaml(text, Path(f"<{section} to write>")))
-        settings_mod.check(mapping, (section,), problems, catalog_mod.load(), complete=False, source=section)
-        problems.raise_if_any(f"Only valid settings can be written to '{section}'.")
+    _check_section(section, mapping)
     _rewrite(_config_path(path), section, _dump_value(section, mapping) if mapping else [f"{section}: {{}}"])
+
+
+def _check_section(section: str, mapping: dict) -> None:
+    """Never write a config the next plan would refuse: settings sections are checked as config.yaml is read."""
+    if section not in ("calibrated", "overrides"):
+        return
+    from h3kit.data import catalog as catalog_mod
+
+    text = yaml.safe_dump({section: mapping}, sort_keys=False)
+    problems = Problems(parse_yaml(text, Path(f"<{section} to write>")))
+    settings_mod.check(mapping, (section,), problems, catalog_mod.load(), complete=False, source=section)
+    problems.raise_if_any(f"Only valid settings can be written to '{section}'.")

@@ -35,14 +35,11 @@ def _switch_preset(ctx: Session, config, preset: str, notes: list[str]):
     """config.yaml's overrides with `preset` (auto: without the key), written unless --dry-run; the config re-read."""
     if preset not in (AUTO,) + PRESETS:
         raise BadInput(f"There is no preset named {preset!r}.", f"Choose one of: {', '.join((AUTO,) + PRESETS)}.")
-    overrides = {k: v for k, v in config.written("overrides").items() if k != "preset"}
-    if preset != AUTO:
-        overrides["preset"] = preset
     path = config.raw or ctx.locations.config_file
     if ctx.dry_run:
         notes.append(f"would set preset: {preset} in {path} (--dry-run)")
         return config
-    config_mod.write_section(path, "overrides", overrides)
+    config_mod.set_in_section(path, "overrides", "preset", None if preset == AUTO else preset)
     notes.append(f"preset: {preset} written to the overrides in {path}")
     return load_config(ctx)
 

@@ -8,6 +8,7 @@ import gc
 import logging
 
 from ..h3kit_common.pack import PROFILE, profile_stamp
+from ..h3kit_common.guard_inputs import Guarded, with_guard
 from .logic import (DEFAULT_CHUNK_FRAMES, attributes_set, chunked_decode, describe, frame_chunks, memory_report,
                     plan_decode, tile_values)
 
@@ -62,7 +63,7 @@ class H3kitProfileInfo:
         return (text, t["tile_size"], t["overlap"], t["temporal_tile"], t["max_frames"])
 
 
-class H3kitTiledVAEDecode:
+class H3kitTiledVAEDecode(Guarded):
     """VAE decode with the profile's tile sizes, chunk by chunk into one preallocated output.
 
     ComfyUI's MiniMax H3 video VAE ignores decode_tiled's arguments and tiles
@@ -73,9 +74,10 @@ class H3kitTiledVAEDecode:
 
     @classmethod
     def INPUT_TYPES(cls):
-        return {"required": {"samples": ("LATENT",), "vae": ("VAE",)},
-                "optional": {"frames_per_chunk": ("INT", {"default": DEFAULT_CHUNK_FRAMES, "min": 1, "max": 4096,
-                                                          "tooltip": "Latent frames (images) decoded at a time."})}}
+        return with_guard({"required": {"samples": ("LATENT",), "vae": ("VAE",)},
+                           "optional": {"frames_per_chunk": ("INT", {
+                               "default": DEFAULT_CHUNK_FRAMES, "min": 1, "max": 4096,
+                               "tooltip": "Latent frames (images) decoded at a time."})}})
 
     RETURN_TYPES = ("IMAGE",)
     FUNCTION = "decode"
@@ -89,7 +91,8 @@ class H3kitTiledVAEDecode:
     def IS_CHANGED(cls, **kwargs):
         return str(profile_stamp())
 
-    def decode(self, samples, vae, frames_per_chunk=DEFAULT_CHUNK_FRAMES):
+
+    def decode(self, samples, vae, frames_per_chunk=DEFAULT_CHUNK_FRAMES, h3kit_guard=None, h3kit_queue_anyway=None):
         import torch
         import comfy.utils
 
@@ -125,12 +128,12 @@ class H3kitTiledVAEDecode:
         return (images,)
 
 
-class H3kitMemoryGuard:
+class H3kitMemoryGuard(Guarded):
     """Pass anything through after unloading models and emptying caches; reports memory freed."""
 
     @classmethod
     def INPUT_TYPES(cls):
-        return {"required": {"value": (ANY,)}}
+        return with_guard({"required": {"value": (ANY,)}})
 
     RETURN_TYPES = (ANY, "STRING")
     RETURN_NAMES = ("value", "report")
@@ -142,7 +145,8 @@ class H3kitMemoryGuard:
     def IS_CHANGED(cls, **kwargs):
         return float("nan")  # always run: freeing memory is the point
 
-    def guard(self, value):
+
+    def guard(self, value, h3kit_guard=None, h3kit_queue_anyway=None):
         import comfy.model_management as mm
 
         def free() -> dict:

@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 from ..h3kit_common.files import AUTO, gguf_files
+from ..h3kit_common.guard_inputs import Guarded, with_guard
 
 DTYPES = ["default", "target", "float32", "float16", "bfloat16"]  # UnetLoaderGGUFAdvanced's choices
 
 
-class H3kitUnetLoaderGGUF:
+class H3kitUnetLoaderGGUF(Guarded):
     """Unet Loader (GGUF) that also takes MiniMax H3 GGUFs without metadata (stable-diffusion.cpp's)."""
 
     @classmethod
     def INPUT_TYPES(cls):
-        return {"required": {"unet_name": (gguf_files("diffusion_models"),)},
-                "optional": {"dequant_dtype": (DTYPES, {"default": "default", "advanced": True}),
-                             "patch_dtype": (DTYPES, {"default": "default", "advanced": True}),
-                             "patch_on_device": ("BOOLEAN", {"default": False, "advanced": True})}}
+        return with_guard({"required": {"unet_name": (gguf_files("diffusion_models"),)},
+                           "optional": {"dequant_dtype": (DTYPES, {"default": "default", "advanced": True}),
+                                        "patch_dtype": (DTYPES, {"default": "default", "advanced": True}),
+                                        "patch_on_device": ("BOOLEAN", {"default": False, "advanced": True})}})
 
     RETURN_TYPES = ("MODEL",)
     FUNCTION = "load"
@@ -25,7 +26,9 @@ class H3kitUnetLoaderGGUF:
                    "stock loader refuses as 'Unknown model architecture'): detected by ComfyUI's own H3 keys. "
                    "Needs ComfyUI-GGUF installed ('h3kit models fetch --with-loaders').")
 
-    def load(self, unet_name, dequant_dtype="default", patch_dtype="default", patch_on_device=False):
+
+    def load(self, unet_name, dequant_dtype="default", patch_dtype="default", patch_on_device=False,
+             h3kit_guard=None, h3kit_queue_anyway=None):
         import folder_paths
 
         from .load import load_dit
@@ -34,17 +37,17 @@ class H3kitUnetLoaderGGUF:
         return (load_dit(path, dequant_dtype, patch_dtype, patch_on_device),)
 
 
-class H3kitCLIPLoaderGGUF:
+class H3kitCLIPLoaderGGUF(Guarded):
     """CLIPLoader (GGUF) for MiniMax H3's Qwen3-VL-32B text encoder, with its vision tower (mmproj)."""
 
     @classmethod
     def INPUT_TYPES(cls):
-        return {"required": {"clip_name": (gguf_files("text_encoders"),)},
-                "optional": {"mmproj_name": ([AUTO] + [n for n in gguf_files("text_encoders") if "mmproj" in n.lower()],
-                                             {"default": AUTO,
-                                              "tooltip": "The vision tower's GGUF; (auto): the one inside the file, "
-                                                         "else an mmproj*.gguf named after it beside it."}),
-                             "type": (["minimax"], {"default": "minimax", "advanced": True})}}
+        mmprojs = [AUTO] + [n for n in gguf_files("text_encoders") if "mmproj" in n.lower()]
+        return with_guard({"required": {"clip_name": (gguf_files("text_encoders"),)},
+                           "optional": {"mmproj_name": (mmprojs, {
+                               "default": AUTO, "tooltip": "The vision tower's GGUF; (auto): the one inside the file, "
+                                                          "else an mmproj*.gguf named after it beside it."}),
+                               "type": (["minimax"], {"default": "minimax", "advanced": True})}})
 
     RETURN_TYPES = ("CLIP",)
     FUNCTION = "load"
@@ -54,7 +57,8 @@ class H3kitCLIPLoaderGGUF:
                    "through ComfyUI-GGUF's dequantizing ops; as CLIPLoader type minimax. Needs ComfyUI-GGUF "
                    "installed ('h3kit models fetch --with-loaders').")
 
-    def load(self, clip_name, mmproj_name=AUTO, type="minimax"):
+
+    def load(self, clip_name, mmproj_name=AUTO, type="minimax", h3kit_guard=None, h3kit_queue_anyway=None):
         import folder_paths
 
         from .load import load_text_encoder

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..h3k_loader import MAX_PREFETCH, PAGE_CACHE_CHOICES
 from ..h3kit_common.files import gguf_files, stamp_of
 from ..h3kit_common.pack import PACK_DIR, PROFILE
+from ..h3kit_common.guard_inputs import Guarded, with_guard
 from .logic import STATS_FILE, profile_defaults
 
 STATS_PATH = PACK_DIR / STATS_FILE
@@ -12,7 +13,7 @@ WEIGHT_DTYPES = ["default", "fp8_e4m3fn", "fp8_e4m3fn_fast", "fp8_e5m2"]  # UNET
 BYTES_MAX = 1 << 50
 
 
-class H3kitStreamedDiTLoader:
+class H3kitStreamedDiTLoader(Guarded):
     """Load an H3 DiT like Load Diffusion Model, but read its transformer blocks from the file as they run."""
 
     @classmethod
@@ -20,7 +21,7 @@ class H3kitStreamedDiTLoader:
         import folder_paths
 
         d = profile_defaults(PROFILE.current().dit_loader())
-        return {"required": {
+        return with_guard({"required": {
             # ComfyUI's list leaves .gguf out (ComfyUI-GGUF keeps its own): both, once each
             "unet_name": (sorted(set(folder_paths.get_filename_list("diffusion_models"))
                                  | set(gguf_files("diffusion_models"))),),
@@ -37,7 +38,7 @@ class H3kitStreamedDiTLoader:
                            "tooltip": "use: read the blocks through the OS's page cache (a file that fits it is "
                                       "read from memory after the first step). bypass: read them past it, for a "
                                       "file larger than the cache can keep, which every step reads from the disk."}),
-        }}
+        }})
 
     RETURN_TYPES = ("MODEL",)
     FUNCTION = "load"
@@ -52,8 +53,9 @@ class H3kitStreamedDiTLoader:
     def IS_CHANGED(cls, unet_name, **kwargs):
         return stamp_of("diffusion_models", unet_name)
 
+
     def load(self, unet_name, weight_dtype="default", preload_bytes=0, shard_size_bytes=0, prefetch_blocks=1,
-             page_cache="use"):
+             page_cache="use", h3kit_guard=None, h3kit_queue_anyway=None):
         import folder_paths
 
         from .load import load_streamed

@@ -1,7 +1,7 @@
 """The streamed text encoder: MiniMax H3's Qwen3-VL-32B with its 50 layers read from the file as they run.
 
-ComfyUI's CLIPLoader holds the whole encoder (51 GB in bf16, 13-25 GB
-quantized) while it encodes one prompt. `load_streamed_text_encoder` builds
+ComfyUI's CLIPLoader holds the whole encoder (13.1 GB to 25.28 GiB quantized
+in the catalog, 51.5 GB in bf16) while it encodes one prompt. `load_streamed_text_encoder` builds
 the same CLIP object with ComfyUI's own code -- `load_text_encoder_state_dicts`
 on a state dict of shapes only (`meta`), so detection, classes, ops and
 dtypes are exactly the stock load's -- and then holds almost nothing:

@@ -4,9 +4,10 @@ The logic is in `te_load` (the model) and `te_logic` (the file's header)."""
 
 from __future__ import annotations
 
-from ..h3k_loader import MAX_PREFETCH, PAGE_CACHE_CHOICES
+from ..h3k_loader import MAX_PREFETCH, PAGE_CACHE_CHOICES, STREAMED_FILES
 from ..h3kit_common.files import AUTO, gguf_files, stamp_of
 from ..h3kit_common.pack import PACK_DIR
+from ..h3kit_common.guard_inputs import Guarded, with_guard
 from .te_logic import TE_STATS_FILE
 
 STATS_PATH = PACK_DIR / TE_STATS_FILE
@@ -19,13 +20,13 @@ def _text_encoder_files() -> list[str]:
     return sorted(set(folder_paths.get_filename_list("text_encoders")) | set(gguf_files("text_encoders")))
 
 
-class H3kitStreamedTextEncoderLoader:
+class H3kitStreamedTextEncoderLoader(Guarded):
     """Load CLIP (type minimax) that keeps the Qwen3-VL-32B layers on disk and reads each one as it runs."""
 
     @classmethod
     def INPUT_TYPES(cls):
         files = _text_encoder_files()
-        return {"required": {"clip_name": (files,)},
+        return with_guard({"required": {"clip_name": (files,)},
                 "optional": {
                     "mmproj_name": ([AUTO] + [n for n in files if "mmproj" in n.lower()],
                                     {"default": AUTO, "tooltip": "GGUF only: the vision tower's file; (auto): the one "
@@ -35,12 +36,12 @@ class H3kitStreamedTextEncoderLoader:
                                                      "read them past it, for a file larger than the cache can keep."}),
                     "prefetch_layers": ("INT", {"default": 1, "min": 1, "max": MAX_PREFETCH,
                                                 "tooltip": "Layers read ahead while the current one computes."}),
-                }}
+                }})
 
     RETURN_TYPES = ("CLIP",)
     FUNCTION = "load"
     CATEGORY = "h3kit"
-    DESCRIPTION = ("Loads MiniMax H3's text encoder (Qwen3-VL-32B: bf16/fp16 safetensors, or GGUF with its mmproj) "
+    DESCRIPTION = (f"Loads MiniMax H3's text encoder (Qwen3-VL-32B: {STREAMED_FILES}, a GGUF with its mmproj) "
                    "like Load CLIP with type minimax, but keeps its 50 layers on disk: each is read when the "
                    "encoder reaches it and freed after, the embedding table is read by the rows a prompt needs, "
                    "and the vision tower only while an image is encoded. Nothing stays in memory after the "
@@ -50,7 +51,9 @@ class H3kitStreamedTextEncoderLoader:
     def IS_CHANGED(cls, clip_name, **kwargs):
         return stamp_of("text_encoders", clip_name)
 
-    def load(self, clip_name, mmproj_name=AUTO, page_cache="use", prefetch_layers=1):
+
+    def load(self, clip_name, mmproj_name=AUTO, page_cache="use", prefetch_layers=1, h3kit_guard=None,
+             h3kit_queue_anyway=None):
         import folder_paths
 
         from .te_load import load_streamed_text_encoder

@@ -22,7 +22,7 @@ Each refusal is a `GGUFError`: one sentence naming the file (and the tensor
 or key at fault) and what to do. Left out on purpose: the tensor data is
 never read, and KV values nobody reads (a vocabulary) are not kept.
 
-Users: the GGUF loaders in the pack (nodes/h3kit_gguf/logic.py re-exports
+Users: the GGUF loaders in the pack (nodes/h3kit_common/gguf_names.py re-exports
 it; the held loader, the streamed loader) and calibration's architecture
 reader (h3kit.calibrate.arch, as h3kit.bundled.h3k_gguf). Standard library
 only, and never `import h3kit`: this runs where h3kit is not installed.

@@ -32,7 +32,7 @@ MAX_HEADER = 256 << 20  # far above any real header (an H3 one is a few hundred 
 DTYPE_BITS = {"BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8, "I16": 16, "U16": 16,
               "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32, "I64": 64, "U64": 64, "F64": 64, "C64": 64,
               "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6}
-_BLOCK = re.compile(r"^blocks\.(\d+)\.")
+BLOCK_RE = re.compile(r"^blocks\.(\d+)\.")  # a DiT block's tensors: the one rule (the streamed loader's too)
 
 
 class HeaderError(ValueError):
@@ -105,7 +105,7 @@ def read_header(path: str | os.PathLike) -> dict:
     past = [(e["start"], n) for n, e in tensors.items() if e["end"] > size]
     if past:
         _, first = min(past)
-        block = _BLOCK.match(first)
+        block = BLOCK_RE.match(first)
         where = f"block {block.group(1)} ({first})" if block else first
         need = max(tensors[n]["end"] for _, n in past)
         raise HeaderError(f"{path} is cut short: it has {size} bytes but its tensors need {need} ({where} and after "

@@ -11,7 +11,7 @@ import json
 import os
 from pathlib import Path
 
-SUMMARY_FILE = "h3kit_calibration.json"
+from ..h3kit_common.pack import SUMMARY_FILE  # noqa: F401 - the node module names it from here
 NO_SUMMARY = "No calibration yet: run 'h3kit calibrate' (add --comfyui PATH for this ComfyUI) and re-run this node."
 
 

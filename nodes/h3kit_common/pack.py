@@ -7,6 +7,7 @@ from pathlib import Path
 from ..h3k_profile import PROFILE_FILE, ProfileStore
 
 PACK_DIR = Path(__file__).resolve().parent.parent  # custom_nodes/ComfyUI-h3kit, as deploy lays it out
+SUMMARY_FILE = "h3kit_calibration.json"  # what `h3kit calibrate` leaves in the pack (the report node and the panel)
 PROFILE = ProfileStore(PACK_DIR / PROFILE_FILE)
 
 

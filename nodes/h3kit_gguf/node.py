@@ -31,7 +31,7 @@ class H3kitUnetLoaderGGUF(Guarded):
              h3kit_guard=None, h3kit_queue_anyway=None):
         import folder_paths
 
-        from .load import load_dit
+        from ..h3kit_common.gguf_load import load_dit
 
         path = folder_paths.get_full_path_or_raise("diffusion_models", unet_name)
         return (load_dit(path, dequant_dtype, patch_dtype, patch_on_device),)
@@ -61,7 +61,7 @@ class H3kitCLIPLoaderGGUF(Guarded):
     def load(self, clip_name, mmproj_name=AUTO, type="minimax", h3kit_guard=None, h3kit_queue_anyway=None):
         import folder_paths
 
-        from .load import load_text_encoder
+        from ..h3kit_common.gguf_load import load_text_encoder
 
         path = folder_paths.get_full_path_or_raise("text_encoders", clip_name)
         return (load_text_encoder(path, None if mmproj_name == AUTO else mmproj_name, type,

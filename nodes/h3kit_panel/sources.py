@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 from ..h3k_cost import COST_FILE, CostModel, CostUnavailable, read
 from ..h3k_profile import PROFILE_FILE, PackProfile, ProfileStore
-from ..h3kit_calibration.summary import SUMMARY_FILE
+from ..h3kit_common.pack import SUMMARY_FILE
 from ..h3kit_common.pack import PACK_DIR, PROFILE
 
 QUEUE_GUARD_CHOICES = ("refuse", "warn")

@@ -148,8 +148,7 @@ class BlockStream:
         self.slots: dict = {}
         self.closed_totals = {"bytes_read": 0, "reader_wait_s": 0.0}
         self.patcher_ref = None
-        self.counters = self._fresh()
-        self._base = self._totals()
+        self.start_counters()
         self._t_block = None
         # ComfyUI 0.35+'s malloc graph: reads and releases run outside it (h3kit_compiler)
         self.outside_graph, self.malloc_graph = prepare_compiler()
@@ -164,6 +163,11 @@ class BlockStream:
         return {"bytes_read": 0, "wait_s": 0.0, "reader_wait_s": 0.0, "compute_s": 0.0, "load_s": 0.0, "model_calls": 0,
                 "blocks_read": 0, "timesteps": set(), "t0": time.perf_counter(), "finished": False}
 
+    def start_counters(self) -> None:
+        """Start a run's counters: the bytes and waits `end_run` reports are counted from here."""
+        self.counters = self._fresh()
+        self._base = self._totals()
+
     def begin_run(self, patcher) -> None:
         hooked = sorted(k for group in (patcher.hook_patches or {}).values() for k in group if k in self.keys)
         if hooked:
@@ -175,8 +179,7 @@ class BlockStream:
             raise StreamError(f"h3kit's streamed loader does not support weight wrappers on its streamed blocks "
                               f"({wrapped[0]}); use ComfyUI's Load Diffusion Model for this graph.")
         self.patcher_ref = weakref.ref(patcher)
-        self.counters = self._fresh()
-        self._base = self._totals()
+        self.start_counters()
 
     def end_run(self) -> None:
         self.release_all()

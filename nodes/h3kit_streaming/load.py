@@ -295,7 +295,7 @@ def _strip_blocks(dm, blocks: dict, tensors: dict, path: Path):
 
 def gguf_dequantizer():
     """(bytes, ggml type id, shape, dtype) -> tensor, through the installed ComfyUI-GGUF's torch dequantize."""
-    from ..h3kit_gguf.load import GGUFError, gguf_pack
+    from ..h3kit_common.gguf_load import GGUFError, gguf_pack
 
     try:
         pack = gguf_pack()

@@ -31,17 +31,16 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 
 from ..h3k_loader import MIB, PAGE_CACHE_CHOICES, QUANT_MARKERS, STREAMED_DTYPES, STREAMED_FILES, clamp_prefetch
 from ..h3k_profile import DiTLoaderSettings
 from ..h3kit_common.files import file_stamp
-from ..h3kit_gguf.logic import GGML_TYPES, PLAIN_TYPES, GGUFError, dit_prefix, read_gguf
+from ..h3k_safetensors import BLOCK_RE
+from ..h3kit_common.gguf_names import GGML_TYPES, PLAIN_TYPES, GGUFError, dit_prefix, read_gguf
 
 STATS_FILE = "h3kit_streaming_stats.json"
 STATS_SCHEMA = "h3kit.streaming_stats/1"
-BLOCK_RE = re.compile(r"^blocks\.(\d+)\.")
 # What the loaders read is h3k_loader's (STREAMED_DTYPES, QUANT_MARKERS; blocks._dtype has the torch types).
 GGUF_QUANT_TYPES = {name for name, _, _ in GGML_TYPES.values()} - PLAIN_TYPES
 

@@ -57,8 +57,7 @@ class _Encode:
         self.tower.release()  # an encode that failed half way left its tower behind
         s = self.stream
         s.drop_buffers()
-        s.counters = s._fresh()
-        s._base = s._totals()
+        s.start_counters()
         s.counters["model_calls"] += 1
 
     def finished(self) -> None:
@@ -153,8 +152,8 @@ def _meta_state_dict(path: Path, header: dict, mmproj, folder_lookup):
         if problem:
             raise StreamError(problem)
         return {n: torch.empty(e["shape"], dtype=_dtype(e["dtype"]), device="meta") for n, e in tensors.items()}, None
-    from ..h3kit_gguf.load import mmproj_path
-    from ..h3kit_gguf.logic import comfy_shapes, has_vision, read_gguf, te_missing, vision_problem
+    from ..h3kit_common.gguf_load import mmproj_path
+    from ..h3kit_common.gguf_names import comfy_shapes, has_vision, read_gguf, te_missing, vision_problem
 
     shapes = comfy_shapes(read_gguf(path)["tensors"], header["kv"])
     vision_file = None
@@ -184,7 +183,7 @@ def _tower_reader(path: Path, header: dict, vision_file):
 
     def read_gguf_tower():
         import torch
-        from ..h3kit_gguf.load import gguf_pack, tower_state_dict
+        from ..h3kit_common.gguf_load import gguf_pack, tower_state_dict
         pack = gguf_pack()
         return {n: pack.dequant.dequantize_tensor(t, dtype=torch.float32).as_subclass(torch.Tensor)
                 for n, t in tower_state_dict(vision_file or path).items()}
@@ -213,7 +212,7 @@ def load_streamed_text_encoder(path, mmproj=None, page_cache: str = "use", prefe
     embed_dtype = lm.embed_tokens.weight.dtype
     lm.embed_tokens = _row_module(str(path), tensors[EMBED], embed_dtype, dequantize, stamp)
     tower = TowerOnDemand(inner.transformer.visual, "visual.", _tower_reader(path, header, vision_file))
-    _load_rest(te, prefix, rest, tensors, path, dequantize)
+    _load_rest(te, prefix, rest, tensors, path, dequantize, gguf)
     ranges = {b: merge_ranges((s.start, s.end) for s in ss) for b, ss in specs.items()}
     plan = plan_stream(ranges, BYPASS_READ_BYTES if page_cache == "bypass" else 0, prefetch_layers, 0,
                        bridge.streamer_limits())
@@ -297,7 +296,7 @@ def _strip_layers(lm, layers: dict, tensors: dict, path: Path, prefix: str) -> d
     return specs
 
 
-def _load_rest(te, prefix: str, rest: list, tensors: dict, path: Path, dequantize) -> None:
+def _load_rest(te, prefix: str, rest: list, tensors: dict, path: Path, dequantize, gguf: bool) -> None:
     """Read the few tensors outside the layers, the table and the tower; anything still shape-only is an error."""
     import torch
     import safetensors
@@ -306,7 +305,7 @@ def _load_rest(te, prefix: str, rest: list, tensors: dict, path: Path, dequantiz
     params = dict(te.named_parameters())
     found = {k: n for k, n in wanted.items() if k in params}
     if found:
-        if tensors[next(iter(found.values()))].get("type_id") is not None or str(path).lower().endswith(".gguf"):
+        if gguf:  # the checked header's word (open_checked), not the file's name
             values = {n: read_gguf_tensor(path, tensors[n], dequantize) for n in found.values()}
         else:
             with safetensors.safe_open(str(path), framework="pt", device="cpu") as f:

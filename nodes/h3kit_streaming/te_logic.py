@@ -28,16 +28,15 @@ blocks. Decided here, on the file's header alone:
 from __future__ import annotations
 
 import os
-import re
 from collections import Counter
 from pathlib import Path
 
 from ..h3k_loader import QUANT_MARKERS, STREAMED_DTYPES, STREAMED_FILES
-from ..h3kit_gguf.logic import GGML_TYPES, PATCH_SPLITS, QWEN3VL_32B_WIDTH, has_vision, te_names, vision_problem
+from ..h3kit_common.gguf_names import (GGML_TYPES, LAYER_RE, PATCH_SPLITS, QWEN3VL_32B_WIDTH, has_vision, te_names,
+                                       vision_problem)
 from .logic import StreamError, is_quantized, read_weights
 
 TE_STATS_FILE = "h3kit_te_streaming_stats.json"
-LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.")
 EMBED = "model.embed_tokens.weight"
 VISION_PREFIX = "visual."
 CLIP_LOADER_HINT = "use ComfyUI's Load CLIP (CLIPLoader, type minimax)"

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
 from h3kit import calibrate
+from pack_support import pack_module
 from h3kit.cli.context import Context
 from h3kit.data.plan_doc import PlanSettings
 
@@ -17,10 +17,7 @@ NODES = Path(__file__).resolve().parents[2] / "nodes"
 
 @pytest.fixture
 def node_logic():
-    spec = importlib.util.spec_from_file_location("h3kit_calibration_under_test", NODES / "h3kit_calibration" / "summary.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return pack_module("h3kit_calibration.summary")
 
 
 def _doc() -> dict:
@@ -57,9 +54,8 @@ def test_pack_summary_is_written_only_into_a_pack_h3kit_installed(tmp_path, h3ki
     from h3kit.comfyui import manifest as mf
     from h3kit.comfyui.locate import find
 
-    spec = importlib.util.spec_from_file_location("comfy_tree", Path(__file__).parents[1] / "fixtures" / "comfyui" / "comfy_tree.py")
-    comfy_tree = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(comfy_tree)
+    from fixtures.comfyui import comfy_tree
+
     comfy = comfy_tree.make_comfyui(tmp_path / "ComfyUI")
     ctx = Context(yes=True)
     install = find(str(comfy), None, ctx)

@@ -21,9 +21,9 @@ import pytest
 
 from pack_support import pack_module
 
-L = pack_module("h3kit_gguf.logic")
+L = pack_module("h3kit_common.gguf_names")
 S = pack_module("h3kit_streaming.logic")
-H = pack_module("h3kit_gguf.load")
+H = pack_module("h3kit_common.gguf_load")
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
 F32, STRING, ARRAY, UINT32 = 0, 8, 9, 4
 
@@ -132,7 +132,7 @@ MEASURE = r"""
 import json, resource, sys, time
 sys.path.insert(0, sys.argv[2])
 from pack_support import pack_module
-S, H = pack_module("h3kit_streaming.logic"), pack_module("h3kit_gguf.load")
+S, H = pack_module("h3kit_streaming.logic"), pack_module("h3kit_common.gguf_load")
 H.gguf_pack = lambda: sys.exit("gguf-py was reached")
 out = {}
 for name, read in (("streamed", S.read_weights), ("held_dit", H.load_dit), ("held_te", H.text_encoder_state_dict)):

@@ -1,4 +1,4 @@
-"""h3kit's GGUF loaders' own logic (nodes/h3kit_gguf/logic.py): no ComfyUI, no torch, no gguf-py.
+"""h3kit's GGUF loaders' own logic (nodes/h3kit_common/gguf_names.py): no ComfyUI, no torch, no gguf-py.
 
 The container parse on real files written byte by byte (no KV fields, as
 stable-diffusion.cpp writes them; with KV fields, as llama.cpp writes an
@@ -22,7 +22,7 @@ from gguf_container import write_gguf  # noqa: E402
 from pack_support import pack_module  # noqa: E402
 
 
-L = pack_module("h3kit_gguf.logic")
+L = pack_module("h3kit_common.gguf_names")
 S = pack_module("h3kit_streaming.logic")
 F32, F16, Q8_0, Q4_K = 0, 1, 8, 12
 

@@ -163,3 +163,18 @@ def test_the_pack_is_grouped_by_feature_and_no_node_module_imports_another():
     offenders = {f"{p.relative_to(NODES)} imports {m}" for p in NODES.rglob("*.py") if p.parent != NODES
                  for m in _relative_imports(p) & nodes}
     assert offenders == set()
+
+
+def test_a_feature_package_imports_only_h3k_packages_h3kit_common_and_itself():
+    """The seam between the pack's features (issue #46): what two features share lives in h3kit_common or an
+    h3k_* package, so each h3kit_* feature package can change without another breaking."""
+    offenders = set()
+    for path in NODES.glob("h3kit_*/**/*.py"):
+        own = path.relative_to(NODES).parts[0]
+        for module in _relative_imports(path):
+            top = module.split(".")[0]
+            if top and top != own and top != "h3kit_common" and not top.startswith("h3k_"):
+                offenders.add(f"{path.relative_to(NODES)} imports {module}")
+    assert offenders == set()
+    common = {m.split(".")[0] for p in (NODES / "h3kit_common").rglob("*.py") for m in _relative_imports(p)}
+    assert {m for m in common if m.startswith("h3kit_") and m != "h3kit_common"} == set()  # the bottom of the seam

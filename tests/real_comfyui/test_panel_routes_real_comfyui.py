@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -155,9 +157,11 @@ def test_a_16gb_machine_gets_the_plans_figures_the_guard_and_the_preset_switch(h
 
         status, refused = _post(server, "/prompt", {"prompt": big, "client_id": "h3kit-test"})
         assert status == 400, refused
-        (node_id, node), = refused["node_errors"].items()
-        assert node["class_type"].startswith("H3kit") and "h3kit_guard" in node["errors"][0]["details"], refused
-        assert "GB" in node["errors"][0]["details"] and node_id == str(doc["guard_node"]), (refused, doc)
+        # no weights here, so the loaders also say their files are missing; the guard's error is on its node
+        guard = refused["node_errors"][str(doc["guard_node"])]
+        said = [e["details"] for e in guard["errors"] if e["type"] == "custom_validation_failed"]
+        assert guard["class_type"].startswith("H3kit") and len(said) == 1, refused
+        assert said[0].startswith("h3kit_guard - h3kit: 1920x1080 with 241 frames needs") and "GB" in said[0], said
         assert _http(server, "GET", "/history")[1] == {}  # nothing ran, so no weight was read
         _bad_bodies_get_a_sentence(server, t2v)
 
@@ -166,8 +170,10 @@ def test_a_16gb_machine_gets_the_plans_figures_the_guard_and_the_preset_switch(h
         assert isinstance(job["restart_needed"], bool) and job["message"], job
     by_panel = _snapshot(comfy)
     assert json.loads((_pack(comfy) / "h3kit_profile.json").read_text())["settings"]["preset"] == "fast"
-    code, out, err = run_cli("apply", "--comfyui", str(comfy), "--preset", "fast", "--yes", "--json")
-    assert code == 0, err
+    # the same command typed in a terminal (a process of its own, as the panel's is, so both see this machine alike)
+    done = subprocess.run([sys.executable, "-m", "h3kit", "apply", "--comfyui", str(comfy), "--preset", "fast", "--yes",
+                           "--json"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
     assert _snapshot(comfy) == by_panel  # the panel's switch left the pack as `h3kit apply --preset fast` does
 
 

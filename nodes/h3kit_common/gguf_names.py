@@ -87,7 +87,7 @@ _DEEP = re.compile(r"^v\.(deepstack|deepstack_merger_list)\.(\d+)\.(.+)\.(weight
 PATCH_SPLIT = ("v.patch_embd.weight", "v.patch_embd.weight.1")  # llama.cpp: the 2 temporal slices
 # the same two slices in stable-diffusion.cpp's own names (convert_qwen3_vl_vision_name's output)
 PATCH_SPLITS = (PATCH_SPLIT, ("visual.patch_embed.proj.0.weight", "visual.patch_embed.proj.1.weight"))
-_LAYER = re.compile(r"^model\.layers\.(\d+)\.")
+LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.")  # a text-encoder layer, ComfyUI's name: the one rule
 _RENAMED = {"visual.patch_embed.bias": "visual.patch_embed.proj.bias"}  # stable-diffusion.cpp's name for it
 
 
@@ -173,7 +173,7 @@ def te_missing(names, file_name: str) -> str | None:
     """One sentence when ComfyUI would not detect MiniMax H3's Qwen3-VL-32B encoder in these names, else None."""
     names = set(names)
     # a layer named by anything but its number (model.layers.L0.*) is no layer ComfyUI builds: not counted
-    numbered = [int(m.group(1)) for n in names for m in [_LAYER.match(n)] if m]
+    numbered = [int(m.group(1)) for n in names for m in [LAYER_RE.match(n)] if m]
     if not numbered:
         odd = sorted(n for n in names if n.startswith("model.layers."))
         return (f"{file_name} has no Qwen3 language model layers numbered as ComfyUI loads them (model.layers.N / "

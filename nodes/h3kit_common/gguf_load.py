@@ -35,7 +35,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from .logic import (LOADERS_HINT, PATCH_SPLITS, GGUFError, comfy_shapes, dit_prefix, find_mmproj,
+from .gguf_names import (LOADERS_HINT, PATCH_SPLITS, GGUFError, comfy_shapes, dit_prefix, find_mmproj,
                                has_vision, is_h3_dit, read_gguf, split_qkv_groups, te_missing, te_names, vision_problem)
 
 LOG = logging.getLogger("h3kit")

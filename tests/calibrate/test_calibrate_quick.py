@@ -119,15 +119,12 @@ def test_calibration_in_an_installed_comfyui_applies_and_leaves_a_summary(run_cl
                                                                           native_library_env):
     """With a pack h3kit installed: the runner runs in that ComfyUI's Python, the new values are applied
     to the pack (the same code as `h3kit apply`), and the node's summary lands in the pack."""
-    import importlib.util
-
     from h3kit.cli.context import Context
     from h3kit.comfyui import deploy
     from h3kit.comfyui.locate import find
 
-    spec = importlib.util.spec_from_file_location("comfy_tree", Path(__file__).parents[1] / "fixtures" / "comfyui" / "comfy_tree.py")
-    comfy_tree = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(comfy_tree)
+    from fixtures.comfyui import comfy_tree
+
     comfy = comfy_tree.make_comfyui(tmp_path / "ComfyUI")
     ctx = Context(yes=True)
     install = find(str(comfy), None, ctx)

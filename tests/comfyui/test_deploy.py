@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -11,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.comfyui import comfy_tree
 from h3kit.core.files import sha256_file
 from h3kit.comfyui import deploy
 
@@ -24,9 +24,6 @@ from h3kit.data.plan_doc import PlanSettings
 pytestmark = pytest.mark.native  # installs deploy the session's native library with the pack
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "comfyui"
-_spec = importlib.util.spec_from_file_location("comfy_tree", FIXTURES / "comfy_tree.py")
-comfy_tree = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(comfy_tree)
 
 # A recorded machine with room on its one disk ("/", so it holds any folder): an install that plans for it
 # does not depend on this box's free disk, RAM or GPU.
@@ -52,6 +49,7 @@ def test_help_flags_from_recorded_help():
     flags = launcher.parse_help_flags((FIXTURES / "help-0.8.0.txt").read_text(encoding="utf-8"))
     assert {"--reserve-vram", "--lowvram", "--cpu", "--disable-pinned-memory", "--listen", "--port"} <= flags
     assert "--no-such-flag" not in flags and "--fast-disk" not in flags
+    assert "--base-" not in flags  # "--base-directory" cut where the help text wraps: no flag
 
 
 def test_filter_args_drops_flags_with_their_values():
@@ -59,6 +57,10 @@ def test_filter_args_drops_flags_with_their_values():
     assert kept == ["--reserve-vram", "2.5", "--disable-pinned-memory", "--lowvram"]
     assert dropped == ["--no-such-flag", "7"]
     assert launcher.filter_args(["--cpu=1"], {"--cpu"}) == (["--cpu=1"], [])
+    # as ComfyUI reads its command line: a prefix of one flag is that flag, one of several is refused
+    accepted = {"--reserve-vram", "--disable-pinned-memory", "--disable-mmap", "--lowvram"}
+    assert launcher.filter_args(["--reserve", "1", "--dis", "x", "--lowvram"], accepted) == \
+        (["--reserve", "1", "--lowvram"], ["--dis", "x"])
 
 
 def test_install_records_every_file_and_verifies(comfy, h3kit_home):

@@ -3,12 +3,12 @@ ComfyUI flags known to harm H3 as plan does."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from fixtures.comfyui import comfy_tree
 from h3kit.cli.context import Context
 from h3kit.comfyui import launcher
 from h3kit.comfyui.locate import find
@@ -17,9 +17,6 @@ pytestmark = pytest.mark.native  # installs: the session's native library, not a
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "comfyui"
 FP = str(Path(__file__).parents[1] / "fixtures" / "fingerprints" / "nvidia-rtx4090-24gb-64gb.json")
-_spec = importlib.util.spec_from_file_location("comfy_tree", FIXTURES / "comfy_tree.py")
-comfy_tree = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(comfy_tree)
 INSTALL = ("install", "--yes", "--skip-calibrate", "--no-models")
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 import time
@@ -10,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.comfyui import comfy_tree
 from h3kit.comfyui import inspect as comfy_inspect
 from h3kit.comfyui import locate as comfyui_locate
 from h3kit.cli.context import Context
@@ -17,9 +17,6 @@ from h3kit.core.errors import BadInput, NotReady
 from h3kit.data.fingerprint import Fingerprint
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "comfyui"
-_spec = importlib.util.spec_from_file_location("comfy_tree", FIXTURES / "comfy_tree.py")
-comfy_tree = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(comfy_tree)
 
 NO_ENV: dict = {}
 

@@ -3,13 +3,13 @@ and what a crash leaves pending is settled by the next install or uninstall."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 from pathlib import Path
 
 import pytest
 
+from fixtures.comfyui import comfy_tree
 from h3kit.cli.context import Context
 from h3kit.comfyui import deploy
 from h3kit.comfyui import manifest as mf
@@ -22,9 +22,6 @@ from h3kit.data.plan_doc import PlanSettings
 pytestmark = pytest.mark.native  # installs: the session's native library, not a compile per test
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "comfyui"
-_spec = importlib.util.spec_from_file_location("comfy_tree", FIXTURES / "comfy_tree.py")
-comfy_tree = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(comfy_tree)
 
 SETTINGS = {"vae_tile_size": 256, "vae_tile_overlap": 64, "vae_temporal_tile": 32, "max_frames": 73,
             "comfyui_args": ["--lowvram"], "env": {}}

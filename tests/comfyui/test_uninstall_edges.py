@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 from pathlib import Path
 
 import pytest
 
+from fixtures.comfyui import comfy_tree
 from h3kit.comfyui.deploy import STAGING_MARK, STAGING_SUFFIX
 
 pytestmark = pytest.mark.native  # installs: the session's native library, not a compile per test
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "comfyui"
-_spec = importlib.util.spec_from_file_location("comfy_tree", FIXTURES / "comfy_tree.py")
-comfy_tree = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(comfy_tree)
 
 INSTALL = ("install", "--yes", "--skip-calibrate", "--no-models", "--json")
 

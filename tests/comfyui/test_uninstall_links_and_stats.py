@@ -3,21 +3,18 @@ h3kit's own node writes into the pack."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
 
 import pytest
 
+from fixtures.comfyui import comfy_tree
 from pack_support import pack_module
 
 pytestmark = pytest.mark.native  # installs: the session's native library, not a compile per test
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "comfyui"
-_spec = importlib.util.spec_from_file_location("comfy_tree", FIXTURES / "comfy_tree.py")
-comfy_tree = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(comfy_tree)
 INSTALL = ("install", "--yes", "--skip-calibrate", "--no-models")
 
 

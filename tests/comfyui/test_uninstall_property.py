@@ -16,7 +16,6 @@ H3KIT_PROPERTY_SEEDS to run more.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import random
@@ -26,15 +25,13 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.comfyui import comfy_tree
 from h3kit.cli.context import Context
 from h3kit.comfyui import deploy
 from h3kit.comfyui.locate import find
 from h3kit.data.plan_doc import PlanSettings
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "comfyui"
-_spec = importlib.util.spec_from_file_location("comfy_tree", FIXTURES / "comfy_tree.py")
-comfy_tree = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(comfy_tree)
 
 SEEDS = int(os.environ.get("H3KIT_PROPERTY_SEEDS", "24"))
 SETTINGS = {"vae_tile_size": 256, "vae_tile_overlap": 64, "vae_temporal_tile": 32, "max_frames": 73,

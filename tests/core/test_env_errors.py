@@ -4,7 +4,6 @@ not "This is a bug"; logging that cannot write its file never prints a traceback
 from __future__ import annotations
 
 import errno
-import importlib.util
 import logging
 import os
 import subprocess
@@ -12,15 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.comfyui import comfy_tree
 from h3kit.comfyui import deploy as deploy_mod
 from h3kit.comfyui.deploy import STAGING_MARK, STAGING_SUFFIX
 from h3kit.core import logs
 from h3kit.core.oserrors import environment_errors
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "comfyui"
-_spec = importlib.util.spec_from_file_location("comfy_tree", FIXTURES / "comfy_tree.py")
-comfy_tree = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(comfy_tree)
 
 INSTALL = ("install", "--yes", "--skip-calibrate", "--no-models")
 

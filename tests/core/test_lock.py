@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.comfyui import comfy_tree
 from h3kit.comfyui import locks
 from h3kit.core import lock
 from h3kit.core.paths import locations
@@ -19,9 +19,6 @@ from h3kit.core.paths import locations
 pytestmark = pytest.mark.native  # installs: the session's native library, not a compile per test
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "comfyui"
-_spec = importlib.util.spec_from_file_location("comfy_tree", FIXTURES / "comfy_tree.py")
-comfy_tree = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(comfy_tree)
 
 HOLDER = r"""
 import sys, time

@@ -10,7 +10,6 @@ before (ComfyUI's own runtime folders and byte code left out).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -23,14 +22,13 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.comfyui import comfy_tree
+
 COMFY = os.environ.get("H3KIT_COMFYUI_DIR")
 pytestmark = [pytest.mark.native, pytest.mark.comfyui, pytest.mark.slow,
               pytest.mark.skipif(not COMFY, reason="set H3KIT_COMFYUI_DIR to a real ComfyUI checkout to run")]
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "comfyui"
-_spec = importlib.util.spec_from_file_location("comfy_tree", FIXTURES / "comfy_tree.py")
-comfy_tree = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(comfy_tree)
 
 # ComfyUI writes these itself while running; they are not h3kit's to keep identical.
 RUNTIME = ("venv", ".venv", "user", "temp", "output", "input")

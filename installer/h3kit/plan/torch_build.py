@@ -8,24 +8,9 @@ keeps one name for both, which install, doctor and comfy setup import.
 
 from __future__ import annotations
 
-from h3kit.plan.torch_check import (
-                                    build_from_metadata,
-                                    check,
-                                    companion_mismatches,
-                                    describe_installed,
-                                    doctor_findings,
-                                    fix_command,
-                                    local_tag,
-)
-from h3kit.plan.torch_wheel import (
-                                    PACKAGES,
-                                    PYPI,
-                                    SCHEMA,
-                                    builds_table,
-                                    choose,
-                                    pip_index_args,
-                                    requirements,
-)
+from h3kit.plan.torch_check import (build_from_metadata, check, companion_mismatches, describe_installed,
+                                    doctor_findings, fix_command, local_tag)
+from h3kit.plan.torch_wheel import PACKAGES, PYPI, SCHEMA, builds_table, choose, pip_index_args, requirements
 
 __all__ = ["PACKAGES", "PYPI", "SCHEMA", "build_from_metadata", "builds_table", "check", "choose",
            "companion_mismatches", "describe_installed", "doctor_findings", "fix_command", "local_tag",

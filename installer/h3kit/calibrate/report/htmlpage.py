@@ -10,15 +10,7 @@ from __future__ import annotations
 import html
 
 from h3kit.calibrate.report import svg
-from h3kit.calibrate.report.model import (
-    CHARTS,
-    Bullets,
-    Details,
-    Paragraph,
-    Report,
-    Strong,
-    Table,
-)
+from h3kit.calibrate.report.model import CHARTS, Bullets, Details, Paragraph, Report, Strong, Table
 from h3kit.calibrate.report.text import fmt
 
 CSS = """

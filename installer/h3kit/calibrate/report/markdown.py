@@ -2,15 +2,7 @@
 
 from __future__ import annotations
 
-from h3kit.calibrate.report.model import (
-    CHARTS,
-    Bullets,
-    Details,
-    Paragraph,
-    Report,
-    Strong,
-    Table,
-)
+from h3kit.calibrate.report.model import CHARTS, Bullets, Details, Paragraph, Report, Strong, Table
 from h3kit.calibrate.report.text import fmt
 
 

@@ -14,29 +14,10 @@ from __future__ import annotations
 
 from ._text import GIB, MIB, ParseError
 from .darwin import parse_diskutil_plist, parse_sysctl, parse_system_profiler_displays
-from .gpu import (
-                  cuda_version_from_int,
-                  largest_bar_bytes,
-                  marketing_name,
-                  parse_kfd_properties,
-                  parse_lspci,
-                  parse_nvidia_smi_header,
-                  parse_nvidia_smi_query,
-                  parse_rocm_smi_json,
-)
-from .system import (
-                  is_wsl,
-                  normalise_flags,
-                  parse_compiler_version,
-                  parse_cpuinfo,
-                  parse_rotational,
-)
-from .windows import (
-                  parse_media_type,
-                  parse_powershell_list,
-                  qword_memory_size,
-                  vendor_from_pnp,
-)
+from .gpu import (cuda_version_from_int, largest_bar_bytes, marketing_name, parse_kfd_properties, parse_lspci,
+                  parse_nvidia_smi_header, parse_nvidia_smi_query, parse_rocm_smi_json)
+from .system import is_wsl, normalise_flags, parse_compiler_version, parse_cpuinfo, parse_rotational
+from .windows import parse_media_type, parse_powershell_list, qword_memory_size, vendor_from_pnp
 
 __all__ = ["GIB", "MIB", "ParseError", "cuda_version_from_int", "is_wsl", "largest_bar_bytes", "marketing_name",
            "normalise_flags", "parse_compiler_version", "parse_cpuinfo", "parse_diskutil_plist", "parse_kfd_properties",

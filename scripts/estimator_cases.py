@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = 3
 CANVAS, FRAMES = (64, 64), 22  # the smallest canvas and clip the plan takes: a real-width step in tens of seconds
-TEXT_DIM = 48  # the tiny text encoder's width (tests/comfy_h3/make_tiny_h3.py TE hidden_size)
+TEXT_DIM = 48  # the tiny text encoder's width (tests/support/comfy_h3/make_tiny_h3.py TE hidden_size)
 # "past the cache": the same 4 blocks read past the page cache (config page_cache: bypass), the way a DiT larger
 # than RAM is read, so the bypass path is checked at the cost of a 4-block file (#45: it was 0.63 there)
 CASES = [{"case": "fits the page cache", "slug": "fits", "blocks": 4},
@@ -165,7 +165,7 @@ def run_case(real: Path, python: Path, root: Path, case: dict, calibrations: int
     made = write_dit(python, dit_path, case["blocks"])
     say(f"{case['case']}: wrote {made['bytes'] / 1e9:.1f} GB ({case['blocks']} blocks) in {time.monotonic() - t0:.0f} s")
     try:
-        # exit 3: installed, but the real H3 (its 25 GB text encoder) is below this machine; the DiT's
+        # exit 3: installed, but the real H3 (its text encoder alone is 13-27 GB) is below this machine; the DiT's
         # streaming, which is all this measures, is planned for this machine's real RAM all the same
         h3kit(home, "install", "--comfyui", str(comfy), "--yes", "--skip-calibrate", "--no-models", ok=(0, 3))
         runs = []

@@ -91,7 +91,6 @@ class H3kitTiledVAEDecode(Guarded):
     def IS_CHANGED(cls, **kwargs):
         return str(profile_stamp())
 
-
     def decode(self, samples, vae, frames_per_chunk=DEFAULT_CHUNK_FRAMES, h3kit_guard=None, h3kit_queue_anyway=None):
         import torch
         import comfy.utils
@@ -144,7 +143,6 @@ class H3kitMemoryGuard(Guarded):
     @classmethod
     def IS_CHANGED(cls, **kwargs):
         return float("nan")  # always run: freeing memory is the point
-
 
     def guard(self, value, h3kit_guard=None, h3kit_queue_anyway=None):
         import comfy.model_management as mm

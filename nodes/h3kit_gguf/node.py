@@ -26,7 +26,6 @@ class H3kitUnetLoaderGGUF(Guarded):
                    "stock loader refuses as 'Unknown model architecture'): detected by ComfyUI's own H3 keys. "
                    "Needs ComfyUI-GGUF installed ('h3kit models fetch --with-loaders').")
 
-
     def load(self, unet_name, dequant_dtype="default", patch_dtype="default", patch_on_device=False,
              h3kit_guard=None, h3kit_queue_anyway=None):
         import folder_paths
@@ -56,7 +55,6 @@ class H3kitCLIPLoaderGGUF(Guarded):
                    "with or without metadata) plus its vision tower, from the same file or an mmproj GGUF, "
                    "through ComfyUI-GGUF's dequantizing ops; as CLIPLoader type minimax. Needs ComfyUI-GGUF "
                    "installed ('h3kit models fetch --with-loaders').")
-
 
     def load(self, clip_name, mmproj_name=AUTO, type="minimax", h3kit_guard=None, h3kit_queue_anyway=None):
         import folder_paths

@@ -53,7 +53,6 @@ class H3kitStreamedDiTLoader(Guarded):
     def IS_CHANGED(cls, unet_name, **kwargs):
         return stamp_of("diffusion_models", unet_name)
 
-
     def load(self, unet_name, weight_dtype="default", preload_bytes=0, shard_size_bytes=0, prefetch_blocks=1,
              page_cache="use", h3kit_guard=None, h3kit_queue_anyway=None):
         import folder_paths

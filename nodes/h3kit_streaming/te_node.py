@@ -51,7 +51,6 @@ class H3kitStreamedTextEncoderLoader(Guarded):
     def IS_CHANGED(cls, clip_name, **kwargs):
         return stamp_of("text_encoders", clip_name)
 
-
     def load(self, clip_name, mmproj_name=AUTO, page_cache="use", prefetch_layers=1, h3kit_guard=None,
              h3kit_queue_anyway=None):
         import folder_paths

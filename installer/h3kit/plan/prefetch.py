@@ -23,7 +23,7 @@ def call_wait_s(read_s: float, compute_s: float, blocks: int, resident: int, dep
                 fixed_s: float = 0.0, calls: int = 4) -> tuple[float, float]:
     """(seconds one model call waits for reads, seconds the call takes) in the steady state.
 
-    The streamed loader's order (nodes/h3kit_streaming_logic.py): the first `resident` blocks stay in
+    The streamed loader's order (nodes/h3kit_streaming/logic.py): the first `resident` blocks stay in
     memory; one reader reads the others in model order, wrapping to the next call, at most `depth`
     ahead of the block computing -- a read may start once compute has reached the block `depth`
     streamed blocks before it. `fixed_s` is the call's work outside the blocks (embeddings, final

@@ -1,10 +1,12 @@
 """h3kit's streamed text encoder: when the plan runs it, what its encode phase holds, and what it costs in time.
 
 ComfyUI's CLIPLoader (and h3kit's GGUF loader) hold the whole Qwen3-VL-32B
-while it encodes a prompt: 13-26 GB, more than a 16 GB Mac or PC has. The
-streamed loader (H3kitStreamedTextEncoderLoader, nodes/h3kit_te_stream.py)
-reads the language model's layers from the file one at a time and frees them
-after, so the encode phase holds a few layers (the catalog's
+while it encodes a prompt: 13.1 GB (q2_k_m, the smallest file known to load)
+to 25.28 GiB (int8_convrot) in the catalog, 51.5 GB in bf16 (not in it) --
+more than a 16 GB Mac or PC has once the OS keeps its share. The streamed loader
+(H3kitStreamedTextEncoderLoader, nodes/h3kit_streaming/te_load.py) reads
+the language model's layers from the file one at a time and frees them after,
+so the encode phase holds a few layers (the catalog's
 memory.text_encoder_stream) instead of the file, at the price of one
 sequential read of the file per prompt.
 

@@ -69,7 +69,9 @@ def test_config_files_follow_the_launch_arguments(tmp_path):
             "--cpu")
     assert mf.config_files(comfy, args) == [comfy / "extra_model_paths.yaml", Path("/a.yaml"), Path("/b.yaml"),
                                            Path("/c.yaml")]
-    assert mf.launch_value(("--base-directory", "/x", "--base-directory=/y"), "--base-directory") == "/y"
+    # read as ComfyUI reads its command line (h3kit.data.comfy_argv): the last --base-directory, shortened or not
+    install = ComfyInstall(comfy, "test", launch_args=("--base-directory", "/x", "--base=/y"))
+    assert mf.resolve(install, WANTED).models_dir == Path("/y") / "models"
 
 
 def test_comfyuis_own_answer_is_parsed_and_preferred(tmp_path):

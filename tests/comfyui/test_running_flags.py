@@ -28,6 +28,17 @@ def test_missing_flags_with_their_values():
     assert running.missing_flags((), []) == []
 
 
+def test_missing_flags_read_both_lists_as_comfyui_does():
+    """h3kit.data.comfy_argv: of a flag given twice ComfyUI holds the last, and a shortened flag is the one it names."""
+    argv = ("main.py", "--reserve-vram", "3", "--reserve=2", "--vram-headroom", "-1")
+    assert running.missing_flags(argv, ["--reserve-vram", "2", "--vram-headroom", "-1"]) == []
+    assert running.missing_flags(argv, ["--reserve-vram", "3"]) == ["--reserve-vram 3"]
+    assert running.missing_flags(("main.py", "--cpu-vae"), ["--cpu"]) == ["--cpu"]
+    assert running.missing_flags(("main.py",), ["--reserve-vram", "1", "--reserve-vram", "2"]) == ["--reserve-vram 2"]
+    paths = ("main.py", "--extra-model-paths-config", "/a.yaml", "--extra-model-paths-config", "/Jürgen/b c.yaml")
+    assert running.missing_flags(paths, ["--extra-model-paths-config", "/Jürgen/b c.yaml"]) == []
+
+
 def test_a_recorded_answer_is_parsed_and_judged():
     r = running.parse_system_stats(STATS, 8188)
     assert r.version == "0.35.1" and r.main_py() == Path("/data/Packages/ComfyUI/main.py")

@@ -150,3 +150,20 @@ def test_one_memory_model():
     root = Path(__file__).resolve().parents[2] / "installer" / "h3kit"
     found = [p for p in root.rglob("*.py") if "def memory_estimate" in p.read_text()]
     assert found == [PLAN_DIR / "budget.py"]
+
+
+def test_the_reserve_follows_the_profiles_last_reserve_vram_as_comfyui_reads_it():
+    """--reserve-vram read as ComfyUI reads its command line (h3kit.data.comfy_argv): given twice the last
+    counts, `--reserve-vram=2` and a shortened `--reserve 2` are the flag too; no number: ComfyUI's defaults."""
+    from h3kit.plan.budget import GIB, make_budget
+
+    fp = Fingerprint.from_json(FP_4090)
+    base = PROFILES["nvidia-24gb"].settings
+
+    def reserve(*args):
+        return make_budget(CAT, fp, base.but(comfyui_args=tuple(args))).reserve
+
+    default = reserve()
+    assert reserve("--reserve-vram", "1", "--lowvram", "--reserve-vram=2") == 2 * GIB
+    assert reserve("--reserve", "1.5") == int(1.5 * GIB)
+    assert reserve("--reserve-vram", "lots") == default == reserve("--reserve-vram")

@@ -73,10 +73,6 @@ class AppInstall:
     code_dir: Path | None = None  # where main.py is, when not in `path`
     name: str = ""  # the app's own name for it
 
-    @property
-    def how_to_add_flags(self) -> str:
-        return HOW_TO_ADD[self.app]
-
 
 def _read_json(path: Path) -> object:
     """An app's settings file, read bounded (h3kit.core.bounded_read); one that cannot be read is None, and the

@@ -23,11 +23,14 @@ from h3kit.comfyui.journal import Journal
 from h3kit.comfyui.inspect import comfyui_version
 from h3kit.comfyui.locate import ComfyInstall, run_python
 from h3kit.core.errors import BadInput
+from h3kit.data import comfy_argv
 from h3kit.data.plan_doc import PlanSettings
 from h3kit.data.yamlio import ENV_NAME
 
 HELP_TIMEOUT = 120.0
-_FLAG = re.compile(r"(?<![\w-])(--[A-Za-z0-9][A-Za-z0-9_-]*)")
+# A long option named in argparse's --help; one cut at a hyphen where the help text wraps ("--base-" at a line's
+# end) is no flag, and would make a shortened flag look ambiguous to filter_args.
+_FLAG = re.compile(r"(?<![\w-])(--[A-Za-z0-9](?:[A-Za-z0-9_-]*[A-Za-z0-9_])?)(?![\w-])")
 
 
 def parse_help_flags(text: str) -> set[str]:
@@ -36,14 +39,15 @@ def parse_help_flags(text: str) -> set[str]:
 
 
 def filter_args(args: list[str], accepted: set[str]) -> tuple[list[str], list[str]]:
-    """Split `args` into (kept, dropped); a dropped flag takes its values with it."""
-    kept: list[str] = []
-    dropped: list[str] = []
-    current = kept
-    for token in args:
-        if token.startswith("--"):
-            current = kept if token.split("=", 1)[0] in accepted else dropped
-        current.append(token)
+    """Split `args` into (kept, dropped), each flag with its values, read as ComfyUI reads its command line
+    (h3kit.data.comfy_argv) with `accepted` (its main.py --help) as its flags: a flag is kept when it is one of
+    them or a prefix of only one; an unknown or ambiguous one is dropped with its values. Values before any
+    flag are kept, as they were given."""
+    found = comfy_argv.options(args, accepted)
+    lead = len(args) - sum(len(o.tokens) for o in found)
+    kept, dropped = list(args[:lead]), []
+    for option in found:
+        (kept if option.known else dropped).extend(option.tokens)
     return kept, dropped
 
 

@@ -35,8 +35,9 @@ from pathlib import Path
 from typing import Mapping
 
 from h3kit.comfyui.inspect import marked_json
+from h3kit.comfyui.locate import ComfyInstall
 from h3kit.core import bounded_read
-from h3kit.data import yamlio
+from h3kit.data import comfy_argv, yamlio
 
 FOLDERS_TIMEOUT = 60.0
 # ComfyUI's older folder names for the same kind of file (folder_paths.map_legacy).
@@ -108,8 +109,8 @@ class ModelFolders:
     problem: str | None = None  # a configuration ComfyUI cannot read (it would not start with it), in a sentence
 
     @classmethod
-    def built_in(cls, models_dir: Path, detail: str = "ComfyUI's built-in folders") -> "ModelFolders":
-        return cls(Path(models_dir), {}, "default", detail)
+    def built_in(cls, models_dir: Path) -> "ModelFolders":
+        return cls(Path(models_dir))
 
     def search_list(self, folder: str) -> tuple[Path, ...]:
         folder = LEGACY.get(folder, folder)
@@ -205,23 +206,15 @@ def extra_config_entries(config: object, yaml_dir: Path) -> list[tuple[str, Path
 
 def config_files(code_dir: Path | None, launch_args: tuple[str, ...]) -> list[Path]:
     """The YAML files ComfyUI reads, in its order: beside main.py `extra_paths.yaml` when there is one (newer
-    than 0.33: it then skips extra_model_paths.yaml), else `extra_model_paths.yaml`; then each
-    --extra-model-paths-config."""
+    than 0.33: it then skips extra_model_paths.yaml), else `extra_model_paths.yaml`; then every value of every
+    --extra-model-paths-config, read as ComfyUI reads its command line (h3kit.data.comfy_argv)."""
     files = []
     for name in ("extra_paths.yaml", "extra_model_paths.yaml"):
         if code_dir is not None and (Path(code_dir) / name).is_file():
             files.append(Path(code_dir) / name)
             break
-    taking = False
-    for token in launch_args:
-        if token.startswith("--"):
-            name, _, value = token.partition("=")
-            taking = name == "--extra-model-paths-config"
-            if taking and value:
-                files.append(Path(value))
-            continue
-        if taking:
-            files.append(Path(token))
+    # An empty value names no file (Path("") would be the working folder): left out.
+    files += [Path(v) for v in comfy_argv.values(launch_args, "--extra-model-paths-config") or () if v]
     return files
 
 
@@ -338,23 +331,13 @@ def _yaml_value(value: object) -> str:
     return kind if isinstance(value, (list, dict)) else f"{str(value)[:40]} ({kind})"
 
 
-def launch_value(launch_args: tuple[str, ...], flag: str) -> str | None:
-    """The value of `flag` in an argument list (`--flag V` or `--flag=V`), the last one winning."""
-    value = None
-    for i, token in enumerate(launch_args):
-        if token == flag and i + 1 < len(launch_args):
-            value = launch_args[i + 1]
-        elif token.startswith(flag + "="):
-            value = token.split("=", 1)[1]
-    return value
-
-
-def resolve(install, wanted: list[str], run_python=None, timeout: float = FOLDERS_TIMEOUT) -> ModelFolders:
-    """The folders of `install` (a ComfyInstall), in the module docstring's order of trust. Never raises."""
-    launch = tuple(getattr(install, "launch_args", ()) or ())
-    code_dir = getattr(install, "code_dir", None) or (install.path if (Path(install.path) / "main.py").is_file() else None)
-    base = launch_value(launch, "--base-directory")
-    models_dir = Path(launch_value(launch, "--models-directory") or Path(base or install.path) / "models")
+def resolve(install: ComfyInstall, wanted: list[str], run_python=None,
+            timeout: float = FOLDERS_TIMEOUT) -> ModelFolders:
+    """The folders of `install`, in the module docstring's order of trust. Never raises."""
+    launch = tuple(install.launch_args)
+    code_dir = install.code_dir or (install.path if install.main_py is not None else None)
+    base = comfy_argv.value(launch, "--base-directory")
+    models_dir = Path(comfy_argv.value(launch, "--models-directory") or Path(base or install.path) / "models")
     why = "its tree has no main.py" if code_dir is None else "h3kit does not know its Python"
     if code_dir is not None and install.python is not None and run_python is not None:
         result = run_python(install, ["-c", FOLDERS_SCRIPT, str(code_dir), json.dumps(list(launch)), json.dumps(wanted)],

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from h3kit.core import bounded_read
+from h3kit.data import comfy_argv
 
 HOST = "127.0.0.1"
 PORTS = (8188, 8000)
@@ -154,33 +155,27 @@ def same_comfyui(running: Running, code_dir: Path) -> bool:
 
 
 def missing_flags(argv: tuple[str, ...] | list[str], planned: tuple[str, ...] | list[str]) -> list[str]:
-    """The planned flags (each with its values) that `argv` lacks or gives another value."""
-    wanted: list[list[str]] = []
-    for token in planned:
-        if token.startswith("--"):
-            wanted.append([token])
-        elif wanted:
-            wanted[-1].append(token)
+    """The planned flags (each with its values, as written) that `argv` lacks or gives another value. Both are
+    read as ComfyUI reads its command line (h3kit.data.comfy_argv): of a flag given twice the last counts, a
+    shortened flag is the flag it names, and a planned value must match what ComfyUI holds."""
+    wanted = comfy_argv.options(planned)
+    last = {want.flag: want for want in wanted}
     out = []
-    for flag, *values in wanted:
-        got = _values(list(argv), flag)
-        if got is None or (values and got[: len(values)] != values):
-            out.append(" ".join([flag, *values]))
+    for want in wanted:
+        if want.flag not in comfy_argv.APPEND and last[want.flag] is not want:
+            continue  # planned twice: ComfyUI would hold the last one only
+        got = comfy_argv.values(argv, want.flag)
+        if got is None or not _gives(got, want.values, want.flag in comfy_argv.APPEND):
+            out.append(" ".join(want.tokens))
     return out
 
 
-def _values(argv: list[str], flag: str) -> list[str] | None:
-    for i, token in enumerate(argv):
-        if token == flag:
-            rest = []
-            for nxt in argv[i + 1:]:
-                if nxt.startswith("--"):
-                    break
-                rest.append(nxt)
-            return rest
-        if token.startswith(flag + "="):
-            return [token.split("=", 1)[1]]
-    return None
+def _gives(got: tuple[str, ...], wanted: tuple[str, ...], every: bool) -> bool:
+    """Whether ComfyUI's values `got` hold the `wanted` ones: in order from the first for a flag whose last
+    occurrence counts, anywhere for one whose every occurrence counts (another config beside ours is fine)."""
+    if every:
+        return all(v in got for v in wanted)
+    return got[: len(wanted)] == wanted
 
 
 def argv_finding(running: Running | None, planned: list[str], how_to_add: str) -> dict:

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import PurePath, PurePosixPath, PureWindowsPath
 
 from h3kit.bundled import h3k_cost
+from h3kit.data import comfy_argv
 from h3kit.data.architecture import tokens_for
 from h3kit.data.catalog import Catalog, Weight
 from h3kit.data.fingerprint import Disk, Fingerprint
@@ -68,12 +69,13 @@ class Budget:
 
 
 def _reserve(cat: Catalog, fingerprint: Fingerprint, gpu_total: int, args: list) -> int:
-    """The VRAM ComfyUI keeps back: its --reserve-vram flag when the profile passes one, else its defaults."""
-    if "--reserve-vram" in args:
-        i = args.index("--reserve-vram")
+    """The VRAM ComfyUI keeps back: its --reserve-vram flag when the profile passes one (read as ComfyUI reads
+    it, h3kit.data.comfy_argv: given twice, the last counts), else its defaults."""
+    given = comfy_argv.value(args, "--reserve-vram")
+    if given is not None:
         try:
-            return int(float(args[i + 1]) * GIB)  # ComfyUI reads the flag in GiB
-        except (IndexError, ValueError):
+            return int(float(given) * GIB)  # ComfyUI reads the flag in GiB
+        except (ValueError, OverflowError):  # no number (ComfyUI would stop at start), or an infinite one
             pass
     cu = cat.comfyui
     reserve = cu.reserve_windows if fingerprint.os.system == "windows" else cu.reserve_default

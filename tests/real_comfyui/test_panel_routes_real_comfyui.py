@@ -34,19 +34,6 @@ TINY_48GB = comfy_h3.TINY_CONFIG + "  stream_dit: on\n"
 OVERSIZED = {"width": 1920, "height": 1080, "length": 241}
 
 
-def _fingerprint(run_cli, tmp_path: Path, ram_gb: int) -> str:
-    code, out, err = run_cli("fingerprint", "--json")
-    assert code == 0, err
-    fp = json.loads(out)
-    fp["gpus"] = []
-    fp["memory"].update(total_bytes=ram_gb * 10**9, available_bytes=(ram_gb - 1) * 10**9)
-    for disk in fp["disks"]:
-        disk.update(total_bytes=max(disk["total_bytes"] or 0, 2 * 10**12), free_bytes=10**12)
-    path = tmp_path / f"fingerprint-{ram_gb}gb.json"
-    path.write_text(json.dumps(fp), encoding="utf-8")
-    return str(path)
-
-
 def _install(run_cli, comfy: Path, fingerprint: str) -> dict:
     code, out, err = run_cli("install", "--comfyui", str(comfy), "--fingerprint", fingerprint, "--yes",
                              "--skip-calibrate", "--no-models", "--json")
@@ -134,7 +121,7 @@ def _switch_preset(server, preset: str) -> dict:
 
 def test_a_16gb_machine_gets_the_plans_figures_the_guard_and_the_preset_switch(h3kit_home, run_cli, tmp_path):
     comfy = comfy_h3.make_test_comfyui(REAL, tmp_path / "Comfy UI ü")
-    fp = _fingerprint(run_cli, tmp_path, 16)
+    fp = comfy_h3.machine_fingerprint(run_cli, tmp_path, 16, gpus=False)
     _install(run_cli, comfy, fp)
     code, out, err = run_cli("plan", "--fingerprint", fp, "--json")
     assert code == 0, err
@@ -181,7 +168,7 @@ def test_with_the_guard_on_the_graph_that_fits_runs_to_its_mp4_and_the_oversized
         h3kit_home, run_cli, tmp_path):
     comfy = comfy_h3.make_test_comfyui(REAL, tmp_path / "Comfy UI ü")
     (h3kit_home / "config.yaml").write_text(TINY_48GB, encoding="utf-8")
-    fp = _fingerprint(run_cli, tmp_path, 48)
+    fp = comfy_h3.machine_fingerprint(run_cli, tmp_path, 48, gpus=False)
     _install(run_cli, comfy, fp)
     profile = json.loads((_pack(comfy) / "h3kit_profile.json").read_text())["settings"]
     cat = catalog_mod.load()

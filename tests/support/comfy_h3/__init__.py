@@ -107,19 +107,27 @@ def probe_mp4(python: Path, path: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def roomy_fingerprint(run_cli, tmp_path: Path) -> str:
-    """This machine as probed (`run_cli`: the tests' CLI fixture), with RAM and disk enough for the real model:
-    the tiny files fit anywhere, the planner's arithmetic is about the real H3, and the tests that use it are
-    about the path through ComfyUI, not this box. Returns the fingerprint file's path."""
+def machine_fingerprint(run_cli, tmp_path: Path, ram_gb: int, *, gpus: bool = True) -> str:
+    """This machine as probed (`run_cli`: the tests' CLI fixture) with `ram_gb` of RAM, room on disk and, with
+    `gpus` False, no GPU: the planner's arithmetic is about the real H3 on such a machine, whatever box runs the
+    test. Returns the fingerprint file's path."""
     code, out, err = run_cli("fingerprint", "--json")
     assert code == 0, err
     fp = json.loads(out)
-    fp["memory"].update(total_bytes=256 * 10**9, available_bytes=250 * 10**9)
+    if not gpus:
+        fp["gpus"] = []
+    fp["memory"].update(total_bytes=ram_gb * 10**9, available_bytes=(ram_gb - 2) * 10**9)
     for disk in fp["disks"]:
         disk.update(total_bytes=max(disk["total_bytes"] or 0, 2 * 10**12), free_bytes=10**12)
-    path = tmp_path / "roomy-fingerprint.json"
+    path = tmp_path / f"fingerprint-{ram_gb}gb{'' if gpus else '-cpu'}.json"
     path.write_text(json.dumps(fp), encoding="utf-8")
     return str(path)
+
+
+def roomy_fingerprint(run_cli, tmp_path: Path) -> str:
+    """This machine with RAM and disk enough for the real model: the tiny files fit anywhere, and the tests that
+    use it are about the path through ComfyUI, not this box. Returns the fingerprint file's path."""
+    return machine_fingerprint(run_cli, tmp_path, 256)
 
 
 def planned_test_comfyui(real: Path, run_cli, h3kit_home: Path, tmp_path: Path, config: str) -> tuple[Path, str, dict]:

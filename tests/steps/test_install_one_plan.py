@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from call_counter import plans_and_fingerprints
+from call_counter import count_calls, plans_and_fingerprints
 from fixtures.comfyui import comfy_tree
 from h3kit.calibrate.handover import Planned, uncalibrated
 from h3kit.data.config import Config
@@ -23,7 +23,9 @@ PROFILE = "apple-unified-48"  # never the profile this machine (no Apple GPU) wo
 
 @pytest.fixture
 def counted(monkeypatch):
-    return plans_and_fingerprints(monkeypatch)
+    """make_plan, this_machine and locate.inspect calls (call_counter), and the searches for a ComfyUI
+    (h3kit.comfyui.locate.find: --comfyui's path checked, or the usual places searched)."""
+    return {**plans_and_fingerprints(monkeypatch), "searches": count_calls(monkeypatch, "h3kit.comfyui.locate", "find")}
 
 
 @pytest.mark.parametrize("saved", [False, True])
@@ -38,6 +40,7 @@ def test_one_install_plans_at_most_twice_fingerprints_once_and_keeps_the_profile
     assert counted["fingerprints"] == ([] if saved else [None])
     assert len(counted["plans"]) == 2, counted["plans"]  # install's, and calibration's re-apply
     assert len(counted["inspections"]) == 1  # one inspection, handed to the probe, the plan and calibration
+    assert len(counted["searches"]) == 1  # found once: calibration measures in the ComfyUI install handed it
     deployed = json.loads((comfy / "custom_nodes" / "ComfyUI-h3kit" / "h3kit_profile.json").read_text())
     assert doc["profile"] == deployed["profile"] == PROFILE
     report = json.loads(Path(doc["report"]).with_suffix(".json").read_text())
@@ -52,7 +55,7 @@ def test_skip_calibrate_plans_once(tmp_path, run_cli, counted, h3kit_home):
     code, out, err = run_cli("install", "--comfyui", str(comfy), "--yes", "--no-models", "--skip-calibrate")
     assert code == 0, err
     assert len(counted["plans"]) == 1 and len(counted["fingerprints"]) == 1
-    assert len(counted["inspections"]) == 1
+    assert len(counted["inspections"]) == 1 and len(counted["searches"]) == 1
     states = json.loads(next((Path(h3kit_home) / "state" / "history").glob("*.json")).read_text())["states"]
     assert [s["command"] for s in states] == ["install"]  # the install's state is recorded
 

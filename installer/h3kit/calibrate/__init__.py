@@ -3,11 +3,12 @@
 The steps, in order (each one's result lands in the `h3kit.calibration/1`
 document, and a step that cannot run says why instead of failing the run):
 
-1. the plan to measure: `h3kit install`'s own fingerprint and plan, handed over
-   typed (`handover.Planned`); run by itself, fingerprint -> the format probe of
-   the ComfyUI when one is known (which weight formats run on this device,
-   cached per setup: `format_probe`) -> plan with the config's profile and that
-   evidence, without the earlier calibrated values (`orchestrate`);
+1. the plan to measure, handed over typed (`handover.Planned`) and measured as
+   it is: `h3kit install`'s own, or `h3kit calibrate`'s (h3kit.steps.calibrate),
+   both made by the one plan maker (h3kit.steps.planning): fingerprint -> the
+   ComfyUI found and inspected once -> its format probe (which weight formats
+   run on this device, cached per setup: `format_probe`) -> plan with the
+   profile and that evidence, without the earlier calibrated values;
 2. the native library: H3KIT_NATIVE_LIB, the cache, else built (never in a dry run);
 3. the runner (`h3kit.bundled.h3k_calibration_runner`, self-contained) in
    ComfyUI's Python when a ComfyUI is known, else in this Python: ComfyUI's
@@ -62,8 +63,8 @@ from h3kit.calibrate.native_estimate import (
     streamed_per_step,
     tokens_for,
 )
-from h3kit.calibrate.handover import Calibrated, Planned
-from h3kit.calibrate.orchestrate import calibrate, native_library, run, run_with_model
+from h3kit.calibrate.handover import Calibrated, Found, Planned
+from h3kit.calibrate.orchestrate import calibrate, native_library, run_with_model
 from h3kit.calibrate.pack_summary import (
     SUMMARY_FILE,
     SUMMARY_SCHEMA,
@@ -73,10 +74,10 @@ from h3kit.calibrate.pack_summary import (
 from h3kit.calibrate.runner_client import BRIDGE, RUNNER, run_runner
 
 __all__ = [
-    "BRIDGE", "CALIBRATION_CANVAS", "Calibrated", "Planned", "RUNNER", "SUMMARY_FILE", "SUMMARY_SCHEMA",
+    "BRIDGE", "CALIBRATION_CANVAS", "Calibrated", "Found", "Planned", "RUNNER", "SUMMARY_FILE", "SUMMARY_SCHEMA",
     "arch_for", "arch_from_file", "calibrate", "clip_estimate", "decide_prefetch", "decide_timing", "decide_workload",
     "block_params", "calibrated_values", "check_scaled", "decide", "decide_preload", "decide_shard",
     "decide_threads", "decide_tile", "decision", "native_appendix", "flops_per_pass", "measure_disk", "native_kind",
-    "native_library", "preload_memory", "run", "run_runner", "run_with_model", "scaled_dit_config",
+    "native_library", "preload_memory", "run_runner", "run_with_model", "scaled_dit_config",
     "streamed_per_step", "summary_document", "tokens_for", "write_pack_summary",
 ]

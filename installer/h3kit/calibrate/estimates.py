@@ -30,16 +30,11 @@ from h3kit.data.figures import DTYPE_BYTES
 from h3kit.data.fingerprint import Fingerprint
 from h3kit.data.plan_doc import Plan
 from h3kit.data.settings import AUTO, Settings
-from h3kit.plan import timing
+from h3kit.plan import timing as plan_timing  # aliased: `timing` here is the rates mapping
 from h3kit.plan.budget import Choice, Measured, held_bytes, make_budget, memory_estimate
 TIMING_RATES = ("block_s_per_token", "block_s_per_token2", "step_fixed_s", "step_fixed_s_per_token")
 TABLE_NOTE = ("a table estimate: no ComfyUI ran H3 here, so the rates are the throughput table's for this "
               "device (pass --comfyui PATH to measure ComfyUI's own H3 transformer)")
-
-
-def timing_module():
-    """plan.timing (H2's): the one time formula the plan and calibration share."""
-    return timing
 
 
 def measured(h3_model: dict | None) -> bool:
@@ -89,7 +84,7 @@ def measure_points(tokens: int, arch: dict, table: dict, quick: bool, blocks_bui
     (on a CPU the per-row cost at 160 rows is about twice that at 900). So the largest point is the
     plan's row count when the throughput table says a call of the built blocks there stays within
     POINT_BUDGET_S, else the largest count that does; the others are its half and quarter."""
-    tm = tm or timing_module()
+    tm = tm or plan_timing
     budget = POINT_BUDGET_S["quick" if quick else "full"]
     if blocks_built is None:
         blocks_built = points_blocks(quick)
@@ -114,7 +109,7 @@ def points_blocks(quick: bool) -> int:
 
 def call_seconds(tokens: int, arch: dict, table: dict, blocks_built: int, tm=None) -> float:
     """The throughput table's seconds for one model call of `blocks_built` blocks of `arch` at `tokens` rows."""
-    tm = tm or timing_module()
+    tm = tm or plan_timing
     lin, pair = tm.block_flops(arch)
     ref_lin, ref_pair = tm.block_flops({"hidden": 5376, "heads": 56, "head_dim": 128, "ffn": 14336})
     a = table.get("block_s_per_token", 0.0) * lin / ref_lin  # the table's rates are for H3's own width
@@ -355,7 +350,7 @@ def clip_estimate(cat, plan: Plan, fingerprint: Fingerprint, h3_model: dict | No
     `pass_overhead`: what streaming adds to each model call as measured (calibration's disk and copy
     figures), replacing the plan's assumed share; None keeps the plan's. `weights` ({dit, text_encoder, vae,
     audio_vae}: catalog Weights, their bytes those of the files really there) replaces the plan's files."""
-    tm = tm or timing_module()
+    tm = tm or plan_timing
     table = tm.rates_from_table(fingerprint, cat, cat.comfyui.dtype_on(device),
                                 weight_format=plan.settings.quantization)
     if measured(h3_model):

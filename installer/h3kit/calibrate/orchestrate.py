@@ -27,8 +27,7 @@ from h3kit.calibrate import with_model as real_model
 from h3kit.calibrate.arch import arch_for
 from h3kit.calibrate.decisions import calibrated_values, decide, prefetch_figures
 from h3kit.calibrate.disk import PROBE_BYTES, measure_disk
-from h3kit.calibrate.format_probe import format_evidence
-from h3kit.calibrate.handover import Calibrated, Planned, uncalibrated
+from h3kit.calibrate.handover import Calibrated, Planned
 from h3kit.calibrate.native_estimate import (
     NATIVE_KINDS,
     check_scaled,
@@ -41,8 +40,6 @@ from h3kit.bundled.h3k_calibration_runner.job import TILE_CANDIDATES, Job, Resul
 from h3kit.calibrate.runner_client import BRIDGE, h3_job, not_measured, run_runner
 from h3kit.calibrate.workdir import remove_stale, work_folder
 from h3kit.comfyui import deploy, workflows
-from h3kit.comfyui import locate as comfyui_locate
-from h3kit.comfyui.inspect import comfyui_version
 from h3kit.core.errors import NotReady
 from h3kit.core.session import Session
 from h3kit.data import catalog as catalog_mod
@@ -50,9 +47,8 @@ from h3kit.data import config as config_mod
 from h3kit.data.plan_doc import Plan
 from h3kit.data.settings import KEYS as SETTINGS_KEYS
 from h3kit.data.fingerprint import Fingerprint
-from h3kit.fingerprint import this_machine
 from h3kit.native import build
-from h3kit.plan import make_plan
+from h3kit.plan import make_plan, timing
 
 
 
@@ -79,19 +75,6 @@ def native_library(ctx: Session) -> tuple[Path | None, str | None]:
         return Path(build.build()["library"]), None
     except NotReady as exc:
         return None, f"the native library could not be built: {exc.message}"
-
-
-def _comfyui(ctx: Session, explicit: str | None, cfg,
-             planned: Planned | None = None) -> tuple[object | None, dict | None, str | None]:
-    """(install, inspect info, why none) for the ComfyUI to run in, or Nones for this Python. The inspection the
-    command handed over (`planned.comfyui`, install's) is taken as it is, not made again."""
-    if not explicit and not cfg.comfyui_path:
-        return None, None, "no ComfyUI is known (pass --comfyui PATH or set comfyui_path in the config)"
-    install = comfyui_locate.find(str(explicit) if explicit else None, cfg, ctx, need_write=False)  # NotReady names the fix
-    handed = planned.comfyui if planned is not None else None
-    if handed is not None and handed.info and Path(handed.path) == Path(install.path):
-        return install, handed.info, None
-    return install, comfyui_locate.inspect(install), None
 
 
 def run_with_model(wanted: bool, install, cat, *, plan: Plan | None = None, fingerprint: Fingerprint | None = None,
@@ -185,12 +168,10 @@ def _estimates(cat, plan: Plan, fingerprint: Fingerprint, measured: dict, arch: 
 
 
 def _minutes_for(cat, arch: dict, est: dict):
-    tm = estimates.timing_module()
-
     def minutes(canvas, frames, steps, cfg):
         work = {"canvas": list(canvas), "frames": frames, "steps": steps, "cfg": cfg,
                 "pass_overhead": (est.get("time") or {}).get("pass_overhead", 0.0)}
-        return estimates.clip_time(arch, est["timing"], work, cat, tm)["minutes_per_clip"]
+        return estimates.clip_time(arch, est["timing"], work, cat, timing)["minutes_per_clip"]
     return minutes
 
 
@@ -208,7 +189,7 @@ def _apply(ctx: Session, install, planned: Planned, cat, profiles: dict) -> tupl
     try:
         plan = make_plan(planned.fingerprint, cat, profiles, profile=planned.plan.profile,
                          config=_load_config(ctx, cat, profiles), evidence=planned.evidence,
-                         comfyui_version=planned.comfyui_version or comfyui_version(install.code_dir or install.path))
+                         comfyui_version=planned.comfyui_version)
         doc = deploy.apply(install, plan.settings, plan.profile, ctx.locations.state_dir,
                            ctx.locations.cache_dir, generated=workflows.pack_files(plan, cat, plan.profile))
     except NotReady as exc:
@@ -229,7 +210,7 @@ class _Run:
     install: object | None
     comfy_info: dict | None
     why_no_comfy: str | None
-    planned: Planned | None = None
+    planned: Planned
     skipped: list[str] = field(default_factory=list)
 
     @property
@@ -241,27 +222,18 @@ class _Run:
         return self.planned.fingerprint
 
 
-def run(ctx: Session, *, comfyui_dir: str | None = None, quick: bool = True, with_model: bool = False,
-        profile: str | None = None, fingerprint: Fingerprint | None = None, write_config: bool = True,
-        fresh_probe: bool = False, planned: Planned | None = None) -> dict:
-    """Calibrate and write the report; returns the `h3kit.calibration/1` document (calibrate's, below)."""
-    return calibrate(ctx, comfyui_dir=comfyui_dir, quick=quick, with_model=with_model, profile=profile,
-                     fingerprint=fingerprint, write_config=write_config, fresh_probe=fresh_probe,
-                     planned=planned).doc
+NO_COMFYUI = "no ComfyUI is known (pass --comfyui PATH or set comfyui_path in the config)"
 
 
-def calibrate(ctx: Session, *, comfyui_dir: str | None = None, quick: bool = True, with_model: bool = False,
-              profile: str | None = None, fingerprint: Fingerprint | None = None, write_config: bool = True,
-              fresh_probe: bool = False, planned: Planned | None = None) -> Calibrated:
-    """Calibrate, write the report and re-apply the pack; the document and the plan re-applied.
-
-    `planned`: `h3kit install`'s fingerprint and plan (h3kit.calibrate.handover), measured as they are; without
-    it (`h3kit calibrate` by itself) this run fingerprints (unless `fingerprint` is given) and plans for itself,
-    with `profile` (None: the config's, else matching). With `ctx.dry_run` nothing is built or written and
-    `report_files` holds None.
+def calibrate(ctx: Session, planned: Planned, *, quick: bool = True, with_model: bool = False,
+              write_config: bool = True, skipped: tuple[str, ...] = ()) -> Calibrated:
+    """Calibrate `planned` (a command's one plan, h3kit.steps.planning: install's, or `h3kit calibrate`'s own)
+    as it is, in the ComfyUI it was made for, write the report and re-apply the pack; the document and the plan
+    re-applied. `skipped`: what the command could not do before it (the format probe), first in the report's
+    list. With `ctx.dry_run` nothing is built or written and `report_files` holds None.
     """
     started = time.perf_counter()
-    state = _start(ctx, comfyui_dir, quick, fresh_probe, planned, profile, fingerprint)
+    state = _start(ctx, quick, planned, skipped)
     lib, measured, setup = _measure_all(state)
     doc = _document(state, lib, measured, setup, with_model)
     doc["duration_seconds"] = round(time.perf_counter() - started, 3)
@@ -277,9 +249,9 @@ def calibrate(ctx: Session, *, comfyui_dir: str | None = None, quick: bool = Tru
     return Calibrated(doc, applied)
 
 
-def _start(ctx: Session, comfyui_dir, quick: bool, fresh_probe: bool, planned: Planned | None, profile: str | None,
-           fingerprint: Fingerprint | None) -> _Run:
-    """The catalog, the config, the ComfyUI and the plan to measure: `planned` as handed over, else made here."""
+def _start(ctx: Session, quick: bool, planned: Planned, skipped: tuple[str, ...]) -> _Run:
+    """The catalog, the config, and the ComfyUI and plan to measure, as handed over: that ComfyUI is neither
+    found nor inspected again."""
     if not ctx.dry_run:
         with contextlib.suppress(OSError):
             for gone in remove_stale(ctx.locations.cache_dir):
@@ -287,28 +259,10 @@ def _start(ctx: Session, comfyui_dir, quick: bool, fresh_probe: bool, planned: P
     cat = catalog_mod.load()  # the catalog and profiles, read once for the whole run
     profiles = catalog_mod.load_profiles(cat)
     cfg = _load_config(ctx, cat, profiles)
-    install, comfy_info, why_no_comfy = _comfyui(ctx, comfyui_dir, cfg, planned)
-    state = _Run(ctx, quick, cat, profiles, cfg, install, comfy_info, why_no_comfy, planned)
-    if planned is None or planned.plan is None:
-        state.planned = _plan_here(state, profile, fingerprint, fresh_probe)
-    return state
-
-
-def _plan_here(state: _Run, profile: str | None, fingerprint: Fingerprint | None, fresh_probe: bool) -> Planned:
-    """`h3kit calibrate` by itself: the one fingerprint (unless given), the format probe of the ComfyUI, the plan.
-    Planned without the previous calibration, so today's decisions start from profile + overrides and a rerun
-    (or a new profile) never stacks on stale calibrated values."""
-    ctx = state.ctx
-    ctx.progress("calibrate: fingerprint and plan...")
-    fingerprint = fingerprint if fingerprint is not None else this_machine()
-    probe_said: list[dict] = []  # the format probe, before the plan: the planner's evidence of what runs here
-    probe = format_evidence(ctx, state.install, fingerprint=fingerprint, info=state.comfy_info, fresh=fresh_probe,
-                            findings=probe_said) if state.install is not None else None
-    state.skipped += [f"the format probe: {f['message']}" for f in probe_said if f["status"] != "ok"]
-    version = (state.comfy_info or {}).get("comfyui_version")
-    plan = make_plan(fingerprint, state.cat, state.profiles, profile=profile, config=uncalibrated(state.cfg),
-                     evidence=probe, comfyui_version=version)
-    return Planned(fingerprint, plan, probe, False, version)
+    found = planned.comfyui
+    install, info = (found.install, found.info) if found is not None else (None, None)
+    return _Run(ctx, quick, cat, profiles, cfg, install, info, None if found is not None else NO_COMFYUI, planned,
+                list(skipped))
 
 
 def _measure_all(state: _Run) -> tuple[Path | None, dict, dict]:
@@ -352,20 +306,19 @@ def _measure_all(state: _Run) -> tuple[Path | None, dict, dict]:
 def _job(state: _Run, dit: dict, arch: dict, device: str) -> Job:
     """The runner's job: the plan, the scaled DiT, and where and at which points to build and time ComfyUI's H3."""
     cat, plan, quick = state.cat, state.plan, state.quick
-    tm = estimates.timing_module()
     work = estimates.workload(plan, cat)
-    rows = tm.sequence_tokens(cat, work["canvas"][0], work["canvas"][1], work["frames"])
-    table = tm.rates_from_table(state.fingerprint, cat, cat.comfyui.dtype_on(device), backend=device)
+    rows = timing.sequence_tokens(cat, work["canvas"][0], work["canvas"][1], work["frames"])
+    table = timing.rates_from_table(state.fingerprint, cat, cat.comfyui.dtype_on(device), backend=device)
     points = estimates.measure_points(rows, arch, table, quick)
     graph = installed_graph(state.install, plan, cat) if state.install is not None else None
     streamed = streamed_pass.job_spec(state.install, plan, cat, graph)
     if streamed is not None:  # the runner's time limit: a held call by the table, streaming at most doubling it
         blocks = int(arch.get("blocks_total") or cat.blocks)
-        streamed["expected_call_s"] = 2 * estimates.call_seconds(rows, arch, table, blocks, tm)
+        streamed["expected_call_s"] = 2 * estimates.call_seconds(rows, arch, table, blocks, timing)
     return dataclasses.replace(
         h3_job(cat, plan, arch, device, points), scaled_dit=dit, quick=quick, tile_candidates=TILE_CANDIDATES,
         # what one call at each point should take, by the table: the runner's time limit follows it
-        h3_point_seconds=tuple(estimates.call_seconds(t, arch, table, estimates.points_blocks(quick), tm)
+        h3_point_seconds=tuple(estimates.call_seconds(t, arch, table, estimates.points_blocks(quick), timing)
                                for t in points),
         # the runner counts the rows of the prompt the installed workflow sends
         h3_prompt=workflow_prompt(graph) if graph else None,

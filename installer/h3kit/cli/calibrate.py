@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from h3kit import calibrate
 from h3kit.calibrate import report
-from h3kit.steps.version_record import record_after_calibrate
 from h3kit.cli.context import Context, Outcome
+from h3kit.steps import calibrate
+from h3kit.steps.options import CalibrateOptions
+from h3kit.steps.version_record import record_after_calibrate
 
 HELP = "run the calibration inference, tune the profile, write the report"
 
@@ -19,8 +20,8 @@ def add_arguments(p) -> None:
 
 
 def run(args, ctx: Context) -> Outcome:
-    doc = calibrate.run(ctx, comfyui_dir=args.comfyui, quick=args.quick, with_model=args.with_model,
-                        fresh_probe=args.fresh_probe)
+    doc = calibrate.run(CalibrateOptions(comfyui=args.comfyui, quick=args.quick, with_model=args.with_model,
+                                         fresh_probe=args.fresh_probe), ctx).doc
     record_after_calibrate(ctx, doc)
     lines = report.summary_lines(doc)
     for d in doc["decisions"]:

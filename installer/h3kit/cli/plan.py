@@ -6,9 +6,9 @@ from pathlib import Path
 
 from h3kit.cli.context import Context, Outcome
 from h3kit.core.units import gb, human_seconds
-from h3kit.data import config as config_mod
 from h3kit.data.plan_doc import Estimates, MemoryBudget, Plan, PlanSettings
-from h3kit.steps.common import machine_fingerprint
+from h3kit.steps.common import Fingerprinted, load_config
+from h3kit.steps.planning import plan_for
 
 HELP = "choose a profile and settings for this machine, with estimates and reasons"
 
@@ -100,13 +100,10 @@ def render(plan: Plan) -> str:
 
 
 def run(args, ctx: Context) -> Outcome:
-    from h3kit.data import catalog as catalog_mod
-    from h3kit.plan import make_plan
-
-    cat = catalog_mod.load()
-    cfg = config_mod.load(ctx.locations, catalog=cat)
-    fingerprint = machine_fingerprint(args.fingerprint)
-    plan = make_plan(fingerprint, cat, catalog_mod.load_profiles(cat), profile=args.profile, config=cfg,
-                     evidence=format_probe(getattr(args, "format_probe", None)),
-                     comfyui_version=comfyui_version(getattr(args, "comfyui_version", None)))
+    """The one plan maker's plan (h3kit.steps.planning) for no ComfyUI: with the probe and version named here."""
+    config = load_config(ctx)
+    machine = Fingerprinted.read(args.fingerprint)
+    plan = plan_for(ctx, config, machine, [], profile=args.profile, progress=False,  # its answer is the plan
+                    evidence=format_probe(getattr(args, "format_probe", None)),
+                    comfyui_version=comfyui_version(getattr(args, "comfyui_version", None))).plan
     return Outcome(plan.to_json(), render(plan), 0, list(plan.warnings))

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from h3kit.calibrate.handover import Found
 from h3kit.comfyui import deploy
 from h3kit.core.session import Outcome, Session
 from h3kit.core.errors import BadInput
 from h3kit.data import catalog
 from h3kit.data import config as config_mod
 from h3kit.data.settings import AUTO, PRESETS
-from h3kit.steps.common import exclusive, fingerprint_for, generated_files, load_config, locate
-from h3kit.steps.format_probe import plan_for
+from h3kit.steps.common import exclusive, fingerprinted, generated_files, load_config, locate
+from h3kit.steps.planning import plan_for
 from h3kit.steps.version_record import record_inherited
 from h3kit.steps.options import ApplyOptions
 
@@ -46,8 +47,8 @@ def _switch_preset(ctx: Session, config, preset: str, notes: list[str]):
 
 def _apply(options: ApplyOptions, ctx: Session, config, install, notes: list[str]) -> Outcome:
     # one plan, with the evidence install's had: this ComfyUI's format probe and its version
-    plan = plan_for(ctx, config, fingerprint_for(ctx, None, notes), notes, profile=options.profile,
-                    install=install).plan
+    plan = plan_for(ctx, config, fingerprinted(ctx, None, notes), notes, profile=options.profile,
+                    found=Found(install)).plan
     doc = deploy.apply(install, plan.settings, plan.profile, ctx.locations.state_dir,
                        ctx.locations.cache_dir, dry_run=ctx.dry_run, generated=generated_files(plan))
     doc["notes"] = notes + doc.get("notes", [])

@@ -1,4 +1,4 @@
-"""What several commands do first: read the config, fingerprint and plan, find the ComfyUI.
+"""What several commands do first: read the config, fingerprint, find the ComfyUI (the plan: h3kit.steps.planning).
 
 Workflow steps sit between the CLI and the domain packages: they call the
 domain in the documented order and report through the `Session`, and never
@@ -8,6 +8,7 @@ parse arguments or print themselves.
 from __future__ import annotations
 
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 
 from h3kit.comfyui import locate as comfyui_locate
 from h3kit.comfyui import locks
@@ -24,17 +25,6 @@ def load_config(ctx: Session):
     from h3kit.data import config
 
     return config.load(ctx.locations)
-
-
-def plan_with(fingerprint: Fingerprint, profile: str | None, config, *, evidence=None,
-              comfyui_version: str | None = None) -> Plan:
-    """The planner over the shipped catalog and profiles (it reads no file itself)."""
-    from h3kit.data import catalog
-    from h3kit.plan import make_plan
-
-    cat = catalog.load()
-    return make_plan(fingerprint, cat, catalog.load_profiles(cat), profile=profile, config=config, evidence=evidence,
-                     comfyui_version=comfyui_version)
 
 
 def check_profile(config, profile: str | None) -> None:
@@ -58,13 +48,27 @@ def machine_fingerprint(path: str | None) -> Fingerprint:
     return load_file(path) if path else this_machine()
 
 
-def fingerprint_for(ctx: Session, path: str | None, notes: list[str]) -> Fingerprint:
+@dataclass(frozen=True)
+class Fingerprinted:
+    """A command's one fingerprint, and whether it was read from a saved file (--fingerprint FILE): then it is
+    another machine's, and this machine's format probe is no evidence for its plan (h3kit.steps.planning)."""
+
+    fingerprint: Fingerprint
+    saved: bool = False
+
+    @classmethod
+    def read(cls, path: str | None) -> "Fingerprinted":
+        """The saved fingerprint FILE, else this machine's, probed now (without a word: `fingerprinted` says it)."""
+        return cls(machine_fingerprint(path), bool(path))
+
+
+def fingerprinted(ctx: Session, path: str | None, notes: list[str]) -> Fingerprinted:
     """A command's one fingerprint: the saved FILE (said in `notes`), else this machine's, probed now."""
     if path:
         notes.append(f"using the saved fingerprint {path}, not this machine's")
     else:
         ctx.progress("Fingerprinting this machine...")
-    return machine_fingerprint(path)
+    return Fingerprinted.read(path)
 
 
 def generated_files(plan: Plan | None) -> dict[str, bytes]:

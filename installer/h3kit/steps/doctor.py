@@ -23,6 +23,7 @@ from pathlib import Path
 
 from h3kit import models
 from h3kit.calibrate import format_probe
+from h3kit.calibrate.handover import Found
 from h3kit.comfyui import doctor, h3_support
 from h3kit.comfyui import locate as comfyui_locate
 from h3kit.comfyui import manifest as mf
@@ -34,8 +35,9 @@ from h3kit.core.session import Session
 from h3kit.data import catalog
 from h3kit.data.format_evidence import FormatProbe
 from h3kit.steps import apply
-from h3kit.steps.common import (exclusive, fingerprint_for, load_config, locate, model_folders, torch_findings)
-from h3kit.steps.format_probe import installed_version, plan_found
+from h3kit.steps.common import (Fingerprinted, exclusive, fingerprinted, load_config, locate, model_folders,
+                                torch_findings)
+from h3kit.steps.planning import Probing, plan_for
 from h3kit.steps.options import ApplyOptions, ComfyTarget, DoctorOptions
 
 SCHEMA = "h3kit.doctor/1"
@@ -89,7 +91,7 @@ def run(options: DoctorOptions, ctx: Session) -> DoctorReport:
     except H3kitError as exc:
         config = None
         findings.append(doctor.finding("config.valid", "fail", exc.message, exc.fix))
-    fingerprint = fingerprint_for(ctx, options.fingerprint_file, notes)
+    machine = fingerprinted(ctx, options.fingerprint_file, notes)
     try:
         install = locate(options.comfyui, ctx, config, need_write=False)
     except H3kitError as exc:
@@ -97,14 +99,14 @@ def run(options: DoctorOptions, ctx: Session) -> DoctorReport:
         return DoctorReport(findings, notes, None)
     findings.append(doctor.finding("comfyui.found", "ok", f"ComfyUI at {install.path} (found by {install.source})."))
     if not options.fix:
-        return _check(options, ctx, config, fingerprint, install, findings, notes)
+        return _check(options, ctx, config, machine, install, findings, notes)
     with exclusive(ctx, install, "doctor --fix"):
-        return _check(options, ctx, config, fingerprint, install, findings, notes)
+        return _check(options, ctx, config, machine, install, findings, notes)
 
 
-def _check(options: DoctorOptions, ctx: Session, config, fingerprint, install, findings: list[dict],
+def _check(options: DoctorOptions, ctx: Session, config, machine: Fingerprinted, install, findings: list[dict],
            notes: list[str]) -> DoctorReport:
-    info = None
+    fingerprint, info = machine.fingerprint, None
     try:
         info = comfyui_locate.inspect(install)
         findings.append(doctor.finding("comfyui.python", "ok",
@@ -114,14 +116,12 @@ def _check(options: DoctorOptions, ctx: Session, config, fingerprint, install, f
         findings.append(doctor.finding("comfyui.python", "fail", exc.message, exc.fix))
     findings.append(h3_support.finding(h3_support.check(install, catalog.load(), comfyui_locate.run_python), install,
                                        catalog.load()))
-    saved = bool(options.fingerprint_file)
-    probe = None
-    if info is not None:
-        probe = format_probe.format_evidence(ctx, install, fingerprint=None if saved else fingerprint,
-                                             info=info, fresh=options.fresh_probe, findings=findings)
-        if probe is not None:
-            findings.append(format_probe.result_finding(probe))
-    plan = plan_found(ctx, probe, config, fingerprint, notes, saved=saved, comfyui_version=installed_version(install))
+    # the one plan, after the probe of the ComfyUI it checks (none when its Python does not start)
+    probing = Probing.NONE if info is None else Probing.FRESH if options.fresh_probe else Probing.MEASURE
+    planned = plan_for(ctx, config, machine, notes, found=Found(install, info), probing=probing, findings=findings)
+    probe, plan = planned.probe, planned.plan
+    if probe is not None:
+        findings.append(format_probe.result_finding(probe))
     record = _record(ctx, install, findings)
     findings += taken_findings(record)
     findings += doctor.pack_findings(install, record)

@@ -1,11 +1,12 @@
 """The whole chain, in order: fingerprint -> find ComfyUI -> build -> format probe and plan -> deploy
 and verify -> models -> calibrate.
 
-The machine is fingerprinted once and planned once (with the found ComfyUI's
-format probe as evidence and its version, before any download); that typed
-plan and fingerprint go to deploy and to the calibration, which measures them
-and re-applies the pack with its calibrated values: the second and last plan
-(h3kit.calibrate.handover). No ComfyUI found: everything that does not need
+The machine is fingerprinted once, the ComfyUI found once and inspected once,
+and the plan made once by the one plan maker (h3kit.steps.planning: the
+found ComfyUI's format probe as evidence and its version, before any
+download); that typed `Planned` goes to deploy and to the calibration, which
+measures it in the same ComfyUI and re-applies the pack with its calibrated
+values: the second and last plan (h3kit.calibrate.handover). No ComfyUI found: everything that does not need
 one still runs (the report says what this machine can do), then exit 3 naming
 --comfyui. Each step's module is imported at the top: an import error is
 loud, never a skipped step.
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from h3kit import calibrate
-from h3kit.calibrate.handover import Planned
+from h3kit.calibrate.handover import Found, Planned
 from h3kit.comfyui import deploy, h3_support
 from h3kit.comfyui.apps import HOW_TO_ADD
 from h3kit.comfyui.running import missing_flags
@@ -32,10 +33,11 @@ from h3kit.models import ensure_models
 from h3kit.native.build import build, find_library
 from h3kit.steps import ends_short, next_steps
 from h3kit.steps.common import (
+    Fingerprinted,
     check_profile,
     exclusive,
     exclusive_home,
-    fingerprint_for,
+    fingerprinted,
     generated_files,
     load_config,
     locate,
@@ -46,7 +48,7 @@ from h3kit.steps.common import (
 )
 from h3kit.comfyui.versions import state as state_mod
 from h3kit.steps.version_record import record_after_install
-from h3kit.steps.format_probe import plan_for
+from h3kit.steps.planning import plan_for
 from h3kit.steps.install_result import SCHEMA, ComfyFound, InstallResult
 from h3kit.steps.options import ComfyTarget, InstallOptions
 
@@ -61,7 +63,8 @@ def run(options: InstallOptions, ctx: Session) -> Outcome:
     warnings: list[str] = []
     config = load_config(ctx)
     check_profile(config, options.profile)  # a bad name stops the install before anything is set up
-    fingerprint = fingerprint_for(ctx, options.fingerprint_file, notes)
+    machine = fingerprinted(ctx, options.fingerprint_file, notes)
+    fingerprint = machine.fingerprint
     target = options.comfyui
     if options.new_comfyui and not ctx.dry_run:
         with exclusive_home(ctx, "install"):
@@ -70,37 +73,37 @@ def run(options: InstallOptions, ctx: Session) -> Outcome:
     try:
         install = locate(target, ctx, config, need_write=True)
     except NotReady as missing:
-        install = _offered(options, ctx, config, fingerprint, target, notes, warnings, missing)
+        install = _offered(options, ctx, config, machine, target, notes, warnings, missing)
     with exclusive(ctx, install, "install"):
         library = _build(ctx, notes, warnings)
         found = _inspected(ctx, install, fingerprint, warnings)  # the one inspection, handed to all after it
-        planned = _plan(options, ctx, config, fingerprint, notes, install, found)  # before any download
+        planned = _plan(options, ctx, config, machine, notes, Found(install, found.info))  # before any download
         outcome, final = _into(options, ctx, config, planned, library, install, notes, warnings, found)
     last = list(final.warnings) if final else []  # the plan's (what falls short, how long a clip takes)
     outcome.warnings = [w for w in outcome.warnings if w not in last] + last
     return outcome
 
 
-def _plan(options: InstallOptions, ctx: Session, config, fingerprint, notes: list[str], install,
-          found=None) -> Planned:
-    """The install's one plan; made without an earlier calibration's values when a calibration runs after it."""
-    return plan_for(ctx, config, fingerprint, notes, profile=options.profile, install=install,
-                    saved=bool(options.fingerprint_file),
-                    for_calibration=not (options.skip_calibrate or ctx.dry_run), found=found)
+def _plan(options: InstallOptions, ctx: Session, config, machine: Fingerprinted, notes: list[str],
+          found: Found | None) -> Planned:
+    """The install's one plan, for the ComfyUI `found` and its one inspection (None: none found); made without an
+    earlier calibration's values when a calibration runs after it."""
+    return plan_for(ctx, config, machine, notes, profile=options.profile, found=found,
+                    for_calibration=not (options.skip_calibrate or ctx.dry_run))
 
 
-def _offered(options: InstallOptions, ctx: Session, config, fingerprint, target: ComfyTarget, notes: list[str],
-             warnings: list[str], missing: NotReady):
+def _offered(options: InstallOptions, ctx: Session, config, machine: Fingerprinted, target: ComfyTarget,
+             notes: list[str], warnings: list[str], missing: NotReady):
     """No ComfyUI found: the one set up now when the person takes the offer, else the install ends here
     (planned and calibrated for this machine all the same) with exit 3."""
     offer = not target.path and options.offer_new_comfyui
     with exclusive_home(ctx, "install"):
-        created = offer_new_comfyui(ctx, fingerprint, options.comfyui_source,
+        created = offer_new_comfyui(ctx, machine.fingerprint, options.comfyui_source,
                                     searched=comfyui_locate.searched_places(),
                                     min_version=h3_support.requirements(catalog.load())[0]) if offer else None
         if created is None:
             _build(ctx, notes, warnings)
-            planned = _plan(options, ctx, config, fingerprint, notes, None)
+            planned = _plan(options, ctx, config, machine, notes, None)
             warnings += list(planned.plan.warnings) if planned.plan else []
             _without_comfyui(options, ctx, planned, notes, warnings, missing)
     return locate(ComfyTarget(str(created)), ctx, config, need_write=True)
@@ -262,7 +265,7 @@ def _after_deploy(options: InstallOptions, ctx: Session, planned: Planned, insta
             else "the plan holds files not known to load here" if _refused(options, ctx, plan) else None)
     if skip:
         notes.append(f"models skipped: {skip}, so no weights are downloaded")
-        return AfterDeploy(_calibrate(options, ctx, install.path, result, planned))
+        return AfterDeploy(_calibrate(options, ctx, result, planned))
     folders = None
     try:
         folders = model_folders(install, ctx)
@@ -274,24 +277,24 @@ def _after_deploy(options: InstallOptions, ctx: Session, planned: Planned, insta
         # The pack is installed and verified; the calibration needs no weights, so it still runs
         # (its report says what the machine can do), and the models error is the exit.
         notes.append(f"models not complete: {failed.message}")
-        applied = _calibrate(options, ctx, install.path, result, planned)
+        applied = _calibrate(options, ctx, result, planned)
         if ends_short.is_shortfall(failed):
             return AfterDeploy(applied, failed, folders)
         failed.details = {**result.to_json(), **failed.details}
         raise
-    return AfterDeploy(_calibrate(options, ctx, install.path, result, planned), None, folders)
+    return AfterDeploy(_calibrate(options, ctx, result, planned), None, folders)
 
 
-def _calibrate(options: InstallOptions, ctx: Session, comfyui_dir: Path | None, result: InstallResult,
-               planned: Planned) -> Plan | None:
-    """Calibration of install's own plan and fingerprint (--fingerprint FILE's too): it measures them as they are,
-    and its re-apply keeps their profile. Sets result.report; returns the plan re-applied (None: none)."""
+def _calibrate(options: InstallOptions, ctx: Session, result: InstallResult, planned: Planned) -> Plan | None:
+    """Calibration of install's own plan and fingerprint (--fingerprint FILE's too), in the ComfyUI install found
+    (`planned.comfyui`, None: none): it measures them as they are, and its re-apply keeps their profile. Sets
+    result.report; returns the plan re-applied (None: none)."""
     if options.skip_calibrate or ctx.dry_run:
         result.notes.append("calibration skipped (--skip-calibrate)" if options.skip_calibrate
                             else "calibration skipped (--dry-run)")
         return None
     ctx.progress("Calibrating (quick)...")
-    done = calibrate.calibrate(ctx, comfyui_dir=comfyui_dir, quick=True, with_model=False, planned=planned)
+    done = calibrate.calibrate(ctx, planned, quick=True, with_model=False)
     result.calibration_estimates = done.doc.get("estimates")
     files = done.doc.get("report_files") or {}
     result.report = files.get("md") or files.get("json")
@@ -304,6 +307,6 @@ def _without_comfyui(options: InstallOptions, ctx: Session, planned: Planned, no
     plan = planned.plan
     result = InstallResult(plan.profile if plan else (options.profile or "none"), notes=notes, warnings=warnings,
                            plan_fits=plan.fits if plan else None)
-    _calibrate(options, ctx, None, result, planned)
+    _calibrate(options, ctx, result, planned)
     raise NotReady(missing.message + (f" The calibration report is at {result.report}." if result.report else ""),
                    missing.fix, details=result.to_json())

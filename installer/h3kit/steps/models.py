@@ -1,9 +1,11 @@
 """`h3kit models`' step: the weight files the plan needs: plan | status | fetch | verify | remove.
 
-The plan is the one install made: this machine's (or a saved fingerprint's),
-with the format probe cached for the chosen ComfyUI as its evidence. The
-answer is the action's h3kit.models/1 document and the ComfyUI folder it was
-about, which `cli/models.py` renders.
+The plan is made as install made it, by the one plan maker
+(h3kit.steps.planning): this machine's (or a saved fingerprint's), for the
+chosen ComfyUI's version, with the format probe cached for it as its evidence
+(read as it is: this command never starts ComfyUI's Python). The answer is
+the action's h3kit.models/1 document and the ComfyUI folder it was about,
+which `cli/models.py` renders.
 """
 
 from __future__ import annotations
@@ -12,13 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from h3kit import models
-from h3kit.calibrate.format_probe import cached
+from h3kit.calibrate.handover import Found
 from h3kit.comfyui.locate import ComfyInstall, app_of, detect_layout, find, find_python, take_app
 from h3kit.core.errors import BadInput, NotReady
 from h3kit.core.session import Session
-from h3kit.data import catalog
-from h3kit.steps.common import load_config, machine_fingerprint, model_folders
+from h3kit.data.plan_doc import Plan
+from h3kit.steps.common import Fingerprinted, load_config, model_folders
 from h3kit.steps.options import ModelsOptions
+from h3kit.steps.planning import Probing, plan_for
 
 
 @dataclass(frozen=True)
@@ -31,16 +34,16 @@ def run(options: ModelsOptions, ctx: Session) -> ModelsAnswer:
     config = load_config(ctx)
     if options.action == "remove":
         install = _comfyui(options, ctx, config, required=True)
-        plan = _plan(options, ctx, config) if options.fingerprint_file else None
+        plan = _plan(options, ctx, config, install) if options.fingerprint_file else None
         return ModelsAnswer(models.remove(ctx, install.path, plan=plan, folders=model_folders(install, ctx)),
                             install.path)
     if options.action == "plan":
         install = _comfyui(options, ctx, config, required=False)
         comfy = install.path if install else None
-        return ModelsAnswer(models.plan_doc(_plan(options, ctx, config, comfy), comfyui_dir=comfy), comfy)
+        return ModelsAnswer(models.plan_doc(_plan(options, ctx, config, install), comfyui_dir=comfy), comfy)
     install = _comfyui(options, ctx, config, required=True)
     comfy, folders = install.path, model_folders(install, ctx)
-    plan = _plan(options, ctx, config, comfy)
+    plan = _plan(options, ctx, config, install)
     if options.action == "status":
         return ModelsAnswer(models.status_doc(ctx, plan, comfy, folders=folders), comfy)
     if options.action == "verify":
@@ -48,7 +51,7 @@ def run(options: ModelsOptions, ctx: Session) -> ModelsAnswer:
     return ModelsAnswer(_fetch(options, ctx, plan, comfy, folders), comfy)
 
 
-def _fetch(options: ModelsOptions, ctx: Session, plan: dict, comfy: Path, folders) -> dict:
+def _fetch(options: ModelsOptions, ctx: Session, plan: Plan, comfy: Path, folders) -> dict:
     doc: dict = {}
     if options.with_loaders:
         files = models.files_for_plan(plan)
@@ -61,14 +64,15 @@ def _fetch(options: ModelsOptions, ctx: Session, plan: dict, comfy: Path, folder
     return doc
 
 
-def _plan(options: ModelsOptions, ctx: Session, config, comfy: Path | None = None) -> dict:
-    """The plan install made: this machine's, with the format probe cached for `comfy` as its evidence."""
-    from h3kit.plan import make_plan
-
-    cat = catalog.load()
-    evidence = cached(ctx.locations.cache_dir, comfy) if comfy is not None and not options.fingerprint_file else None
-    return make_plan(machine_fingerprint(options.fingerprint_file), cat, catalog.load_profiles(cat),
-                     profile=options.profile, config=config, evidence=evidence)
+def _plan(options: ModelsOptions, ctx: Session, config, install: ComfyInstall | None) -> Plan:
+    """The plan as install made it, for `install` (None: none found): its version, its cached format probe."""
+    notes: list[str] = []  # what the plan maker says goes to the log; the models document has no notes
+    plan = plan_for(ctx, config, Fingerprinted.read(options.fingerprint_file), notes, profile=options.profile,
+                    found=Found(install) if install is not None else None, probing=Probing.CACHE,
+                    progress=False).plan
+    for note in notes:
+        ctx.log.info("models: %s", note)
+    return plan
 
 
 def _comfyui(options: ModelsOptions, ctx: Session, config, *, required: bool) -> ComfyInstall | None:

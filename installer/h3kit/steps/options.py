@@ -52,6 +52,15 @@ class DoctorOptions:
 
 
 @dataclass(frozen=True)
+class CalibrateOptions:
+    comfyui: str | None = None  # --comfyui PATH: run in this ComfyUI's Python; None: the config's comfyui_path, if any
+    quick: bool = True
+    with_model: bool = False  # also run the smallest real workflow when its weights are there
+    fresh_probe: bool = False  # measure the weight formats again instead of using the cached probe
+    fingerprint_file: str | None = None  # calibrate the plan for this saved fingerprint instead of this machine's
+
+
+@dataclass(frozen=True)
 class UninstallOptions:
     comfyui: ComfyTarget = field(default_factory=ComfyTarget)
     purge: bool = False  # also config, cache, reports, h3kit's own venv and a ComfyUI h3kit created

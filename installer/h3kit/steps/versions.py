@@ -138,7 +138,7 @@ def _already_there(before, target) -> Outcome:
 
 
 def update(options: UpdateOptions, ctx: Session) -> Outcome:
-    from h3kit.steps.common import fingerprint_for
+    from h3kit.steps.common import fingerprinted
 
     notes: list[str] = []
     config = load_config(ctx)
@@ -159,7 +159,7 @@ def update(options: UpdateOptions, ctx: Session) -> Outcome:
         target = move.target_for(ctx, Path(install.path), options.to, cat, fetch=not ctx.dry_run)
         if target.commit == before.git.commit:
             return _already_there(before, target)
-        machine = machine_of(fingerprint_for(ctx, options.fingerprint_file, notes))
+        machine = machine_of(fingerprinted(ctx, options.fingerprint_file, notes).fingerprint)
         checks = prechecks(ctx, install, before, target, cat, machine)
         if checks["refusals"] and not options.force:
             raise NotReady(f"h3kit will not update ComfyUI to {target.ref}: {checks['refusals'][0]} Nothing was "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from h3kit.cli.context import Context, Outcome, comfyui_target
+from h3kit.cli.context import Context, Outcome, add_comfyui_target, comfyui_target
 from h3kit.steps import apply
 from h3kit.steps.options import ApplyOptions
 
@@ -10,8 +10,7 @@ HELP = "re-apply the config and profile to the installed node pack and its launc
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--comfyui", metavar="PATH", help="the ComfyUI folder h3kit was installed into")
-    p.add_argument("--comfyui-python", metavar="PATH", help="the Python that runs that ComfyUI")
+    add_comfyui_target(p, "the ComfyUI folder h3kit was installed into")
     p.add_argument("--profile", metavar="NAME", help="apply this profile instead of the config's")
     p.add_argument("--preset", metavar="NAME", help="switch the speed preset first (auto, fast, balanced, quality): "
                    "written to config.yaml's overrides, as the pack's panel does")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from h3kit.calibrate import report
-from h3kit.cli.context import Context, Outcome
+from h3kit.cli.context import Context, Outcome, add_fresh_probe
 from h3kit.steps import calibrate
 from h3kit.steps.options import CalibrateOptions
 from h3kit.steps.version_record import record_after_calibrate
@@ -15,8 +15,7 @@ def add_arguments(p) -> None:
     p.add_argument("--quick", action="store_true", help="a short run (at most a minute)")
     p.add_argument("--comfyui", metavar="PATH", help="run inside this ComfyUI's Python")
     p.add_argument("--with-model", action="store_true", help="also run the smallest real workflow when weights are present")
-    p.add_argument("--fresh-probe", action="store_true",
-                   help="measure which weight formats run here again instead of using the cached format probe")
+    add_fresh_probe(p)
 
 
 def run(args, ctx: Context) -> Outcome:

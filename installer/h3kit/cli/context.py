@@ -39,6 +39,18 @@ class Context(Session):
             return default
 
 
+def add_comfyui_target(p, what: str, python_note: str = "") -> None:
+    """--comfyui PATH (`what`: which ComfyUI folder, in the command's words) and --comfyui-python PATH, the two
+    flags `comfyui_target` reads back."""
+    p.add_argument("--comfyui", metavar="PATH", help=what)
+    p.add_argument("--comfyui-python", metavar="PATH", help="the Python that runs that ComfyUI" + python_note)
+
+
+def add_fresh_probe(p) -> None:
+    p.add_argument("--fresh-probe", action="store_true",
+                   help="measure which weight formats run here again instead of using the cached format probe")
+
+
 def comfyui_target(args) -> ComfyTarget:
     """--comfyui and --comfyui-python, for the commands that take them."""
     return ComfyTarget(args.comfyui, args.comfyui_python)

@@ -7,7 +7,7 @@ arguments into its options and the findings into lines for a person.
 from __future__ import annotations
 
 from h3kit.calibrate.format_probe import table_lines
-from h3kit.cli.context import Context, Outcome, comfyui_target
+from h3kit.cli.context import Context, Outcome, add_comfyui_target, add_fresh_probe, comfyui_target
 from h3kit.steps import doctor
 from h3kit.steps.options import DoctorOptions
 
@@ -16,13 +16,11 @@ MARK = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL"}
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--comfyui", metavar="PATH", help="the ComfyUI folder to check")
-    p.add_argument("--comfyui-python", metavar="PATH", help="the Python that runs that ComfyUI")
+    add_comfyui_target(p, "the ComfyUI folder to check")
     p.add_argument("--fix", action="store_true", help="apply the fixes")
     p.add_argument("--undo", action="store_true", help="restore what an earlier --fix replaced")
     p.add_argument("--fingerprint", metavar="FILE", help="check against this saved fingerprint instead of probing the machine")
-    p.add_argument("--fresh-probe", action="store_true",
-                   help="measure which weight formats run here again instead of using the cached format probe")
+    add_fresh_probe(p)
 
 
 def run(args, ctx: Context) -> Outcome:

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from h3kit.cli.context import Context, Outcome, comfyui_target
+from h3kit.cli.context import Context, Outcome, add_comfyui_target, comfyui_target
 from h3kit.steps import versions
 
 HELP = "list the recorded states of ComfyUI, the working ones marked with their evidence"
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--comfyui", metavar="PATH", help="the ComfyUI folder")
-    p.add_argument("--comfyui-python", metavar="PATH", help="the Python that runs that ComfyUI")
+    add_comfyui_target(p, "the ComfyUI folder")
 
 
 def run(args, ctx: Context) -> Outcome:

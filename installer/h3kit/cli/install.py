@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from h3kit.cli.context import Context, Outcome, comfyui_target
+from h3kit.cli.context import Context, Outcome, add_comfyui_target, comfyui_target
 from h3kit.steps import install
 from h3kit.steps.options import InstallOptions
 
@@ -18,8 +18,7 @@ HELP = "the whole chain: fingerprint, plan, build, deploy into ComfyUI, calibrat
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--comfyui", metavar="PATH", help="the ComfyUI folder to install into")
-    p.add_argument("--comfyui-python", metavar="PATH", help="the Python that runs that ComfyUI (found automatically when possible)")
+    add_comfyui_target(p, "the ComfyUI folder to install into", " (found automatically when possible)")
     p.add_argument("--profile", metavar="NAME", help="use this profile instead of auto")
     p.add_argument("--skip-calibrate", action="store_true", help="do not run the calibration at the end")
     p.add_argument("--no-models", action="store_true", help="do not download model weights")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from h3kit.cli.context import Context, Outcome, comfyui_target
+from h3kit.cli.context import Context, Outcome, add_comfyui_target, comfyui_target
 from h3kit.steps import versions
 
 HELP = "go back to a recorded state of ComfyUI (default: the last working one before now): its commit, packages and profile"
@@ -10,8 +10,7 @@ HELP = "go back to a recorded state of ComfyUI (default: the last working one be
 
 def add_arguments(p) -> None:
     p.add_argument("state", nargs="?", metavar="STATE", help="the state's number in 'h3kit history'")
-    p.add_argument("--comfyui", metavar="PATH", help="the ComfyUI folder to roll back")
-    p.add_argument("--comfyui-python", metavar="PATH", help="the Python that runs that ComfyUI")
+    add_comfyui_target(p, "the ComfyUI folder to roll back")
 
 
 def run(args, ctx: Context) -> Outcome:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from h3kit.cli.context import Context, Outcome, comfyui_target
+from h3kit.cli.context import Context, Outcome, add_comfyui_target, comfyui_target
 from h3kit.core.errors import EXIT_VERIFY_FAILED
 from h3kit.steps import uninstall
 from h3kit.steps.options import UninstallOptions
@@ -11,8 +11,7 @@ HELP = "remove exactly what h3kit installed, nothing else"
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--comfyui", metavar="PATH", help="the ComfyUI folder h3kit was installed into")
-    p.add_argument("--comfyui-python", metavar="PATH", help="the Python that runs that ComfyUI (not needed to uninstall)")
+    add_comfyui_target(p, "the ComfyUI folder h3kit was installed into", " (not needed to uninstall)")
     p.add_argument("--purge", action="store_true", help="also remove config, cache, reports and h3kit's own venv")
 
 

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from h3kit.cli.context import Context, Outcome, comfyui_target
+from h3kit.cli.context import Context, Outcome, add_comfyui_target, comfyui_target
 from h3kit.steps import versions
 
 HELP = "move ComfyUI to another release: checked before it moves, self-tested after, back by itself on failure"
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--comfyui", metavar="PATH", help="the ComfyUI folder to update")
-    p.add_argument("--comfyui-python", metavar="PATH", help="the Python that runs that ComfyUI")
+    add_comfyui_target(p, "the ComfyUI folder to update")
     p.add_argument("--to", default="tested", metavar="VERSION",
                    help="tested (default: the newest release h3kit's tests passed), newest, a version such as "
                         "0.33.0, or a git ref")

@@ -43,7 +43,7 @@ SCHEMA = "h3kit.cost/1"
 COST_FILE = "h3kit_cost.json"
 PHASES = ("encode", "sample", "decode")
 FAR_PAST_TARGET = 2.0  # a clip past this many times target_minutes gets the panel's warning
-GIB = 2**30
+GB = 10**9  # the unit h3kit prints sizes in everywhere (h3kit.core.units.gb): the panel matches the CLI
 RATE_KEYS = ("block_s_per_token", "block_s_per_token2", "step_fixed_s", "step_fixed_s_per_token",
              "text_encode_s", "decode_s_per_pixel_frame")
 
@@ -333,5 +333,5 @@ def read(path: Path) -> CostModel:
 
 
 def gb(n: int | None) -> str:
-    """Bytes as the panel and the guard print them: GiB with one decimal ("12.1 GB")."""
-    return "?" if n is None else f"{n / GIB:.1f} GB"
+    """Bytes as the panel and the guard print them, as h3kit's terminal does: decimal GB, one decimal ("12.1 GB")."""
+    return "?" if n is None else f"{n / GB:.1f} GB"

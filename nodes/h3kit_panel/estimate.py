@@ -10,7 +10,7 @@ the guard's refusal say what to change, not only that something is wrong.
 
 from __future__ import annotations
 
-from ..h3k_cost import FAR_PAST_TARGET, GIB, CostModel, Estimate, Workload, gb
+from ..h3k_cost import FAR_PAST_TARGET, GB, CostModel, Estimate, Workload, gb
 from .graph import GraphReading
 
 SCHEMA = "h3kit.estimate/1"
@@ -83,10 +83,10 @@ def minutes_words(minutes: float) -> str:
 
 def peaks_words(est: Estimate) -> str:
     """"12.1 of 13.2 GB RAM and 7.1 of 8.0 GB GPU" (RAM alone on a machine without a GPU budget)."""
-    ram = f"{est.peak_ram_bytes / GIB:.1f} of {gb(est.budget_ram_bytes)} RAM"
+    ram = f"{est.peak_ram_bytes / GB:.1f} of {gb(est.budget_ram_bytes)} RAM"
     if est.budget_gpu_bytes is None:
         return ram
-    return f"{ram} and {est.peak_gpu_bytes / GIB:.1f} of {gb(est.budget_gpu_bytes)} GPU"
+    return f"{ram} and {est.peak_gpu_bytes / GB:.1f} of {gb(est.budget_gpu_bytes)} GPU"
 
 
 def _fix_figures(est: Estimate, fix: Estimate) -> str:

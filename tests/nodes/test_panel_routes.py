@@ -136,12 +136,12 @@ def test_a_graph_that_fits_in_time_gets_its_peaks_against_both_budgets(routes, t
     pack = pack_module("h3kit_panel.sources").Pack.at(tmp_path)
     api = json.loads(workflows.pack_files(plan, cat, plan.profile)[f"{workflows.API_DIR}/{workflows.NAMES['t2v']}.json"])
     status, out = routes.estimate_response(_body({"prompt": api}), pack)
-    gib = 2**30
+    unit = 10**9  # decimal GB, as the terminal prints them
     assert status == 200 and out["fits"] is True and out["slow"] is False and out["fix"] is None
     words = pack_module("h3kit_panel.estimate").minutes_words(out["minutes"])
-    assert out["message"] == (f"{words} a clip, peaks at {out['peak_ram_bytes'] / gib:.1f} of "
-                              f"{out['budget']['ram_bytes'] / gib:.1f} GB RAM and {out['peak_gpu_bytes'] / gib:.1f} of "
-                              f"{out['budget']['gpu_bytes'] / gib:.1f} GB GPU")
+    assert out["message"] == (f"{words} a clip, peaks at {out['peak_ram_bytes'] / unit:.1f} of "
+                              f"{out['budget']['ram_bytes'] / unit:.1f} GB RAM and {out['peak_gpu_bytes'] / unit:.1f} of "
+                              f"{out['budget']['gpu_bytes'] / unit:.1f} GB GPU")
     assert out["guard_node"] == "1" and api["1"]["class_type"] == "H3kitUnetLoaderGGUF"
     assert out["target_inputs"]["frames"] == [out["targets"]["frames"], "length"]
 
@@ -155,7 +155,7 @@ def test_an_oversized_graph_gets_a_fix_that_fits(routes, pack, installed):
     status, out = routes.estimate_response(_body({"prompt": prompt}), pack)
     assert status == 200 and out["fits"] is False and out["short"] and out["fix"]["fits"] is True
     short = out["short"][0]
-    assert out["message"].startswith(f"1920x1080 with 241 frames needs {short['need_bytes'] / 2**30:.1f} GB RAM at "
+    assert out["message"].startswith(f"1920x1080 with 241 frames needs {short['need_bytes'] / 10**9:.1f} GB RAM at "
                                      f"its {short['phase']} peak, the budget is ")
     assert "fits (" in out["message"] and ". " not in out["message"]
     canvas.update(width=out["fix"]["canvas"][0], height=out["fix"]["canvas"][1], length=out["fix"]["frames"])

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+from typing import Any, TypedDict
 
 from h3kit.core.units import human_bytes
 from h3kit.data.fingerprint import Fingerprint
@@ -31,12 +32,22 @@ def _hb(n) -> str:
     return human_bytes(n, "-")
 
 
-def decision(setting: str, value, previous, evidence: str) -> dict:
-    return {"setting": setting, "value": value, "previous": previous, "changed": value != previous,
-            "evidence": evidence}
+class Decision(TypedDict):
+    """One calibration decision, as the calibration document, the report (report.DECISION_KEYS) and the pack's
+    summary carry it: the setting, its new and previous value, whether it changed, and the measurement behind it."""
+
+    setting: str
+    value: Any
+    previous: Any
+    changed: bool
+    evidence: str
 
 
-def decide_tile(tiles: list[dict], budget_bytes: int | None, current: int) -> dict:
+def decision(setting: str, value, previous, evidence: str) -> Decision:
+    return Decision(setting=setting, value=value, previous=previous, changed=value != previous, evidence=evidence)
+
+
+def decide_tile(tiles: list[dict], budget_bytes: int | None, current: int) -> Decision:
     """The fastest swept tile whose peak stays within the budget.
 
     When none fits, the smallest tile measured (never larger than the current
@@ -59,7 +70,7 @@ def decide_tile(tiles: list[dict], budget_bytes: int | None, current: int) -> di
                     f"peaked at {_hb(smallest['peak_bytes'])}); chose the smallest")
 
 
-def decide_preload(settings: PlanSettings, budget: int | None, estimated_peak: int | None, memory: str = "RAM") -> dict:
+def decide_preload(settings: PlanSettings, budget: int | None, estimated_peak: int | None, memory: str = "RAM") -> Decision:
     """Shrink the preload by what the estimated peak overshoots the budget (whole shards).
 
     `memory` names where the preload lives: GPU memory on a GPU plan, RAM
@@ -98,7 +109,7 @@ def preload_memory(plan: Plan, device: dict, estimates: dict) -> tuple[str, int 
     return "RAM", plan.budget.ram_bytes, estimates.get("peak_ram_bytes")
 
 
-def decide_threads(scaling: list[dict], cores: int) -> dict:
+def decide_threads(scaling: list[dict], cores: int) -> Decision:
     """The fewest threads within 5% of the best measured rate (the rest stay free for ComfyUI)."""
     ok = [s for s in scaling if s.get("gflop_per_s")]
     if not ok:
@@ -111,7 +122,7 @@ def decide_threads(scaling: list[dict], cores: int) -> dict:
                     f"{best:.3g} GFLOP/s measured from 1 to {max(s['threads'] for s in ok)} threads")
 
 
-def decide_shard(settings: PlanSettings, inference: dict) -> dict:
+def decide_shard(settings: PlanSettings, inference: dict) -> Decision:
     """The shard size stays the plan's; the evidence says how the scaled DiT streamed with it."""
     shard = settings.shard_size_bytes
     if inference.get("status") != "measured":
@@ -160,7 +171,7 @@ def decide(plan: Plan, measurements: dict, estimates: dict, *, minutes_for=None,
     return out
 
 
-def calibrated_values(decisions: list[dict], settings_keys) -> dict:
+def calibrated_values(decisions: list[Decision], settings_keys) -> dict:
     """The `calibrated:` config section: the values calibration changed, for keys the config accepts.
 
     Kept values are left out on purpose: written down they would pin today's
@@ -213,7 +224,7 @@ def _rank(o: dict) -> tuple:
     return (o["canvas"][0] * o["canvas"][1], o["frames"], o["steps"])
 
 
-def decide_workload(plan: Plan, cat, minutes_for) -> list[dict]:
+def decide_workload(plan: Plan, cat, minutes_for) -> list[Decision]:
     """Canvas, frames, steps (and preset) for the workflows: the best within target_minutes and the memory limits."""
     s = plan.settings
     target = float(s.target_minutes or TARGET_MINUTES)
@@ -254,7 +265,7 @@ def decide_workload(plan: Plan, cat, minutes_for) -> list[dict]:
     return out
 
 
-def decide_timing(plan: Plan, estimates: dict) -> dict | None:
+def decide_timing(plan: Plan, estimates: dict) -> Decision | None:
     """The measured rates go to `calibrated:` (every later plan then estimates with them); a table estimate does not."""
     timing = estimates.get("timing")
     if not timing:
@@ -270,7 +281,7 @@ def decide_timing(plan: Plan, estimates: dict) -> dict | None:
                     f"{t.get('seconds_per_step') or 0:.3g} s per step at {t.get('tokens')} tokens")
 
 
-def decide_disk_read(plan: Plan, disk: dict) -> dict | None:
+def decide_disk_read(plan: Plan, disk: dict) -> Decision | None:
     """The disk probe's cold sequential read goes to `calibrated:` (disk_read_bytes_per_s): the streamed text
     encoder reads its whole file once per prompt, and the plan times that read at this rate, not the catalog's
     assumption for the disk's kind."""
@@ -370,7 +381,7 @@ def _add_pass_overhead(out: dict, res: dict, share, *, cpu: bool, disk_bytes_per
                                                             streamed_blocks, blocks), 4)
 
 
-def decide_page_cache(plan: Plan, fig: dict | None) -> dict | None:
+def decide_page_cache(plan: Plan, fig: dict | None) -> Decision | None:
     """The streamed loader's page_cache by what the cache can keep next to the run as measured (`fig`:
     prefetch_figures' document, with the file's own blocks and the measured peak): bypass when it cannot
     hold them, else use. None when the plan does not stream."""
@@ -387,7 +398,7 @@ def decide_page_cache(plan: Plan, fig: dict | None) -> dict | None:
         " So the loader reads them through the cache."))
 
 
-def decide_prefetch(plan: Plan, estimates: dict, disk: dict) -> dict | None:
+def decide_prefetch(plan: Plan, estimates: dict, disk: dict) -> Decision | None:
     """Blocks to read ahead while one computes, when the plan streams the DiT (None when it does not)."""
     if not streaming_enabled(plan):
         return None

@@ -18,7 +18,7 @@ import { api } from "../../scripts/api.js";
 
 const POLL_MS = 1500;          // how often the open panel looks for an edited graph
 const PRESET_POLL_MS = 1000;   // how often a running preset switch is asked for news
-const GB = 1e9;                // h3kit's sentences count decimal GB; the figures here must match them
+const GB = 1e9;                 // decimal GB, as the pack's sentences (h3k_cost.gb) and h3kit's terminal count them
 const FRAME_WIDGETS = ["length", "frames", "num_frames", "video_frames"];
 
 const state = {
@@ -63,7 +63,8 @@ const gb = (bytes) => (bytes / GB).toFixed(1);
 function duration(minutes) {
   if (minutes == null) return "unknown";
   if (minutes < 60) return `${Math.max(1, Math.round(minutes))} min`;
-  return `${Math.floor(minutes / 60)} h ${Math.round(minutes % 60)} min`;
+  if (minutes < 48 * 60) return `${Math.floor(minutes / 60)} h ${Math.round(minutes % 60)} min`;
+  return `${Math.round(minutes / (24 * 60))} days`;
 }
 
 function workload(doc) {
@@ -185,7 +186,7 @@ function render(el) {
   refreshEstimate();
   const timer = setInterval(() => {
     if (!root.isConnected) { clearInterval(timer); if (ui?.root === root) ui = null; return; }
-    refreshEstimate();
+    if (root.getClientRects().length) refreshEstimate();  // a tab kept in the page while closed: no work
   }, POLL_MS);
 }
 
@@ -230,9 +231,11 @@ function renderEstimate() {
     ui.warning.hidden = true;
     return;
   }
-  const names = (est.h3_nodes || []).map((n) => n.title && n.title !== n.class_type ? `${n.title} (${n.class_type})` : n.class_type);
-  box.append(h("p", { id: "h3kit-nodes", class: "h3kit-muted", text: `H3 nodes: ${names.join(", ") || "none"}` }));
-  box.append(h("p", { id: "h3kit-estimate-text", class: "h3kit-sentence", text: est.message || "" }));
+  const nodes = est.h3_nodes || [];
+  box.append(h("p", { id: "h3kit-nodes", class: "h3kit-muted", title: nodes.map((n) => `${n.id}: ${n.class_type}`).join("\n"),
+    text: `H3 nodes: ${nodes.map((n) => n.title || n.class_type).join(", ") || "none"}` }));
+  // with a warning the sentence is the warning's, not said twice
+  if (!warned(est)) box.append(h("p", { id: "h3kit-estimate-text", class: "h3kit-sentence", text: est.message || "" }));
   if (est.available !== false) {
     const list = h("ul", { id: "h3kit-figures" });
     for (const line of figureLines(est)) list.append(h("li", { text: line }));
@@ -242,11 +245,14 @@ function renderEstimate() {
   renderWarning(est);
 }
 
+function warned(est) {
+  return est.available !== false && (est.fits === false || Boolean(est.slow));
+}
+
 function renderWarning(est) {
   const box = ui.warning;
   const tooBig = est.available !== false && est.fits === false;
-  const slow = est.available !== false && est.fits !== false && est.slow;
-  box.hidden = !(tooBig || slow);
+  box.hidden = !warned(est);
   if (box.hidden) return;
   box.classList.toggle("h3kit-slow", !tooBig);
   const title = tooBig ? "This workflow does not fit this machine" :
@@ -309,10 +315,11 @@ function renderPresetJob() {
   log.textContent = (job.lines || []).join("\n");
   log.scrollTop = log.scrollHeight;
   let text = job.message || (job.state === "running" ? `Switching to ${job.preset}...` : "");
-  if (job.state !== "running") {
-    text += job.restart_needed ? " Restart ComfyUI to use it." : (job.state === "done" ? " No restart needed." : "");
+  if (job.state === "done" && !/restart/i.test(text)) {  // the server's sentence usually says it already
+    text += job.restart_needed ? " Restart ComfyUI to use it." : " No restart needed.";
   }
   message.textContent = text.trim();
+  message.dataset.state = job.state;  // running | done | failed, for whoever waits on the switch
   message.className = job.state === "failed" ? "h3kit-bad" : (job.restart_needed ? "h3kit-restart" : "");
 }
 
@@ -324,12 +331,12 @@ async function startPreset(name) {
     return;
   }
   state.presetJob = doc?.state ? doc : { state: "running", preset: name, lines: [] };
-  if (state.status) renderPresets(state.status);
   pollPreset();
 }
 
 async function pollPreset() {
   presetPolling = true;
+  if (ui && state.status) renderPresets(state.status);  // the button stays off while it runs
   try {
     for (;;) {
       const { ok, doc } = await callJson("/h3kit/preset");
@@ -388,12 +395,18 @@ function gateQueue() {
       toast("warn", est.message);
       return queueApp(number, batchCount, options);
     }
+    if (document.getElementById("h3kit-dialog")) return false;  // Run pressed again while the dialog asks
     const choice = await askUser(est);
     if (choice === "fix") applyFix(est);
     if (choice !== "anyway") return false;  // nothing sent to /prompt, so nothing loads
     state.approvedBatches += Math.max(1, batchCount);
     state.approvedGuard = est.guard_node;
-    return queueApp(number, batchCount, options);
+    try {
+      return await queueApp(number, batchCount, options);
+    } finally {
+      // batches the app's queue loop did not send (it stopped at an error) are approved no more
+      if (!app.processingQueue) state.approvedBatches = 0;
+    }
   };
 
   const queueApi = api.queuePrompt.bind(api);

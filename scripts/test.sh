@@ -4,7 +4,7 @@
 # exit 5 ("no tests ran") is a failure here, never a pass.
 #
 #   scripts/test.sh                 # the whole suite (what CI runs: .ci/run)
-#   scripts/test.sh --fast          # the quick check: no test marked slow (pytest -m "not slow")
+#   scripts/test.sh --fast          # the quick check: nothing slow, nothing compiled (-m "not slow and not native")
 #   scripts/test.sh -k workflows    # anything else is passed to pytest
 #
 # Offline: put wheels in wheelhouse/ (python -m pip wheel -w wheelhouse '.[test]')
@@ -32,11 +32,13 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.h3kit-test-stamp" 2>/dev/null
 fi
 
 # --fast, anywhere in the arguments: leave out the tests marked slow (a real ComfyUI, the C library's own
-# tests and compile step, the big fixtures); the rest goes to pytest as given.
+# tests and compile step, the big fixtures) and those that need the compiled C library (marked native, by hand
+# or by tests/conftest.py for asking for a library fixture: installs, deploys, uninstalls, the bridge), so the
+# quick check never waits for a compiler; the rest goes to pytest as given.
 args=()
 for arg in "$@"; do
   if [ "$arg" = "--fast" ]; then
-    args+=(-m "not slow")
+    args+=(-m "not slow and not native")
   else
     args+=("$arg")
   fi

@@ -39,6 +39,23 @@ def native_build_dir(native_build) -> Path:
     return native_build
 
 
+# The fixtures that hand a test the compiled library (the last two are further down); a test that asks for one
+# needs the library as much as a test marked `native` does.
+NATIVE_FIXTURES = frozenset({"native_build", "native_build_dir", "native_library", "native_library_env"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects, which it must see the mark for
+def pytest_collection_modifyitems(items):
+    """Mark `native` each test that asks for the library through a fixture, so `-m "not native"` leaves out every
+    test that would make the session compile: scripts/test.sh --fast compiles nothing."""
+    for item in items:
+        asks = NATIVE_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+        if asks and item.get_closest_marker("native") is None:
+            # by_fixture: the fixture hands it the library, so h3kit_home copies no build into its home (and
+            # compiles none when H3KIT_NATIVE_LIB names a library)
+            item.add_marker(pytest.mark.native(by_fixture=True))
+
+
 @pytest.fixture(autouse=True)
 def _fresh_host_probes():
     """h3kit.core.net remembers each host's answer for the process; a test's closed port may be another's server."""
@@ -55,23 +72,26 @@ def h3kit_home(tmp_path_factory, monkeypatch, request) -> Path:
 
     The copy is the build folder only (no current.json), so `h3kit build` in
     the test still runs its self-test and writes its own record, but does not
-    compile again. Only tests marked `native` make the session compile at all,
-    so a run of the arithmetic tests compiles nothing. A test that is not
+    compile again. Only tests marked `native` (by hand, or for asking for a
+    library fixture) make the session compile at all, so a run of the
+    arithmetic tests, or `-m "not native"`, compiles nothing. A test that is not
     marked but compiles into its home anyway (an install that builds) is an
     error here: left alone it would compile once per test and slow the suite.
     Tests of the compile step itself are marked `fresh_native` and may.
     """
     home = tmp_path_factory.mktemp("h3kit-home")
     monkeypatch.setenv("H3KIT_HOME", str(home))
-    if request.node.get_closest_marker("native") is not None:
+    native = request.node.get_closest_marker("native")
+    copied = native is not None and not native.kwargs.get("by_fixture")
+    if copied:
         folder = request.getfixturevalue("native_build")
         if folder is not None:
             shutil.copytree(folder, home / "cache" / "native" / folder.name)
     yield home
-    if request.node.get_closest_marker("native") is None and request.node.get_closest_marker("fresh_native") is None:
-        native = os.path.join(home, "cache", "native")  # os, not pathlib: a test may have patched Path's reads
-        built = [d for d in (os.listdir(native) if os.path.isdir(native) else [])
-                 if os.path.isfile(os.path.join(native, d, "build.json"))]
+    if not copied and request.node.get_closest_marker("fresh_native") is None:
+        cache = os.path.join(home, "cache", "native")  # os, not pathlib: a test may have patched Path's reads
+        built = [d for d in (os.listdir(cache) if os.path.isdir(cache) else [])
+                 if os.path.isfile(os.path.join(cache, d, "build.json"))]
         assert not built, ("this test compiled the native library in its H3KIT_HOME: mark it "
                            "@pytest.mark.native so it gets the session's build instead")
 
@@ -79,8 +99,9 @@ def h3kit_home(tmp_path_factory, monkeypatch, request) -> Path:
 # What a test sees of this machine when h3kit probes it in-process (`this_machine()`: install, plan, doctor,
 # calibrate without --fingerprint): the real probe with RAM and free disk set to these, so no plan a test makes
 # depends on how much memory or disk the box running the suite has (a full disk made installs "short by 0.1 GB"
-# on a fresh clone), nor the free disk a new ComfyUI's set-up asks for. The real figures are read by the tests of the probe (tests/fingerprint/, or marked
-# `real_machine`) and by `h3kit fingerprint` (`collect`), which shows them. The GPUs stay this machine's.
+# on a fresh clone), nor the free disk a new ComfyUI's set-up asks for. The real figures are read by the tests
+# of the probe (tests/fingerprint/, or marked `real_machine`) and by `h3kit fingerprint` (`collect`), which
+# shows them. The GPUs are fixed too, for `collect` as well (below).
 MACHINE_RAM_BYTES = 64 * 2**30
 MACHINE_FREE_DISK_BYTES = 10**12
 
@@ -105,6 +126,58 @@ def _machine_with_room(request, monkeypatch):
     monkeypatch.setattr(fingerprint, "this_machine", with_room)
     # calibration took the name when it was imported
     monkeypatch.setattr(orchestrate, "this_machine", with_room, raising=False)
+
+
+# The GPUs the suite's machine has: none, on every box. A developer's card or the GPU machine's H100 would
+# otherwise turn each in-process plan, install and calibration into that card's, so a test passing on the
+# GPU-less CI box could fail there and the other way round. Every in-process fingerprint (`collect`, so
+# `h3kit fingerprint` too, and `this_machine`) goes through a back end whose GPU probes report the tool missing
+# without running it (a broken driver's nvidia-smi can hang for the whole probe timeout) and whose GPU list is
+# empty (the macOS one names the Apple GPU from sysctl alone). The CPU, memory, disk and compiler probes are
+# the real ones. Tests of the GPU probes themselves are marked `real_gpus` and see this machine's, or their
+# fakes on PATH and recorded sysfs trees; a subprocess (`h3kit_exe`, a script) is not reached by this and sees
+# the real machine. tests/fingerprint/test_suite_machine.py checks the names below against the back ends.
+GPU_PROBES = {
+    "linux": frozenset({"nvidia-smi", "nvidia-smi header", "libcuda", "rocm-smi", "sysfs drm", "lspci"}),
+    "darwin": frozenset({"system_profiler"}),
+    "windows": frozenset({"nvidia-smi", "nvidia-smi header", "libcuda", "video controllers", "display registry"}),
+}
+NO_GPU = "the test suite's machine has no GPU (tests/conftest.py; mark the test real_gpus to probe)"
+
+
+class WithoutGpus:
+    """A fingerprint back end: `real`'s probes and description, less its GPUs."""
+
+    def __init__(self, real):
+        self.real = real
+
+    def __getattr__(self, name):  # SYSTEM and anything else the front reads
+        return getattr(self.real, name)
+
+    def probes(self, disk_paths):
+        from h3kit.fingerprint._probe import Probe
+
+        gpu = GPU_PROBES.get(self.real.SYSTEM, frozenset())
+        return [Probe(p.name, _no_gpu) if p.name in gpu else p for p in self.real.probes(disk_paths)]
+
+    def describe(self, values):
+        return {**self.real.describe(values), "gpus": []}
+
+
+def _no_gpu(_timeout):
+    from h3kit.fingerprint._probe import Missing
+
+    raise Missing(NO_GPU)
+
+
+@pytest.fixture(autouse=True)
+def _machine_without_gpus(request, monkeypatch):
+    if request.node.get_closest_marker("real_gpus") is not None:
+        return
+    import h3kit.fingerprint as fingerprint
+
+    # collect() reads the module's _backend at each call, so this reaches every in-process fingerprint
+    monkeypatch.setattr(fingerprint, "_backend", WithoutGpus(fingerprint._backend))
 
 
 @pytest.fixture

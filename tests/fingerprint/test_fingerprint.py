@@ -21,6 +21,8 @@ from h3kit.fingerprint.parsers import GIB, MIB
 from conftest import FIXTURES
 
 FP = FIXTURES / "fingerprint"
+# the probes themselves: this machine's GPUs, the fake tools on PATH, the sysfs trees, not conftest's GPU-less box
+pytestmark = pytest.mark.real_gpus
 
 BANNER_4090 = """\
 +-----------------------------------------------------------------------------------------+

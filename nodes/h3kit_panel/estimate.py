@@ -76,9 +76,17 @@ def run_words(work: Workload, asked: Workload | None = None) -> str:
 
 
 def minutes_words(minutes: float) -> str:
+    """A clip's time as the panel shows it too (h3kit_panel.js `duration`): "about 11 min", "about 2 h 50 min"."""
     if minutes < 1:
         return "under a minute"
-    return f"about {minutes:.1f} min".replace(".0 min", " min") if minutes < 10 else f"about {round(minutes)} min"
+    if minutes < 10:
+        return f"about {minutes:.1f} min".replace(".0 min", " min")
+    if minutes < 60:
+        return f"about {round(minutes)} min"
+    if minutes < 48 * 60:
+        whole = round(minutes)
+        return f"about {whole // 60} h {whole % 60} min"
+    return f"about {round(minutes / (24 * 60))} days"
 
 
 def peaks_words(est: Estimate) -> str:
